@@ -1,0 +1,5 @@
+"""``python -m txmq`` runs the ``txmq`` command."""
+
+from txmq.cli import main
+
+main()

@@ -1,0 +1,431 @@
+"""The broker's logic over a store, sans-IO: ``handle(conn, command, now_ms) -> actions``.
+
+The asyncio shell (:mod:`txmq.broker.server`) owns sockets, timers and fsync; this class only turns
+requests into records, responses and follow-up actions. Time comes in as ``now_ms``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from itertools import count
+from typing import Any
+
+import msgspec
+
+from txmq import limits
+from txmq.broker._actions import Action, Hold, Reply, SendTo
+from txmq.broker._clients import ClientRegistry
+from txmq.broker._config import BrokerConfig, parse_delay_levels
+from txmq.broker._schedule import SCHEDULE_TOPIC, ScheduleService
+from txmq.broker.transaction import (
+    HALF_TOPIC,
+    OP_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TransactionService,
+)
+from txmq.errors import DiskFull, MalformedFrame, ResponseCode, StoreError
+from txmq.protocol import (
+    FLAG_ONEWAY,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
+    Command,
+    ConsumerSendMsgBackRequestHeader,
+    CreateTopicRequestHeader,
+    EndTransactionRequestHeader,
+    EndTransactionResponseHeader,
+    GroupRequestHeader,
+    HeartbeatData,
+    Message,
+    OffsetRequestHeader,
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    QueueRequestHeader,
+    RequestCode,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    TopicRequestHeader,
+    decode_messages,
+    encode_messages,
+    from_ext,
+    to_ext,
+)
+from txmq.store import AppendResult, Record, Store
+
+__all__ = ["Broker", "dlq_topic", "retry_topic"]
+
+log = logging.getLogger("txmq.broker")
+
+_TOPICS_META = "topics.json"
+_OFFSETS_META = "consumerOffset.json"
+_SYSTEM_TOPICS = {HALF_TOPIC: 1, OP_TOPIC: 1, TRANS_CHECK_MAX_TIME_TOPIC: 1}
+Handler = Callable[[int, Command, int], list[Action]]
+
+
+def retry_topic(group: str) -> str:
+    """``%RETRY%<group>``: where a group's failed messages wait for redelivery."""
+    return f"%RETRY%{group}"
+
+
+def dlq_topic(group: str) -> str:
+    """``%DLQ%<group>``: where messages go after ``maxReconsumeTimes`` failures."""
+    return f"%DLQ%{group}"
+
+
+class _Fail(Exception):
+    def __init__(self, code: ResponseCode, remark: str) -> None:
+        super().__init__(remark)
+        self.code, self.remark = code, remark
+
+
+class Broker:
+    """One broker's state: topics, consumer offsets, clients, transactions, delay queues.
+
+    Args:
+        config: validated :class:`BrokerConfig`.
+        store: the commit log and consume queues (``MemoryStore`` or ``FileStore``).
+        now_ms: the time at start (recovery timestamps).
+    """
+
+    def __init__(self, config: BrokerConfig, store: Store, now_ms: int) -> None:
+        self.config = config
+        self.store = store
+        self.clients = ClientRegistry()
+        self.touched: set[tuple[str, int]] = set()
+        self._rr = count()
+        raw = store.load_meta(_TOPICS_META)
+        self.topics: dict[str, int] = msgspec.json.decode(raw) if raw else {}
+        self.topics.update(_SYSTEM_TOPICS)
+        self.topics[SCHEDULE_TOPIC] = len(parse_delay_levels(config.message_delay_level))
+        for name, n in config.topics.items():
+            self.topics.setdefault(name, n)
+        self._save_topics()
+        raw = store.load_meta(_OFFSETS_META)
+        self.offsets: dict[str, int] = msgspec.json.decode(raw) if raw else {}
+        self._offsets_dirty = False
+        self.tx = TransactionService(config, store, self.append, self.clients)
+        self.schedule = ScheduleService(parse_delay_levels(config.message_delay_level), store,
+                                        self.append)
+        self._recover()
+        self._handlers: dict[int, Handler] = {
+            RequestCode.SEND_MESSAGE: self._send, RequestCode.SEND_BATCH_MESSAGE: self._send_batch,
+            RequestCode.PULL_MESSAGE: self._pull, RequestCode.HEART_BEAT: self._heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self._unregister,
+            RequestCode.END_TRANSACTION: self._end_transaction,
+            RequestCode.QUERY_CONSUMER_OFFSET: self._query_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self._update_offset,
+            RequestCode.GET_MIN_OFFSET: self._min_offset, RequestCode.GET_MAX_OFFSET: self._max_offset,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self._route,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self._create_topic,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
+            RequestCode.GET_TRANSACTION_STATS: self._tx_stats,
+        }
+
+    # -- storage helpers --------------------------------------------------------------------------
+    def append(self, records: list[Record]) -> list[AppendResult]:
+        """Append through the store and remember which queues got data (to wake long polls)."""
+        results = self.store.append(records)
+        self.touched.update((r.topic, r.queue_id) for r in records)
+        return results
+
+    def _recover(self) -> None:
+        found: list[tuple[Record, AppendResult]] = []
+        for offset, rec in self.store.iter_records():
+            if rec.topic in (HALF_TOPIC, OP_TOPIC) or rec.properties.get(
+                    "TRAN_PREPARED_QUEUE_OFFSET") is not None:
+                found.append((rec, AppendResult(offset, rec.queue_offset, 0)))
+        self.tx.recover(found)
+        log.info("transaction index recovered: %s", self.tx.index.counts())
+
+    def _save_topics(self) -> None:
+        self.store.save_meta(_TOPICS_META, msgspec.json.encode(self.topics))
+
+    def persist_offsets(self) -> None:
+        """Save consumer offsets and delay progress if they changed (the shell calls it)."""
+        if self._offsets_dirty:
+            self.store.save_meta(_OFFSETS_META, msgspec.json.encode(self.offsets))
+            self._offsets_dirty = False
+        self.schedule.persist()
+
+    # -- dispatch ---------------------------------------------------------------------------------
+    def handle(self, conn: int, cmd: Command, now_ms: int) -> list[Action]:
+        """Process one request. Never raises: every failure becomes an error response."""
+        handler = self._handlers.get(cmd.code)
+        try:
+            if handler is None:
+                raise _Fail(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                            f"request code {cmd.code} not supported")
+            return handler(conn, cmd, now_ms)
+        except _Fail as f:
+            return self._error(conn, cmd, f.code, f.remark)
+        except MalformedFrame as exc:
+            return self._error(conn, cmd, ResponseCode.MALFORMED_REQUEST, str(exc))
+        except DiskFull as exc:
+            return self._error(conn, cmd, ResponseCode.DISK_FULL, str(exc))
+        except StoreError as exc:
+            log.error("store error handling code %d: %s", cmd.code, exc)
+            return self._error(conn, cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        except Exception as exc:  # the broker never crashes on input
+            log.exception("unexpected error handling request code %d", cmd.code)
+            return self._error(conn, cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _error(self, conn: int, cmd: Command, code: ResponseCode, remark: str) -> list[Action]:
+        if cmd.is_oneway:
+            log.warning("one-way request code %d failed: %s", cmd.code, remark)
+            return []
+        return [Reply(conn, cmd.response(code, remark))]
+
+    @staticmethod
+    def _ok(conn: int, cmd: Command, ext: dict[str, Any] | None = None, body: bytes = b"",
+            durable_offset: int = 0) -> list[Action]:
+        if cmd.is_oneway:
+            return []
+        return [Reply(conn, cmd.response(ResponseCode.SUCCESS, "", ext, body), durable_offset)]
+
+    def connection_closed(self, conn: int) -> list[Action]:
+        """Forget a connection's client; notify consumer groups it left."""
+        return self._notify_groups(self.clients.remove(conn))
+
+    def tick(self, now_ms: int) -> list[Action]:
+        """Periodic work: delay queues, expired clients, check-back round."""
+        actions: list[Action] = []
+        self.schedule.tick(now_ms)
+        for conn in self.clients.expired(now_ms, limits.CLIENT_EXPIRED_MS):
+            actions += self.connection_closed(conn)
+        actions += self.tx.tick(now_ms)
+        return actions
+
+    # -- topics -----------------------------------------------------------------------------------
+    def _queue_nums(self, topic: str) -> int:
+        n = self.topics.get(topic)
+        if n is None:
+            if not self.config.auto_create_topic_enable or topic.startswith("%"):
+                raise _Fail(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
+            n = self.create_topic(topic, self.config.default_topic_queue_nums)
+        return n
+
+    def create_topic(self, topic: str, queue_nums: int) -> int:
+        """Create (or widen) a topic; returns its queue count."""
+        if not topic or len(topic) > 127 or any(c in topic for c in " ,/\\\0"):
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"illegal topic name {topic!r}")
+        if not 0 < queue_nums <= 1024:
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue count {queue_nums} not in 1..1024")
+        self.topics[topic] = max(queue_nums, self.topics.get(topic, 0))
+        self._save_topics()
+        return self.topics[topic]
+
+    def _create_topic(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, CreateTopicRequestHeader)
+        return self._ok(conn, cmd, {"queue_nums": self.create_topic(h.topic, h.queue_nums)})
+
+    def _route(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, TopicRequestHeader)
+        return self._ok(conn, cmd, {"queue_nums": self._queue_nums(h.topic)})
+
+    # -- send -------------------------------------------------------------------------------------
+    def _record(self, h: SendMessageRequestHeader, body: bytes, now: int) -> Record:
+        if len(body) > self.config.max_message_size:
+            raise _Fail(ResponseCode.MESSAGE_TOO_LARGE,
+                        f"body of {len(body)} bytes exceeds max_message_size "
+                        f"{self.config.max_message_size}")
+        n = self._queue_nums(h.topic)
+        qid = h.queue_id if h.queue_id >= 0 else next(self._rr) % n
+        if qid >= n:
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue {qid} not in topic {h.topic!r} ({n})")
+        return Record(topic=h.topic, queue_id=qid, body=body, tags=h.tags, keys=h.keys,
+                      properties=dict(h.properties), born_timestamp_ms=h.born_timestamp_ms or now,
+                      store_timestamp_ms=now, reconsume_times=h.reconsume_times)
+
+    def _send(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, SendMessageRequestHeader)
+        rec = self._record(h, cmd.body, now)
+        props = rec.properties
+        if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+            if self.config.reject_transaction_message:
+                raise _Fail(ResponseCode.NO_PERMISSION, "this broker rejects transaction messages")
+            half = self.tx.half_record(rec, h.producer_group, self.clients.client_id(conn))
+            res = self.append([half])[0]
+            self.tx.on_half_stored(half, res)
+        elif int(props.get(PROPERTY_DELAY_TIME_LEVEL, "0") or 0) > 0:
+            res = self.append([self.schedule.schedule_record(
+                rec, int(props[PROPERTY_DELAY_TIME_LEVEL]))])[0]
+        else:
+            res = self.append([rec])[0]
+        out = SendMessageResponseHeader(
+            msg_id=props.get(PROPERTY_UNIQ_KEY, ""), queue_id=rec.queue_id,
+            queue_offset=res.queue_offset, commit_log_offset=res.commit_log_offset,
+            transaction_id=props.get(PROPERTY_UNIQ_KEY, ""))
+        return self._ok(conn, cmd, to_ext(out), durable_offset=res.commit_log_offset + res.size)
+
+    def _send_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, SendMessageRequestHeader)
+        try:
+            msgs = decode_messages(cmd.body, ext=False)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise _Fail(ResponseCode.MALFORMED_REQUEST, f"batch body does not decode: {exc}") from exc
+        if not 0 < len(msgs) <= limits.BATCH_MESSAGES_MAX:
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL,
+                        f"batch of {len(msgs)} not in 1..{limits.BATCH_MESSAGES_MAX}")
+        recs = [self._batch_record(h, m, now) for m in msgs]
+        qid = recs[0].queue_id
+        for r in recs:
+            r.queue_id = qid
+        results = self.append(recs)
+        first, last = results[0], results[-1]
+        out = SendMessageResponseHeader(
+            msg_id=msgs[0].msg_id, queue_id=qid, queue_offset=first.queue_offset,
+            commit_log_offset=first.commit_log_offset, count=len(recs))
+        return self._ok(conn, cmd, to_ext(out), durable_offset=last.commit_log_offset + last.size)
+
+    def _batch_record(self, h: SendMessageRequestHeader, m: Message, now: int) -> Record:
+        if m.topic != h.topic or m.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL,
+                        "a batch holds plain messages of the request's topic only")
+        if PROPERTY_DELAY_TIME_LEVEL in m.properties:
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "delay messages cannot be batched")
+        hh = msgspec.structs.replace(h, tags=m.tags, keys=m.keys, properties=m.properties)
+        return self._record(hh, m.body, now)
+
+    # -- pull -------------------------------------------------------------------------------------
+    def _pull(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, PullMessageRequestHeader)
+        n = self._queue_nums(h.topic)
+        if not 0 <= h.queue_id < n:
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue {h.queue_id} not in {h.topic!r}")
+        if h.commit_offset >= 0:
+            self._set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        lo, hi = self.store.queue_bounds(h.topic, h.queue_id)
+        if h.queue_offset < lo or h.queue_offset > hi:
+            nxt = lo if h.queue_offset < lo else hi
+            return self._pull_reply(conn, cmd, ResponseCode.PULL_OFFSET_MOVED, nxt, lo, hi)
+        count_max = max(1, min(h.max_msg_nums, limits.PULL_BATCH_MAX))
+        msgs = self.store.read_queue(h.topic, h.queue_id, h.queue_offset, count_max,
+                                     limits.PULL_BATCH_BYTES_MAX)
+        if not msgs:
+            if h.suspend_timeout_ms > 0:
+                return [Hold(conn, cmd, h.topic, h.queue_id, now + h.suspend_timeout_ms)]
+            return self._pull_reply(conn, cmd, ResponseCode.PULL_NOT_FOUND, h.queue_offset, lo, hi)
+        nxt = msgs[-1].queue_offset + 1
+        tags = _parse_subscription(h.subscription)
+        if tags is not None:
+            msgs = [m for m in msgs if m.tags in tags]
+            if not msgs:
+                return self._pull_reply(conn, cmd, ResponseCode.PULL_NOT_FOUND, nxt, lo, hi)
+        return self._pull_reply(conn, cmd, ResponseCode.SUCCESS, nxt, lo, hi, encode_messages(msgs))
+
+    def expire_hold(self, conn: int, cmd: Command) -> list[Action]:
+        """A held pull reached its deadline with nothing new: answer PULL_NOT_FOUND."""
+        h = from_ext(cmd.ext, PullMessageRequestHeader)
+        lo, hi = self.store.queue_bounds(h.topic, h.queue_id)
+        return self._pull_reply(conn, cmd, ResponseCode.PULL_NOT_FOUND, h.queue_offset, lo, hi)
+
+    @staticmethod
+    def _pull_reply(conn: int, cmd: Command, code: ResponseCode, nxt: int, lo: int, hi: int,
+                    body: bytes = b"") -> list[Action]:
+        ext = to_ext(PullMessageResponseHeader(next_begin_offset=nxt, min_offset=lo, max_offset=hi))
+        return [Reply(conn, cmd.response(code, "", ext, body))]
+
+    # -- offsets ----------------------------------------------------------------------------------
+    def _set_offset(self, group: str, topic: str, qid: int, offset: int) -> None:
+        key = f"{group}@{topic}@{qid}"
+        if self.offsets.get(key) != offset:
+            self.offsets[key] = offset
+            self._offsets_dirty = True
+
+    def _query_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, OffsetRequestHeader)
+        off = self.offsets.get(f"{h.consumer_group}@{h.topic}@{h.queue_id}")
+        if off is None:
+            raise _Fail(ResponseCode.QUERY_NOT_FOUND, "no offset stored for this group and queue")
+        return self._ok(conn, cmd, {"offset": off})
+
+    def _update_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, OffsetRequestHeader)
+        self._queue_nums(h.topic)
+        self._set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        return self._ok(conn, cmd)
+
+    def _min_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, QueueRequestHeader)
+        self._queue_nums(h.topic)
+        return self._ok(conn, cmd, {"offset": self.store.queue_bounds(h.topic, h.queue_id)[0]})
+
+    def _max_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, QueueRequestHeader)
+        self._queue_nums(h.topic)
+        return self._ok(conn, cmd, {"offset": self.store.queue_bounds(h.topic, h.queue_id)[1]})
+
+    # -- clients ----------------------------------------------------------------------------------
+    def _heartbeat(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        try:
+            data = msgspec.msgpack.decode(cmd.body, type=HeartbeatData)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise _Fail(ResponseCode.MALFORMED_REQUEST, f"heartbeat body: {exc}") from exc
+        for cd in data.consumer_groups:
+            if cd.message_model == "CLUSTERING" and retry_topic(cd.group) not in self.topics:
+                self.create_topic(retry_topic(cd.group), 1)
+            for topic in cd.subscriptions:
+                self._queue_nums(topic)
+        changed = self.clients.heartbeat(conn, data, now)
+        return self._ok(conn, cmd) + self._notify_groups(changed)
+
+    def _unregister(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        return self._ok(conn, cmd) + self.connection_closed(conn)
+
+    def _notify_groups(self, groups: set[str]) -> list[Action]:
+        out: list[Action] = []
+        for g in groups:
+            for c in self.clients.consumer_conns(g).values():
+                out.append(SendTo(c, Command(code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                             flags=FLAG_ONEWAY, ext={"consumer_group": g})))
+        return out
+
+    def _consumer_list(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, GroupRequestHeader)
+        return self._ok(conn, cmd, {"client_ids": sorted(self.clients.consumer_conns(h.consumer_group))})
+
+    # -- retries ----------------------------------------------------------------------------------
+    def _send_back(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, ConsumerSendMsgBackRequestHeader)
+        msg = self.store.read_at(h.commit_log_offset)
+        props = dict(msg.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or props.get(PROPERTY_UNIQ_KEY, ""))
+        times = msg.reconsume_times + 1
+        base = Record(topic=retry_topic(h.group), queue_id=0, body=msg.body, tags=msg.tags,
+                      keys=msg.keys, properties=props, born_timestamp_ms=msg.born_timestamp_ms,
+                      store_timestamp_ms=now, reconsume_times=times)
+        if times > h.max_reconsume_times or h.delay_level < 0:
+            dlq = dlq_topic(h.group)
+            self.topics.setdefault(dlq, 1)
+            self._save_topics()
+            base.topic = dlq
+            res = self.append([base])[0]
+        else:
+            level = h.delay_level or limits.RETRY_DELAY_LEVEL_BASE + msg.reconsume_times
+            res = self.append([self.schedule.schedule_record(base, level)])[0]
+        return self._ok(conn, cmd, durable_offset=res.commit_log_offset + res.size)
+
+    # -- transactions -----------------------------------------------------------------------------
+    def _end_transaction(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, EndTransactionRequestHeader)
+        r = self.tx.end(h, now)
+        if r.code != ResponseCode.SUCCESS:
+            raise _Fail(r.code, r.remark)
+        ext = to_ext(EndTransactionResponseHeader(outcome=r.outcome, duplicate=r.duplicate))
+        return self._ok(conn, cmd, ext, durable_offset=r.durable_offset)
+
+    def _tx_stats(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        return self._ok(conn, cmd, {**self.tx.index.counts(), **self.tx.stats})
+
+
+def _parse_subscription(expr: str) -> set[str] | None:
+    """``*`` or empty → None (everything); ``TagA || TagB`` → {"TagA", "TagB"}."""
+    expr = expr.strip()
+    if expr in ("", "*"):
+        return None
+    return {t.strip() for t in expr.split("||") if t.strip()}

@@ -1,0 +1,102 @@
+"""Broker configuration: RocketMQ's knobs with RocketMQ's defaults (names in snake_case)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from txmq import limits
+from txmq.errors import ConfigError
+
+__all__ = ["BrokerConfig", "load_config", "parse_delay_levels"]
+
+
+class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Everything a broker can be configured with.
+
+    Load from a TOML file with :func:`load_config`; unknown keys are an error. Times are in ms.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 10911
+    """Listen port (RocketMQ's broker default ``listenPort`` 10911); 0 picks a free port."""
+    data_dir: str = "./txmq-data"
+    flush_disk_type: Literal["SYNC_FLUSH", "ASYNC_FLUSH"] = "SYNC_FLUSH"
+    """RocketMQ MessageStoreConfig ``flushDiskType``: SYNC_FLUSH acknowledges after fsync."""
+    flush_interval_ms: int = 500
+    """Period of the asynchronous flush (RocketMQ ``flushIntervalCommitLog`` 500 ms)."""
+    max_message_size: int = limits.MESSAGE_SIZE_MAX_BYTES
+    auto_create_topic_enable: bool = False
+    """RocketMQ defaults this to true; txmq refuses unknown topics unless enabled."""
+    default_topic_queue_nums: int = limits.DEFAULT_QUEUE_NUMS
+    topics: dict[str, int] = msgspec.field(default_factory=dict)
+    """Topics (name to queue count) created at start."""
+    transaction_timeout_ms: int = limits.TRANSACTION_TIMEOUT_MS
+    transaction_check_interval_ms: int = limits.TRANSACTION_CHECK_INTERVAL_MS
+    transaction_check_max: int = limits.TRANSACTION_CHECK_MAX
+    file_reserved_time_ms: int = limits.FILE_RESERVED_TIME_MS
+    reject_transaction_message: bool = False
+    message_delay_level: str = limits.MESSAGE_DELAY_LEVELS
+    metrics_port: int = 0
+    """Prometheus endpoint port; 0 turns it off."""
+
+    def validate(self) -> BrokerConfig:
+        """Check ranges. Raises ConfigError."""
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port {self.port} out of range")
+        for name in ("transaction_timeout_ms", "transaction_check_interval_ms",
+                     "transaction_check_max", "max_message_size", "default_topic_queue_nums"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_message_size > limits.MESSAGE_SIZE_MAX_BYTES * 4:
+            raise ConfigError("max_message_size above 16 MiB does not fit a frame")
+        for topic, n in self.topics.items():
+            if not 0 < n <= 1024:
+                raise ConfigError(f"topic {topic!r}: queue count {n} not in 1..1024")
+        parse_delay_levels(self.message_delay_level)
+        return self
+
+
+_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(spec: str) -> list[int]:
+    """``"1s 5s 10s 30s 1m …"`` → delays in ms, level 1 first (RocketMQ ``messageDelayLevel``).
+
+    Raises:
+        ConfigError: a token is not a number followed by s, m, h or d (``ms`` is accepted too).
+    """
+    out = []
+    for tok in spec.split():
+        try:
+            if tok.endswith("ms"):
+                out.append(int(tok[:-2]))
+            else:
+                out.append(int(tok[:-1]) * _UNITS_MS[tok[-1]])
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"bad delay level {tok!r} in {spec!r}") from exc
+    if not out:
+        raise ConfigError("message_delay_level is empty")
+    return out
+
+
+def load_config(path: Path | None, **overrides: object) -> BrokerConfig:
+    """Read a TOML config file (or none) and apply non-None overrides.
+
+    Raises:
+        ConfigError: unreadable file, unknown key, wrong type or value out of range.
+    """
+    data: dict[str, object] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return msgspec.convert(data, BrokerConfig).validate()
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"config: {exc}") from exc

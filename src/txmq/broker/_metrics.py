@@ -1,0 +1,46 @@
+"""Prometheus metrics of the broker (RocketMQ RIP-46 names where they exist)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import start_http_server
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from txmq.broker._broker import Broker
+
+__all__ = ["start_metrics"]
+
+
+class _BrokerCollector(Collector):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        tx = self.broker.tx
+        pending = GaugeMetricFamily("rocketmq_half_messages", "Half messages pending, per topic",
+                                    labels=["topic"])
+        per_topic: dict[str, int] = {}
+        for e in list(tx.index.pending.values()):
+            per_topic[e.real_topic] = per_topic.get(e.real_topic, 0) + 1
+        for topic, n in sorted(per_topic.items()):
+            pending.add_metric([topic], n)
+        yield pending
+        for key, help_ in (("commits", "Transactions committed"),
+                           ("rollbacks", "Transactions rolled back"),
+                           ("discards", "Half messages discarded after transactionCheckMax"),
+                           ("checks_sent", "Check-back requests sent"),
+                           ("checks_answered", "Check-back answers received"),
+                           ("duplicate_ends", "End-transaction requests for decided transactions")):
+            c = CounterMetricFamily(f"txmq_transaction_{key}", help_)
+            c.add_metric([], tx.stats[key])
+            yield c
+
+
+def start_metrics(broker: Broker, port: int) -> None:
+    """Serve ``/metrics`` on ``127.0.0.1:port`` from a daemon thread."""
+    REGISTRY.register(_BrokerCollector(broker))
+    start_http_server(port, addr="127.0.0.1")

@@ -1,0 +1,107 @@
+"""The transaction state index: every half message's state, check count and next check time.
+
+RocketMQ keeps no per-transaction state (reference/rocketmq.md §1.4): it re-scans the op queue and
+re-puts whole half messages to count checks, which causes #8158 (double commit), #8311/#9320 (immunity
+eating the check budget) and #1517/#1543 (disks filled by re-puts). txmq keeps this index instead; it
+is rebuilt on start from the half topic, the op topic and committed real messages (which carry
+``TRAN_PREPARED_QUEUE_OFFSET``), so a commit is recognised even if its op record was torn off.
+"""
+
+from __future__ import annotations
+
+import heapq
+from enum import StrEnum
+
+import msgspec
+
+__all__ = ["HalfEntry", "Outcome", "TransactionIndex"]
+
+
+class Outcome(StrEnum):
+    """A transaction's state. PENDING until decided; the first decision is final (I4)."""
+
+    PENDING = "PENDING"
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+    DISCARD = "DISCARD"
+
+
+class HalfEntry(msgspec.Struct, kw_only=True):
+    """A pending half message.
+
+    Attributes:
+        half_offset: queue offset in ``RMQ_SYS_TRANS_HALF_TOPIC`` (the transaction's identity).
+        commit_log_offset: where the half message is stored.
+        first_check_ms: earliest check time: born + max(transaction timeout, immunity).
+        next_check_ms: when the checker looks at it next (ms since the epoch).
+        check_count: check-backs sent so far.
+    """
+
+    half_offset: int
+    commit_log_offset: int
+    producer_group: str
+    sender_client_id: str
+    msg_id: str
+    real_topic: str
+    keys: str
+    born_ms: int
+    first_check_ms: int
+    next_check_ms: int
+    check_count: int = 0
+
+
+class TransactionIndex:
+    """Pending half messages (with a check schedule) and decided outcomes."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, HalfEntry] = {}
+        self.settled: dict[int, Outcome] = {}
+        self._heap: list[tuple[int, int]] = []
+
+    def add(self, entry: HalfEntry) -> None:
+        """Register a new half message (or one found by recovery)."""
+        assert entry.half_offset not in self.pending
+        if entry.half_offset in self.settled:
+            return  # recovery met its outcome first
+        self.pending[entry.half_offset] = entry
+        heapq.heappush(self._heap, (entry.next_check_ms, entry.half_offset))
+
+    def outcome(self, half_offset: int) -> Outcome | None:
+        """The state of a transaction, or None if no such half message is known."""
+        if half_offset in self.pending:
+            return Outcome.PENDING
+        return self.settled.get(half_offset)
+
+    def settle(self, half_offset: int, outcome: Outcome) -> bool:
+        """Record a decision. Returns False (and changes nothing) if one was recorded already."""
+        assert outcome is not Outcome.PENDING
+        if half_offset in self.settled:
+            return False
+        self.pending.pop(half_offset, None)
+        self.settled[half_offset] = outcome
+        return True
+
+    def reschedule(self, entry: HalfEntry, at_ms: int) -> None:
+        entry.next_check_ms = at_ms
+        heapq.heappush(self._heap, (at_ms, entry.half_offset))
+
+    def due(self, now_ms: int, limit: int) -> list[HalfEntry]:
+        """Pending entries whose check time has come, oldest schedule first, at most ``limit``.
+
+        Cost is O(k log n) for k due entries: settled history is never scanned.
+        """
+        out: list[HalfEntry] = []
+        while self._heap and len(out) < limit and self._heap[0][0] <= now_ms:
+            at, off = heapq.heappop(self._heap)
+            e = self.pending.get(off)
+            if e is not None and e.next_check_ms == at:
+                out.append(e)
+        return out
+
+    def counts(self) -> dict[str, int]:
+        """Number of transactions per state."""
+        out = {o.value: 0 for o in Outcome}
+        out[Outcome.PENDING.value] = len(self.pending)
+        for o in self.settled.values():
+            out[o.value] += 1
+        return out

@@ -1,0 +1,440 @@
+"""The asyncio shell of the client: connections, producers and the transaction producer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import msgspec
+
+from txmq import limits
+from txmq.client._core import (
+    LocalTransactionState,
+    MessageIdGenerator,
+    RemotingCore,
+    SendResult,
+    TransactionSendResult,
+    check_response,
+    ensure_msg_id,
+    send_request_header,
+    send_result,
+)
+from txmq.errors import BrokerUnavailable, ConfigError, MessageTooLarge, ProtocolError, RequestTimeout
+from txmq.protocol import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_PREPARED,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    CheckTransactionStateRequestHeader,
+    Command,
+    EndTransactionRequestHeader,
+    HeartbeatData,
+    Message,
+    MessageExt,
+    RequestCode,
+    decode_message_ext,
+    from_ext,
+    to_ext,
+)
+
+__all__ = [
+    "AsyncConnection",
+    "AsyncProducer",
+    "AsyncTransactionProducer",
+    "TransactionListener",
+    "parse_endpoint",
+]
+
+log = logging.getLogger("txmq.client")
+_READ_BYTES = 256 * 1024
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def parse_endpoint(endpoints: str) -> tuple[str, int]:
+    """``"host:port"`` (the first of a ``;``-separated list) → ``(host, port)``. Raises ConfigError."""
+    first = endpoints.split(";")[0].strip()
+    host, sep, port = first.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"endpoint {first!r} is not host:port")
+    return host, int(port)
+
+
+class AsyncConnection:
+    """One TCP connection to a broker with pipelined requests matched by ``opaque``.
+
+    Args:
+        endpoint: ``host:port``.
+        on_request: called with each broker-initiated request (check-back, notifications).
+        timeout_ms: default request timeout.
+    """
+
+    def __init__(self, endpoint: str, on_request: Callable[[Command], None] | None = None,
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS) -> None:
+        self.host, self.port = parse_endpoint(endpoint)
+        self._on_request = on_request
+        self._timeout_s = timeout_ms / 1000
+        self._core = RemotingCore()
+        self._pending: dict[int, asyncio.Future[Command]] = {}
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self.closed = True
+
+    async def connect(self) -> None:
+        """Open the connection. Raises BrokerUnavailable."""
+        try:
+            reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        except OSError as exc:
+            raise BrokerUnavailable(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        self.closed = False
+        self._reader_task = asyncio.create_task(self._read_loop(reader))
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while data := await reader.read(_READ_BYTES):
+                for cmd in self._core.receive(data):
+                    if cmd.is_response:
+                        fut = self._pending.pop(cmd.opaque, None)
+                        if fut is not None and not fut.done():
+                            fut.set_result(cmd)
+                    elif self._on_request is not None:
+                        self._on_request(cmd)
+        except (OSError, ProtocolError) as exc:
+            log.warning("connection to %s:%d lost: %s", self.host, self.port, exc)
+        finally:
+            self._fail_all()
+
+    def _fail_all(self) -> None:
+        self.closed = True
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(BrokerUnavailable(f"connection to {self.host}:{self.port} closed"))
+        self._pending.clear()
+        if self._writer is not None:
+            self._writer.close()
+
+    async def request(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
+                      timeout_s: float | None = None) -> Command:
+        """Send a request and wait for its response (any code; see ``check_response``).
+
+        Raises:
+            BrokerUnavailable: not connected, or the connection dropped before the answer.
+            RequestTimeout: no answer within the timeout.
+        """
+        if self.closed or self._writer is None:
+            raise BrokerUnavailable(f"not connected to {self.host}:{self.port}")
+        opaque, frame = self._core.request(code, ext, body)
+        fut: asyncio.Future[Command] = asyncio.get_running_loop().create_future()
+        self._pending[opaque] = fut
+        self._writer.write(frame)
+        try:
+            return await asyncio.wait_for(fut, timeout_s or self._timeout_s)
+        except TimeoutError as exc:
+            raise RequestTimeout(f"request code {code} timed out") from exc
+        finally:
+            self._pending.pop(opaque, None)
+
+    def oneway(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> None:
+        """Send a request that gets no response. Raises BrokerUnavailable if not connected."""
+        if self.closed or self._writer is None:
+            raise BrokerUnavailable(f"not connected to {self.host}:{self.port}")
+        self._writer.write(self._core.request(code, ext, body, oneway=True)[1])
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader_task
+        self.closed = True
+
+
+class _Client:
+    """Connection upkeep shared by producers and consumers: reconnect, heartbeat, routes."""
+
+    def __init__(self, endpoints: str, timeout_ms: int) -> None:
+        parse_endpoint(endpoints)
+        self.endpoints = endpoints
+        self._timeout_ms = timeout_ms
+        salt = os.urandom(4)
+        self.client_id = f"{socket.gethostname()}@{os.getpid()}@{salt.hex()}"
+        self._ids = MessageIdGenerator(os.getpid(), _now_ms(), salt)
+        self._conn: AsyncConnection | None = None
+        self._conn_lock: asyncio.Lock | None = None
+        self._routes: dict[str, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._running = False
+
+    def _heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(client_id=self.client_id)
+
+    def _on_request(self, cmd: Command) -> None:
+        log.debug("ignoring broker request code %d", cmd.code)
+
+    async def _connection(self) -> AsyncConnection:
+        """The live connection, reconnecting (and re-sending the heartbeat) if needed."""
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        if self._conn_lock is None:
+            self._conn_lock = asyncio.Lock()
+        async with self._conn_lock:
+            if self._conn is None or self._conn.closed:
+                conn = AsyncConnection(self.endpoints, self._on_request, self._timeout_ms)
+                await conn.connect()
+                self._conn = conn
+                await self._heartbeat(conn)
+        return self._conn
+
+    async def _heartbeat(self, conn: AsyncConnection) -> None:
+        body = msgspec.msgpack.encode(self._heartbeat_data())
+        check_response(await conn.request(RequestCode.HEART_BEAT, body=body))
+
+    async def _heartbeat_loop(self) -> None:
+        while self._running:
+            await asyncio.sleep(limits.HEARTBEAT_INTERVAL_MS / 1000)
+            try:
+                await self._heartbeat(await self._connection())
+            except (BrokerUnavailable, RequestTimeout) as exc:
+                log.warning("heartbeat failed: %s", exc)
+
+    async def call(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
+                   timeout_s: float | None = None) -> Command:
+        """One request on the live connection; the raw response (any code)."""
+        conn = await self._connection()
+        return await conn.request(code, ext, body, timeout_s)
+
+    async def queue_nums(self, topic: str, refresh: bool = False) -> int:
+        """Queue count of ``topic``. Raises RemoteError (TOPIC_NOT_EXIST) for unknown topics."""
+        if refresh or topic not in self._routes:
+            r = check_response(await self.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+            self._routes[topic] = int(r.ext["queue_nums"])
+        return self._routes[topic]
+
+    async def create_topic(self, topic: str, queue_nums: int = limits.DEFAULT_QUEUE_NUMS) -> int:
+        """Create a topic (admin). Returns its queue count."""
+        r = check_response(await self.call(RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                           {"topic": topic, "queue_nums": queue_nums}))
+        self._routes[topic] = int(r.ext["queue_nums"])
+        return self._routes[topic]
+
+    async def start(self) -> None:
+        """Connect and start heartbeats. Raises BrokerUnavailable."""
+        self._running = True
+        await self._connection()
+        self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
+
+    async def shutdown(self) -> None:
+        """Stop background tasks, unregister and close the connection."""
+        self._running = False
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        if self._conn is not None and not self._conn.closed:
+            with contextlib.suppress(Exception):
+                await self._conn.request(RequestCode.UNREGISTER_CLIENT, timeout_s=2)
+            await self._conn.close()
+
+
+class AsyncProducer(_Client):
+    """Sends messages (RocketMQ ``DefaultMQProducer``), asyncio API.
+
+    Args:
+        group: producer group.
+        endpoints: broker address ``host:port``.
+        max_message_size: refuse bodies larger than this locally (bytes).
+        timeout_ms: request timeout.
+    """
+
+    def __init__(self, group: str, endpoints: str, *,
+                 max_message_size: int = limits.MESSAGE_SIZE_MAX_BYTES,
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS) -> None:
+        super().__init__(endpoints, timeout_ms)
+        if not group:
+            raise ConfigError("producer group must not be empty")
+        self.group = group
+        self.max_message_size = max_message_size
+        self._next_queue: dict[str, int] = {}
+
+    def _heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(client_id=self.client_id, producer_groups=[self.group])
+
+    async def _select_queue(self, topic: str, queue_id: int | None) -> int:
+        n = await self.queue_nums(topic)
+        if queue_id is not None:
+            if not 0 <= queue_id < n:
+                raise ConfigError(f"queue {queue_id} not in topic {topic!r} ({n} queues)")
+            return queue_id
+        i = self._next_queue.get(topic, 0)
+        self._next_queue[topic] = i + 1
+        return i % n
+
+    def _validate(self, msg: Message) -> None:
+        if not msg.topic:
+            raise ConfigError("message topic must not be empty")
+        if len(msg.body) > self.max_message_size:
+            raise MessageTooLarge(f"body of {len(msg.body)} bytes exceeds {self.max_message_size}")
+
+    async def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
+        """Send one message; returns after the broker stored it (durably, with SYNC_FLUSH).
+
+        Raises:
+            MessageTooLarge, ConfigError: refused locally, nothing sent.
+            RemoteError: the broker refused it (unknown topic, disk full, …).
+            BrokerUnavailable, RequestTimeout: outcome unknown; the message may have been stored.
+        """
+        self._validate(msg)
+        ensure_msg_id(msg, self._ids)
+        qid = await self._select_queue(msg.topic, queue_id)
+        ext = send_request_header(msg, self.group, qid, _now_ms())
+        resp = check_response(await self.call(RequestCode.SEND_MESSAGE, ext, msg.body))
+        return send_result(msg.topic, resp)
+
+    async def send_batch(self, msgs: list[Message], queue_id: int | None = None) -> SendResult:
+        """Send plain messages of one topic in one request, stored contiguously in one queue.
+
+        Returns the first message's result (``queue_offset`` of the first; the rest follow).
+        """
+        if not msgs or len(msgs) > limits.BATCH_MESSAGES_MAX:
+            raise ConfigError(f"a batch holds 1..{limits.BATCH_MESSAGES_MAX} messages")
+        topic = msgs[0].topic
+        for m in msgs:
+            self._validate(m)
+            if m.topic != topic:
+                raise ConfigError("all messages of a batch must have the same topic")
+            ensure_msg_id(m, self._ids)
+        qid = await self._select_queue(topic, queue_id)
+        ext = send_request_header(Message(topic=topic, body=b""), self.group, qid, _now_ms())
+        body = msgspec.msgpack.encode(msgs)
+        resp = check_response(await self.call(RequestCode.SEND_BATCH_MESSAGE, ext, body))
+        return send_result(topic, resp)
+
+
+class TransactionListener(Protocol):
+    """The application's side of a transactional send (RocketMQ ``TransactionListener``).
+
+    Either method may be a coroutine function with the async producer. With the sync producer,
+    ``execute_local_transaction`` runs in the caller's thread and ``check_local_transaction`` in a
+    worker thread, so it must be thread-safe (open its own database connection).
+    """
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState: ...
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState: ...
+
+
+_END_TYPE = {
+    LocalTransactionState.COMMIT_MESSAGE: TRANSACTION_COMMIT_TYPE,
+    LocalTransactionState.ROLLBACK_MESSAGE: TRANSACTION_ROLLBACK_TYPE,
+    LocalTransactionState.UNKNOWN: TRANSACTION_NOT_TYPE,
+}
+
+
+class AsyncTransactionProducer(AsyncProducer):
+    """Sends half messages, runs the local transaction, ends it; answers check-backs.
+
+    Args:
+        group: producer group (check-backs go to live members of it).
+        endpoints: broker address.
+        listener: the :class:`TransactionListener`.
+        check_threads: how many check-backs run at once.
+    """
+
+    def __init__(self, group: str, endpoints: str, listener: TransactionListener, *,
+                 check_threads: int = 4, **kw: Any) -> None:
+        super().__init__(group, endpoints, **kw)
+        self.listener = listener
+        self._check_sem = asyncio.Semaphore(check_threads)
+        self._check_tasks: set[asyncio.Task[None]] = set()
+        self.checks_answered = 0
+
+    async def send_half(self, msg: Message, queue_id: int | None = None) -> SendResult:
+        """Store ``msg`` as a half message (invisible until committed)."""
+        msg.properties = {**msg.properties, PROPERTY_TRANSACTION_PREPARED: "true",
+                          PROPERTY_PRODUCER_GROUP: self.group}
+        return await self.send(msg, queue_id)
+
+    async def end_transaction(self, half: SendResult, state: LocalTransactionState) -> str:
+        """Tell the broker the local outcome; returns its recorded outcome (or "UNKNOWN_END" when
+        the request failed: check-back will settle it)."""
+        h = EndTransactionRequestHeader(
+            producer_group=self.group, tran_state_table_offset=half.queue_offset,
+            commit_log_offset=half.commit_log_offset, commit_or_rollback=_END_TYPE[state],
+            msg_id=half.msg_id, transaction_id=half.msg_id)
+        try:
+            resp = check_response(await self.call(RequestCode.END_TRANSACTION, to_ext(h)))
+        except (BrokerUnavailable, RequestTimeout) as exc:
+            log.warning("end transaction of %s not acknowledged (%s); check-back will settle it",
+                        half.msg_id, exc)
+            return "UNKNOWN_END"
+        return str(resp.ext.get("outcome", ""))
+
+    async def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
+        """Half message → local transaction → commit or rollback (RocketMQ
+        ``sendMessageInTransaction``). An exception in the local transaction counts as UNKNOWN
+        (as in RocketMQ) and is logged; check-back then decides."""
+        half = await self.send_half(msg)
+        try:
+            result = self.listener.execute_local_transaction(msg, arg)
+            state = await result if inspect.isawaitable(result) else result
+        except Exception:
+            log.exception("local transaction of %s raised; state UNKNOWN", half.msg_id)
+            state = LocalTransactionState.UNKNOWN
+        outcome = await self.end_transaction(half, state)
+        return TransactionSendResult(half.msg_id, msg.topic, half.queue_id, half.queue_offset,
+                                     state, outcome)
+
+    def _on_request(self, cmd: Command) -> None:
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            task = asyncio.get_running_loop().create_task(self._check(cmd))
+            self._check_tasks.add(task)
+            task.add_done_callback(self._check_tasks.discard)
+
+    async def _check(self, cmd: Command) -> None:
+        try:
+            h = from_ext(cmd.ext, CheckTransactionStateRequestHeader)
+            msg = decode_message_ext(cmd.body)
+        except (ProtocolError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.error("malformed check-back request: %s", exc)
+            return
+        async with self._check_sem:
+            try:
+                state = await _call_listener(self.listener.check_local_transaction, msg)
+            except Exception:
+                log.exception("check_local_transaction of %s raised; answering UNKNOWN", h.msg_id)
+                return
+        if state is LocalTransactionState.UNKNOWN:
+            return
+        end = EndTransactionRequestHeader(
+            producer_group=self.group, tran_state_table_offset=h.tran_state_table_offset,
+            commit_log_offset=h.commit_log_offset, commit_or_rollback=_END_TYPE[state],
+            from_transaction_check=True, msg_id=h.msg_id, transaction_id=h.transaction_id)
+        with contextlib.suppress(BrokerUnavailable):
+            (await self._connection()).oneway(RequestCode.END_TRANSACTION, to_ext(end))
+            self.checks_answered += 1
+
+
+async def _call_listener(fn: Callable[..., Any], *args: Any) -> Any:
+    """Await a coroutine listener; run a plain one in a worker thread."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    result = await asyncio.to_thread(fn, *args)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+

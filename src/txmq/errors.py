@@ -1,0 +1,175 @@
+"""One exception tree for txmq.
+
+Every error txmq raises derives from :class:`TxmqError`. Errors are either *local* (detected in this
+process: bad arguments, a malformed frame, a corrupt record) or *remote* (the broker answered with an
+error response code). Each carries a stable ``code`` string and a ``retriable`` flag so callers can
+decide whether to try again without parsing messages.
+
+Response codes reuse RocketMQ's ``ResponseCode`` numbers where the condition exists there
+(``remoting/protocol/ResponseCode.java``); txmq-specific ones live at 2000 and above.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = [
+    "BrokerUnavailable",
+    "ConfigError",
+    "CorruptRecord",
+    "DiskFull",
+    "FrameTooLarge",
+    "LocalError",
+    "MalformedFrame",
+    "MessageTooLarge",
+    "ProtocolError",
+    "RemoteError",
+    "RequestTimeout",
+    "ResponseCode",
+    "StoreError",
+    "TxmqError",
+    "remote_error",
+]
+
+
+class ResponseCode(IntEnum):
+    """Response codes on the wire (RocketMQ ``ResponseCode`` numbers where they exist)."""
+
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    ILLEGAL_OPERATION = 604
+    # txmq-specific
+    MALFORMED_REQUEST = 2000
+    MESSAGE_TOO_LARGE = 2001
+    DISK_FULL = 2002
+    TRANSACTION_NOT_FOUND = 2003
+    PRODUCER_GROUP_MISMATCH = 2004
+
+
+_RETRIABLE = frozenset(
+    {ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.DISK_FULL}
+)
+
+
+class TxmqError(Exception):
+    """Base of every txmq error.
+
+    Attributes:
+        code: a stable, machine-readable name for the condition.
+        retriable: whether the same call may succeed if tried again later.
+    """
+
+    code: str = "TXMQ_ERROR"
+    retriable: bool = False
+
+    def __init__(self, message: str = "", *, retriable: bool | None = None) -> None:
+        super().__init__(message)
+        if retriable is not None:
+            self.retriable = retriable
+
+
+class LocalError(TxmqError):
+    """An error detected in this process, before or without asking the broker."""
+
+    code = "LOCAL_ERROR"
+
+
+class ConfigError(LocalError):
+    """An invalid configuration value or argument."""
+
+    code = "CONFIG_ERROR"
+
+
+class ProtocolError(LocalError):
+    """Bytes on the wire that do not form a valid frame or command."""
+
+    code = "PROTOCOL_ERROR"
+
+
+class MalformedFrame(ProtocolError):
+    """A frame whose length fields, header or body cannot be decoded."""
+
+    code = "MALFORMED_FRAME"
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame whose declared length exceeds ``limits.FRAME_SIZE_MAX_BYTES``."""
+
+    code = "FRAME_TOO_LARGE"
+
+
+class MessageTooLarge(LocalError):
+    """A message body larger than the configured ``max_message_size`` (default 4 MiB)."""
+
+    code = "MESSAGE_TOO_LARGE"
+
+
+class StoreError(LocalError):
+    """The store could not read or write a record."""
+
+    code = "STORE_ERROR"
+
+
+class CorruptRecord(StoreError):
+    """A stored record whose length or CRC32C does not check out on read."""
+
+    code = "CORRUPT_RECORD"
+
+
+class DiskFull(StoreError):
+    """A write refused because the disk is (nearly) full; retriable once space returns."""
+
+    code = "DISK_FULL"
+    retriable = True
+
+
+class BrokerUnavailable(TxmqError):
+    """No connection to the broker could be made or kept."""
+
+    code = "BROKER_UNAVAILABLE"
+    retriable = True
+
+
+class RequestTimeout(TxmqError):
+    """The broker did not answer within the request timeout."""
+
+    code = "REQUEST_TIMEOUT"
+    retriable = True
+
+
+class RemoteError(TxmqError):
+    """The broker answered a request with an error response code.
+
+    Attributes:
+        response_code: the numeric :class:`ResponseCode` (or an unknown int) the broker sent.
+        remark: the broker's human-readable explanation.
+    """
+
+    code = "REMOTE_ERROR"
+
+    def __init__(self, response_code: int, remark: str) -> None:
+        self.response_code = response_code
+        self.remark = remark
+        try:
+            name = ResponseCode(response_code).name
+            retriable = ResponseCode(response_code) in _RETRIABLE
+        except ValueError:
+            name, retriable = f"CODE_{response_code}", False
+        self.code = name
+        super().__init__(f"{name} ({response_code}): {remark}", retriable=retriable)
+
+
+def remote_error(response_code: int, remark: str) -> RemoteError:
+    """Build the :class:`RemoteError` for an error response."""
+    return RemoteError(response_code, remark)

@@ -1,0 +1,58 @@
+"""The native wire protocol: a sans-IO codec of frames, commands, headers and messages."""
+
+from txmq.protocol._codes import RequestCode
+from txmq.protocol._frame import FLAG_ONEWAY, FLAG_RESPONSE, Command, FrameDecoder, encode_command
+from txmq.protocol._headers import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    CheckTransactionStateRequestHeader,
+    ConsumerData,
+    ConsumerSendMsgBackRequestHeader,
+    CreateTopicRequestHeader,
+    EndTransactionRequestHeader,
+    EndTransactionResponseHeader,
+    GroupRequestHeader,
+    HeartbeatData,
+    OffsetRequestHeader,
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    QueueRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    TopicRequestHeader,
+    from_ext,
+    to_ext,
+)
+from txmq.protocol._message import *  # noqa: F403
+from txmq.protocol._message import __all__ as _message_all
+
+__all__ = [
+    "FLAG_ONEWAY",
+    "FLAG_RESPONSE",
+    "TRANSACTION_COMMIT_TYPE",
+    "TRANSACTION_NOT_TYPE",
+    "TRANSACTION_ROLLBACK_TYPE",
+    "CheckTransactionStateRequestHeader",
+    "Command",
+    "ConsumerData",
+    "ConsumerSendMsgBackRequestHeader",
+    "CreateTopicRequestHeader",
+    "EndTransactionRequestHeader",
+    "EndTransactionResponseHeader",
+    "FrameDecoder",
+    "GroupRequestHeader",
+    "HeartbeatData",
+    "OffsetRequestHeader",
+    "PullMessageRequestHeader",
+    "PullMessageResponseHeader",
+    "QueueRequestHeader",
+    "RequestCode",
+    "SendMessageRequestHeader",
+    "SendMessageResponseHeader",
+    "TopicRequestHeader",
+    "encode_command",
+    "from_ext",
+    "to_ext",
+    *_message_all,
+]

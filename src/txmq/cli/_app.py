@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sys
@@ -71,12 +70,7 @@ def tx_stats(endpoints: Annotated[str, typer.Option(help="Broker host:port.")] =
 
 def main() -> None:
     """Entry point of the ``txmq`` script."""
-    try:
-        from txmq.cli import _demo_cmd  # noqa: F401  (registers `txmq demo`)
-    except ImportError:
-        pass
+    from txmq.cli import _demo_cmd  # noqa: F401  (registers `txmq demo`)
+
     app()
 
-
-def _run(coro: object) -> None:  # pragma: no cover - helper for subcommands
-    asyncio.run(coro)  # type: ignore[arg-type]

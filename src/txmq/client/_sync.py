@@ -11,7 +11,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Coroutine
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from txmq import limits
 from txmq.client._async import AsyncProducer, AsyncTransactionProducer, TransactionListener
@@ -83,7 +83,7 @@ class _SyncClient:
         """Create a topic on the broker (admin). Returns its queue count."""
         return int(self._run(self._a.create_topic(topic, queue_nums)))
 
-    def __enter__(self: Any) -> Any:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -1,5 +1,7 @@
-"""Helpers for tests, ours and our users': a real broker process on a free port."""
+"""Helpers for tests, ours and our users': a real broker process on a free port, and a sans-IO
+broker harness with a hand-driven clock."""
 
 from txmq.testing._broker import BrokerProcess, run_broker
+from txmq.testing._harness import END_TYPES, BrokerHarness
 
-__all__ = ["BrokerProcess", "run_broker"]
+__all__ = ["END_TYPES", "BrokerHarness", "BrokerProcess", "run_broker"]

@@ -1,0 +1,56 @@
+"""``txmq demo``: the main job, end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from txmq.cli._app import app
+from txmq.errors import TxmqError
+
+_KEYS = ("orders_total", "committed", "rolled_back", "unknown_resolved_by_check",
+         "producer_crashes", "crash_orders_committed_by_check", "crash_orders_rolled_back_by_check",
+         "resent_after_crash", "check_backs", "ledger_received_distinct", "ledger_duplicates",
+         "lost", "phantom", "spark_orders", "q1_matches_oracle", "revenue_matches_oracle",
+         "elapsed_s")
+
+
+@app.command()
+def demo(
+    sf: Annotated[float, typer.Option(help="TPC-H scale factor (0.01 = 15,000 orders).")] = 0.01,
+    broker: Annotated[str | None, typer.Option(help="Use this broker (host:port) instead of "
+                                                    "starting one.")] = None,
+    report: Annotated[Path | None, typer.Option(help="Where to write report.json.")] = None,
+    run_dir: Annotated[Path | None, typer.Option(help="Working directory of the run.")] = None,
+    producers: Annotated[int, typer.Option(min=3, help="Order service processes.")] = 3,
+    threads: Annotated[int, typer.Option(min=1, help="Sending threads per producer.")] = 2,
+) -> None:
+    """Run the main job: TPC-H orders as transactional messages into a ledger and Spark; verify."""
+    from txmq.demo._run import DemoOptions, run_demo
+
+    console = Console()
+    opts = DemoOptions(sf=sf, broker=broker, report=report, producers=producers,
+                       producer_threads=threads)
+    if run_dir is not None:
+        opts.run_dir = run_dir
+    try:
+        rep = run_demo(opts, console)
+    except TxmqError as exc:
+        console.print(f"[red]demo failed:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    table = Table("measure", "value", title=f"txmq demo, TPC-H SF {sf}")
+    for k in _KEYS:
+        table.add_row(k, str(rep[k]))
+    for k, v in rep["stages"].items():
+        table.add_row(f"stage {k} (s)", str(v))
+    console.print(table)
+    for d in rep["q1_diffs"] + rep["revenue_diffs"]:
+        console.print(f"[red]diff[/red] {d}")
+    verdict = "[green]consistent[/green]" if rep["consistent"] else "[red]INCONSISTENT[/red]"
+    console.print(f"{verdict}; report: {report or opts.run_dir / 'report.json'}")
+    if not rep["consistent"]:
+        raise typer.Exit(1)

@@ -1,0 +1,43 @@
+"""Deterministic faults of the demo, chosen by order key.
+
+A multiplicative hash spreads the keys (TPC-H order keys are sparse) over 10,000 buckets:
+
+| buckets       | share | fault                                                             |
+|---------------|-------|-------------------------------------------------------------------|
+| 0 – 499       | 5 %   | local transaction fails: nothing inserted, ROLLBACK_MESSAGE        |
+| 500 – 999     | 5 %   | local transaction commits but returns UNKNOWN (check-back settles) |
+| 1000 – 1019   | 0.2 % | producer killed with SIGKILL after the half message is stored:     |
+|               |       | 1000–1009 after the local commit, 1010–1019 before it              |
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = ["Fault", "fault_of"]
+
+_BUCKETS = 10_000
+
+
+class Fault(Enum):
+    NONE = "none"
+    ROLLBACK = "rollback"
+    UNKNOWN = "unknown"
+    CRASH_AFTER_COMMIT = "crash_after_commit"
+    CRASH_BEFORE_COMMIT = "crash_before_commit"
+
+
+def _bucket(orderkey: int) -> int:
+    return (orderkey * 2654435761 + 0x9E3779B9) % (1 << 32) % _BUCKETS
+
+
+def fault_of(orderkey: int) -> Fault:
+    """The fault injected for ``orderkey`` (pure function: every process agrees)."""
+    b = _bucket(orderkey)
+    if b < 500:
+        return Fault.ROLLBACK
+    if b < 1000:
+        return Fault.UNKNOWN
+    if b < 1020:
+        return Fault.CRASH_AFTER_COMMIT if b < 1010 else Fault.CRASH_BEFORE_COMMIT
+    return Fault.NONE

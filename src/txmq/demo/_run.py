@@ -1,0 +1,383 @@
+"""``txmq demo``: TPC-H orders as transactional messages into a ledger and a Spark pipeline.
+
+Stages: generate TPC-H data → start a broker → start the ledger (2 consumer processes) → run the
+order service (3+ producer processes, with deterministic rollbacks, UNKNOWNs and SIGKILLs) → wait
+until every half message is settled → wait until the ledger has caught up → run the Spark
+Structured Streaming query (``Trigger.AvailableNow``) → verify against the order database.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from txmq.client import PullConsumer
+from txmq.demo import ledger, order_service, orderdb, tpch
+from txmq.demo._faults import Fault, fault_of
+from txmq.demo._processes import ServiceProcess
+from txmq.errors import TxmqError
+
+__all__ = ["DemoError", "DemoOptions", "run_demo"]
+
+TOPIC = "orders"
+TOPIC_QUEUES = 4
+SETTLE_TIMEOUT_S = 180.0
+LEDGER_TIMEOUT_S = 120.0
+
+
+class DemoError(TxmqError):
+    """The demo could not run to the end (a process failed, a wait timed out)."""
+
+    code = "DEMO_ERROR"
+
+
+@dataclass
+class DemoOptions:
+    """What ``txmq demo`` runs with; times in ms."""
+
+    sf: float = 0.01
+    broker: str | None = None
+    report: Path | None = None
+    run_dir: Path = field(default_factory=lambda: Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"))
+    producers: int = 3
+    producer_threads: int = 2
+    ledgers: int = 2
+    transaction_timeout_ms: int = 1000
+    transaction_check_interval_ms: int = 1000
+
+
+class _Stages:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.monotonic() - t0, 3)
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description:<22}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def _prepare_work(opts: DemoOptions, console: Console) -> tuple[list[tpch.Order], list[Path]]:
+    data_dir = tpch.generate(opts.sf, opts.run_dir / "tpch")
+    orders = tpch.load_orders(data_dir)
+    work_dir = opts.run_dir / "work"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    files = []
+    for i in range(opts.producers):
+        part = [(o.o_orderkey, tpch.encode_order(o)) for o in orders[i :: opts.producers]]
+        path = work_dir / f"slot-{i}.bin"
+        path.write_bytes(msgspec.msgpack.encode(part))
+        files.append(path)
+    console.print(
+        f"generated TPC-H SF {opts.sf}: {len(orders):,} orders, "
+        f"{sum(len(o.lineitems) for o in orders):,} lineitems"
+    )
+    return orders, files
+
+
+def _start_broker(opts: DemoOptions) -> tuple[str, Callable[[], None]]:
+    if opts.broker:
+        with PullConsumer(opts.broker) as pc:
+            pc.create_topic(TOPIC, TOPIC_QUEUES)
+        return opts.broker, lambda: None
+    from txmq.testing import BrokerProcess
+
+    bp = BrokerProcess(
+        opts.run_dir / "broker",
+        {
+            "topics": {TOPIC: TOPIC_QUEUES},
+            "transaction_timeout_ms": opts.transaction_timeout_ms,
+            "transaction_check_interval_ms": opts.transaction_check_interval_ms,
+        },
+    )
+    bp.start()
+    return bp.endpoints, bp.stop
+
+
+class _ProgressFiles:
+    """Counts ``D`` (done) lines of the producers' progress files incrementally."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+        self._pos = dict.fromkeys(paths, 0)
+        self.done: dict[int, str] = {}
+        self.attempted: Counter[int] = Counter()
+        self.ended: set[Path] = set()
+
+    def refresh(self) -> None:
+        for p in self.paths:
+            if not p.exists():
+                continue
+            with open(p, "rb") as f:
+                f.seek(self._pos[p])
+                chunk = f.read()
+            cut = chunk.rfind(b"\n") + 1
+            self._pos[p] += cut
+            for line in chunk[:cut].decode().splitlines():
+                parts = line.split()
+                if parts[0] == "A":
+                    self.attempted[int(parts[1])] += 1
+                elif parts[0] == "D":
+                    self.done[int(parts[1])] = parts[2]
+                elif parts[0] == "END":
+                    self.ended.add(p)
+
+
+def _run_producers(
+    opts: DemoOptions, endpoints: str, db: Path, work: list[Path], total: int, progress: Progress
+) -> tuple[_ProgressFiles, list[ServiceProcess], int]:
+    logs = opts.run_dir / "logs"
+    prog = _ProgressFiles([w.with_suffix(".progress") for w in work])
+    spawned = Counter[int]()
+
+    def spawn(i: int) -> ServiceProcess:
+        spawned[i] += 1
+        return ServiceProcess(
+            "txmq.demo.order_service",
+            [
+                "--endpoints",
+                endpoints,
+                "--db",
+                str(db),
+                "--work",
+                str(work[i]),
+                "--progress",
+                str(prog.paths[i]),
+                "--threads",
+                str(opts.producer_threads),
+                "--linger",
+            ],
+            logs / f"producer-{i}-{spawned[i]}.log",
+        )
+
+    slots = {i: spawn(i) for i in range(len(work))}
+    crashes = 0
+    task = progress.add_task("order service: sent", total=total)
+    while len(prog.ended) < len(work):
+        time.sleep(0.2)
+        prog.refresh()
+        progress.update(task, completed=len(prog.attempted))
+        for i, p in list(slots.items()):
+            rc = p.poll()
+            if rc is None:
+                continue
+            if rc == -9:
+                crashes += 1
+                slots[i] = spawn(i)  # a fresh producer carries on with the orders not yet sent
+            else:
+                raise DemoError(f"producer {i} exited with {rc}; see {p.log_path}")
+    progress.update(task, completed=total)
+    return prog, list(slots.values()), crashes
+
+
+def _wait_settled(endpoints: str, progress: Progress) -> dict[str, int]:
+    task = progress.add_task("broker: settle halves", total=None)
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    with PullConsumer(endpoints) as pc:
+        while True:
+            stats = pc.transaction_stats()
+            settled = stats["COMMIT"] + stats["ROLLBACK"] + stats["DISCARD"]
+            progress.update(task, total=settled + stats["PENDING"], completed=settled)
+            if stats["PENDING"] == 0:
+                return stats
+            if time.monotonic() > deadline:
+                raise DemoError(
+                    f"{stats['PENDING']} half messages still pending after {SETTLE_TIMEOUT_S:.0f} s"
+                )
+            time.sleep(0.25)
+
+
+def _wait_ledger(db: Path, expected: set[int], progress: Progress) -> tuple[set[int], int]:
+    task = progress.add_task("ledger: received", total=len(expected))
+    deadline = time.monotonic() + LEDGER_TIMEOUT_S
+    while True:
+        received, _ = ledger.ledger_counts(db)
+        progress.update(task, completed=len(received & expected))
+        if expected <= received or time.monotonic() > deadline:
+            time.sleep(1.0)  # let late redeliveries land before counting
+            return ledger.ledger_counts(db)
+        time.sleep(0.25)
+
+
+def _spark_stage(opts: DemoOptions, endpoints: str, order_db: Path, progress: Progress) -> dict[str, Any]:
+    from txmq import spark as txspark
+    from txmq.spark import pipeline
+
+    task = progress.add_task("spark: streaming query", total=None)
+    spark = pipeline.spark_session("txmq-demo")
+    try:
+        txspark.register(spark)
+        stream = (
+            spark.readStream.format("txmq")
+            .option("endpoints", endpoints)
+            .option("topic", TOPIC)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        out = opts.run_dir / "spark" / "lineitems"
+        q = pipeline.start_lineitem_stream(
+            stream, out, opts.run_dir / "spark" / "checkpoint", query_name="orders_lineitems"
+        )
+        q.awaitTermination()
+        q1_df = pipeline.q1(spark, out)
+        rev_df = pipeline.revenue_by_orderdate(spark, out)
+        pipeline.write_results(q1_df, rev_df, opts.run_dir / "spark")
+        keys = {r[0] for r in spark.read.parquet(str(out)).select("o_orderkey").distinct().collect()}
+        q1_rows, rev_rows = pipeline.collect_rows(q1_df), pipeline.collect_rows(rev_df)
+    finally:
+        spark.stop()
+        progress.update(task, total=1, completed=1)
+    return {
+        "orderkeys": keys,
+        "q1_diffs": pipeline.compare_q1(q1_rows, orderdb.q1_oracle(order_db)),
+        "revenue_diffs": pipeline.compare_revenue(rev_rows, orderdb.revenue_oracle(order_db)),
+        "q1_rows": q1_rows,
+    }
+
+
+def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
+    """Run the whole demo; returns the report (also written as JSON). Raises DemoError."""
+    t0 = time.monotonic()
+    stage = _Stages()
+    opts.run_dir.mkdir(parents=True, exist_ok=True)
+    order_db, ledger_db = opts.run_dir / "orders.db", opts.run_dir / "ledger.db"
+    with stage("generate"):
+        orders, work = _prepare_work(opts, console)
+    orderdb.init_db(order_db)
+    order_service.init_tx_log(order_db)
+    ledger.init_db(ledger_db)
+    with stage("broker_start"):
+        endpoints, stop_broker = _start_broker(opts)
+    console.print(f"broker at {endpoints}; run directory {opts.run_dir}")
+    ledgers = [
+        ServiceProcess(
+            "txmq.demo.ledger",
+            ["--endpoints", endpoints, "--db", str(ledger_db)],
+            opts.run_dir / "logs" / f"ledger-{i}.log",
+        )
+        for i in range(opts.ledgers)
+    ]
+    producers: list[ServiceProcess] = []
+    try:
+        with _progress(console) as progress:
+            with stage("produce"):
+                prog, producers, crashes = _run_producers(
+                    opts, endpoints, order_db, work, len(orders), progress
+                )
+            with stage("settle"):
+                stats = _wait_settled(endpoints, progress)
+            for p in producers:
+                p.terminate()
+            committed = orderdb.committed_orderkeys(order_db)
+            with stage("ledger"):
+                received, dups = _wait_ledger(ledger_db, committed, progress)
+            for p in ledgers:
+                p.terminate()
+            with stage("spark"):
+                spark = _spark_stage(opts, endpoints, order_db, progress)
+    finally:
+        for p in producers + ledgers:
+            p.terminate()
+        stop_broker()
+    return _report(
+        opts,
+        orders,
+        prog,
+        stats,
+        crashes,
+        committed,
+        received,
+        dups,
+        spark,
+        stage.seconds,
+        time.monotonic() - t0,
+    )
+
+
+def _report(
+    opts: DemoOptions,
+    orders: list[tpch.Order],
+    prog: _ProgressFiles,
+    stats: dict[str, int],
+    crashes: int,
+    committed: set[int],
+    received: set[int],
+    dups: int,
+    spark: dict[str, Any],
+    stages: dict[str, float],
+    elapsed: float,
+) -> dict[str, Any]:
+    faults = Counter(fault_of(o.o_orderkey) for o in orders)
+    unknown_keys = {k for k, s in prog.done.items() if s == "UNKNOWN"}
+    crash_keys = {
+        o.o_orderkey
+        for o in orders
+        if fault_of(o.o_orderkey) in (Fault.CRASH_AFTER_COMMIT, Fault.CRASH_BEFORE_COMMIT)
+    }
+    report: dict[str, Any] = {
+        "sf": opts.sf,
+        "orders_total": len(orders),
+        "committed": len(committed),
+        "rolled_back": stats["ROLLBACK"],
+        "discarded": stats["DISCARD"],
+        "unknown_returned": len(unknown_keys),
+        "unknown_resolved_by_check": len(unknown_keys & committed & received),
+        "producer_crashes": crashes,
+        "crash_orders_committed_by_check": len(crash_keys & committed & received),
+        "crash_orders_rolled_back_by_check": len(crash_keys - committed),
+        "resent_after_crash": sum(1 for n in prog.attempted.values() if n > 1),
+        "orders_never_settled": len(set(prog.attempted) - set(prog.done) - crash_keys),
+        "orders_not_committed": len(orders) - len(committed),
+        "check_backs": stats["checks_sent"],
+        "check_backs_answered": stats["checks_answered"],
+        "duplicate_end_requests": stats["duplicate_ends"],
+        "ledger_received_distinct": len(received),
+        "ledger_duplicates": dups,
+        "lost": len(committed - received),
+        "phantom": len(received - committed),
+        "spark_orders": len(spark["orderkeys"]),
+        "spark_missing": len(committed - spark["orderkeys"]),
+        "spark_phantom": len(spark["orderkeys"] - committed),
+        "q1_matches_oracle": not spark["q1_diffs"],
+        "revenue_matches_oracle": not spark["revenue_diffs"],
+        "q1_diffs": spark["q1_diffs"][:20],
+        "revenue_diffs": spark["revenue_diffs"][:20],
+        "faults_planned": {f.value: n for f, n in sorted(faults.items(), key=lambda x: x[0].value)},
+        "elapsed_s": round(elapsed, 3),
+        "stages": stages,
+        "run_dir": str(opts.run_dir),
+    }
+    report["consistent"] = (
+        report["lost"] == 0
+        and report["phantom"] == 0
+        and report["spark_orders"] == report["committed"]
+        and report["spark_missing"] == 0
+        and report["q1_matches_oracle"]
+        and report["revenue_matches_oracle"]
+    )
+    path = opts.report or opts.run_dir / "report.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return report

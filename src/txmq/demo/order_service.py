@@ -1,0 +1,180 @@
+"""The demo's upstream order service: one producer process of producer group ``order-service``.
+
+Run as ``python -m txmq.demo.order_service --endpoints E --db orders.db --work slot.bin
+--progress slot.progress``. It sends each order of its work file with
+``send_message_in_transaction``; the local transaction inserts the order into the shared SQLite
+order database. A progress file (append-only lines ``A <key>`` before the half message, ``D <key>
+<state>`` after the end) lets a replacement process skip what a killed one attempted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from txmq.client import LocalTransactionState, Message, MessageExt, TransactionProducer
+from txmq.demo import orderdb
+from txmq.demo._faults import Fault, fault_of
+from txmq.demo.tpch import decode_order
+
+__all__ = ["CHECK_GRACE_MS", "OrderListener", "main"]
+
+log = logging.getLogger("txmq.demo.order_service")
+
+CHECK_GRACE_MS = 4_000
+"""A check-back for an order not in the database answers UNKNOWN until the half message is this old,
+so a local transaction still running in another process is never rolled back under it."""
+
+PRODUCER_GROUP = "order-service"
+TOPIC = "orders"
+
+
+_TX_LOG_DDL = """CREATE TABLE IF NOT EXISTS tx_log (
+    transaction_id TEXT PRIMARY KEY, orderkey INTEGER NOT NULL)"""
+
+
+def init_tx_log(db: Path) -> None:
+    """Create the transaction log: which transaction id inserted which order."""
+    conn = orderdb.connect(db)
+    try:
+        with conn:
+            conn.execute(_TX_LOG_DDL)
+    finally:
+        conn.close()
+
+
+class OrderListener:
+    """Local transaction = insert the order and a ``tx_log`` row for this transaction id, in one
+    database transaction; check-back = look the transaction id up in ``tx_log``.
+
+    Answering by transaction id (not by order key) is what makes a re-sent order safe: a second
+    half message for an order that is already in the database finds no ``tx_log`` row of its own
+    and is rolled back, so an order is never published twice.
+    """
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self._local = threading.local()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = orderdb.connect(self.db)
+        return conn
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        order = decode_order(msg.body)
+        fault = fault_of(order.o_orderkey)
+        if fault is Fault.ROLLBACK:
+            return LocalTransactionState.ROLLBACK_MESSAGE  # the local transaction failed
+        if fault is Fault.CRASH_BEFORE_COMMIT:
+            os.kill(os.getpid(), signal.SIGKILL)
+        conn = self._conn()
+        try:
+            with conn:
+                orderdb.insert_order(conn, order)
+                conn.execute("INSERT INTO tx_log VALUES (?, ?)", (msg.msg_id, order.o_orderkey))
+        except sqlite3.IntegrityError:  # already inserted by an earlier transaction of this order
+            return LocalTransactionState.ROLLBACK_MESSAGE
+        if fault is Fault.CRASH_AFTER_COMMIT:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if fault is Fault.UNKNOWN:
+            return LocalTransactionState.UNKNOWN
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        conn = orderdb.connect(self.db)
+        try:
+            row = conn.execute("SELECT 1 FROM tx_log WHERE transaction_id = ?", (msg.msg_id,)).fetchone()
+        finally:
+            conn.close()
+        if row is not None:
+            return LocalTransactionState.COMMIT_MESSAGE
+        if time.time() * 1000 - msg.born_timestamp_ms < CHECK_GRACE_MS:
+            return LocalTransactionState.UNKNOWN
+        return LocalTransactionState.ROLLBACK_MESSAGE
+
+
+def _progress(progress: Path) -> tuple[set[int], set[int]]:
+    """``(attempted, done)`` order keys of earlier processes of this slot."""
+    attempted, done = set(), set()
+    if progress.exists():
+        for line in progress.read_text().splitlines():
+            if line.startswith("A "):
+                attempted.add(int(line.split()[1]))
+            elif line.startswith("D "):
+                done.add(int(line.split()[1]))
+    return attempted, done
+
+
+def _todo(work: list[tuple[int, bytes]], progress: Path) -> list[tuple[int, bytes]]:
+    """Orders a (replacement) process still has to send: not done, and not a crash order already
+    attempted (its half message is stored; check-back settles it). An order that was in flight in
+    another thread when the process died is sent again: ``tx_log`` keeps that safe."""
+    attempted, done = _progress(progress)
+    crash = (Fault.CRASH_AFTER_COMMIT, Fault.CRASH_BEFORE_COMMIT)
+    return [(k, b) for k, b in work
+            if k not in done and not (k in attempted and fault_of(k) in crash)]
+
+
+def _worker(producer: TransactionProducer, work: list[tuple[int, bytes]], fd: int) -> None:
+    for key, body in work:
+        os.write(fd, f"A {key}\n".encode())
+        r = producer.send_message_in_transaction(Message(topic=TOPIC, body=body, keys=str(key)))
+        os.write(fd, f"D {key} {r.local_transaction_state.name} {r.outcome}\n".encode())
+
+
+def run(
+    endpoints: str, db: Path, work_file: Path, progress: Path, threads: int, linger: bool = False
+) -> None:
+    """Send every order of ``work_file`` not yet attempted, with ``threads`` concurrent senders."""
+    work = msgspec.msgpack.decode(work_file.read_bytes(), type=list[tuple[int, bytes]])
+    todo = _todo(work, progress)
+    fd = os.open(progress, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    producer = TransactionProducer(PRODUCER_GROUP, endpoints, OrderListener(db), check_threads=4)
+    producer.start()
+    try:
+        parts = [todo[i::threads] for i in range(threads)]
+        ts = [threading.Thread(target=_worker, args=(producer, p, fd)) for p in parts]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        os.write(fd, b"END\n")
+        if linger:  # keep answering check-backs until told to stop (SIGTERM)
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            stop.wait()
+    finally:
+        producer.shutdown()
+        os.close(fd)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--endpoints", required=True)
+    p.add_argument("--db", type=Path, required=True)
+    p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--progress", type=Path, required=True)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--linger",
+        action="store_true",
+        help="after sending everything, keep answering check-backs until SIGTERM",
+    )
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(name)s: %(message)s")
+    run(a.endpoints, a.db, a.work, a.progress, a.threads, a.linger)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,855 @@
+"""The ``txmq`` Spark data source: committed messages of txmq topics as rows.
+
+Use ``spark.readStream.format("txmq")`` (micro-batch streaming) or ``spark.read.format("txmq")``
+(batch) after :func:`txmq.spark.register`. Every row is one committed message: a transactional
+message reaches its real topic only when it is committed, so whatever a topic's queues hold is
+committed (invariant I9 in DESIGN.md). Rows of one queue come in queue order.
+
+Schema (fixed; :data:`SCHEMA_DDL`)::
+
+    key STRING                 first of the message's space-separated keys, NULL when it has none
+    tags STRING                the filter tag, NULL when empty
+    body BINARY                payload bytes
+    topic STRING               topic the message was read from
+    queue_id INT               message queue within the topic
+    queue_offset BIGINT        position in the queue (0-based, dense)
+    message_id STRING          the producer's message id (property UNIQ_KEY), NULL when absent
+    born_timestamp TIMESTAMP   producer clock at send (ms precision, UTC)
+    store_timestamp TIMESTAMP  broker clock at store (ms precision, UTC)
+    properties MAP<STRING,STRING>  all user and system properties as stored
+
+Options (strings; Spark lower-cases the keys, so any case works):
+
+``endpoints`` (required)
+    ``host:port`` of the broker, as :class:`txmq.client.PullConsumer` takes it.
+``topic`` (required)
+    one topic or a comma-separated list.
+``startingOffsets``
+    ``earliest`` (default), ``latest``, or a JSON map (see *Offsets*). Queues missing from the map
+    start at ``earliest``.
+``endingOffsets`` (batch only)
+    ``latest`` (default), ``earliest``, or a JSON map. Queues missing from the map end at
+    ``latest``; an explicit end beyond a queue's ``max_offset`` is an error.
+``maxOffsetsPerTrigger`` (streaming only)
+    most rows per micro-batch, spread fairly over the queues (see :func:`fair_shares`).
+``failOnDataLoss``
+    ``true`` (default) or ``false``: what to do when a range starts below a queue's
+    ``min_offset`` (retention deleted it) or the broker's ``max_offset`` went backwards.
+``consumerGroup``
+    consumer group name given to the broker for identification (default ``txmq-spark``). The
+    source never commits group offsets: the Spark checkpoint is the only record of progress.
+
+Offsets: a flat JSON object ``{"<topic>/<queue_id>": next_offset}`` with keys in (topic, queue
+id) order, e.g. ``{"orders/0": 17, "orders/1": 4}``; ``next_offset`` is the first offset *not* yet
+read, like Kafka's. In ``startingOffsets``/``endingOffsets`` the nested form
+``{"orders": {"0": 17}}`` is accepted too, and ``-2`` means earliest, ``-1`` latest.
+
+What Spark guarantees and what this source adds (facts from reference/pyspark.md, PySpark 4.3.0):
+
+* Spark writes the planned ``end`` of every micro-batch to ``checkpoint/offsets/N`` before running
+  it and replays exactly that range after a failure; ``read`` of a range therefore always returns
+  the same rows (queues are append-only and dense), and stops exactly at ``end``. A range the
+  broker can no longer serve fails loudly (:class:`DataLossError`), it is never silently
+  shortened, unless ``failOnDataLoss=false`` and the missing rows were deleted by retention.
+* ``initialOffset`` is re-evaluated by Spark (twice in batch 0, again if batch 0 is replayed) and
+  Python sources cannot persist it. ``earliest`` is stable (it only moves when retention deletes
+  rows, which are gone anyway); ``latest`` is *not*: a restart before batch 0 is committed may
+  pick a later start. Use a JSON map when the first batch must be exactly reproducible.
+* ``read`` runs on executors in other processes: each partition carries everything it needs
+  (endpoints, topic, queue, start, end) and opens its own :class:`~txmq.client.PullConsumer`.
+* ``commit(end)`` is a no-op (like Spark's Kafka source): Spark calls it one batch late and not at
+  all for the last batch before a stop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from txmq import limits
+from txmq.errors import ConfigError, TxmqError
+from txmq.protocol import MessageExt
+
+__all__ = [
+    "ARROW_SCHEMA",
+    "DEFAULT_CONSUMER_GROUP",
+    "EARLIEST",
+    "LATEST",
+    "ROWS_PER_ARROW_BATCH",
+    "SCHEMA",
+    "SCHEMA_DDL",
+    "DataLossError",
+    "OffsetSpec",
+    "QueueRange",
+    "SourceOptions",
+    "TxmqBatchReader",
+    "TxmqDataSource",
+    "TxmqStreamReader",
+    "fair_shares",
+    "messages_to_record_batch",
+    "offsets_from_json",
+    "offsets_to_json",
+    "read_queue_range",
+]
+
+_log = logging.getLogger(__name__)
+
+QueueKey = tuple[str, int]
+"""(topic, queue_id): one message queue."""
+
+_K = TypeVar("_K")
+
+EARLIEST = -2
+"""Offset sentinel in ``startingOffsets``/``endingOffsets`` JSON: the queue's ``min_offset``."""
+LATEST = -1
+"""Offset sentinel in ``startingOffsets``/``endingOffsets`` JSON: the queue's ``max_offset``."""
+
+DEFAULT_CONSUMER_GROUP = "txmq-spark"
+"""Consumer group the source identifies itself with when ``consumerGroup`` is not set."""
+
+ROWS_PER_ARROW_BATCH = 4096
+"""Most rows in one ``pyarrow.RecordBatch`` yielded by ``read``."""
+
+PULL_MAX_NUMS = limits.PULL_BATCH_MAX
+"""Most messages asked for in one pull while reading a range (the broker may return fewer)."""
+
+SCHEMA_DDL = (
+    "key STRING, tags STRING, body BINARY, topic STRING, queue_id INT, queue_offset BIGINT, "
+    "message_id STRING, born_timestamp TIMESTAMP, store_timestamp TIMESTAMP, "
+    "properties MAP<STRING,STRING>"
+)
+"""The source's fixed schema as DDL (every column nullable)."""
+
+SCHEMA = StructType(
+    [
+        StructField("key", StringType()),
+        StructField("tags", StringType()),
+        StructField("body", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("queue_id", IntegerType()),
+        StructField("queue_offset", LongType()),
+        StructField("message_id", StringType()),
+        StructField("born_timestamp", TimestampType()),
+        StructField("store_timestamp", TimestampType()),
+        StructField("properties", MapType(StringType(), StringType())),
+    ]
+)
+"""The source's fixed schema as a ``StructType`` (same as :data:`SCHEMA_DDL`)."""
+
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.string()),
+        pa.field("tags", pa.string()),
+        pa.field("body", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("queue_id", pa.int32()),
+        pa.field("queue_offset", pa.int64()),
+        pa.field("message_id", pa.string()),
+        pa.field("born_timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("store_timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("properties", pa.map_(pa.string(), pa.string())),
+    ]
+)
+"""Arrow schema of the batches ``read`` yields. PySpark 4.3.0 compares it with
+``to_arrow_schema(SCHEMA, timezone="UTC")`` and fails the task on any difference
+(``DATA_SOURCE_RETURN_SCHEMA_MISMATCH``), so every column has an explicit type."""
+
+
+class DataLossError(TxmqError):
+    """A planned offset range cannot be read completely.
+
+    Raised when a range starts below the queue's ``min_offset`` or a queue's ``max_offset`` went
+    backwards (both only with ``failOnDataLoss=true``), and always when the broker skips an offset
+    inside ``[min_offset, max_offset)`` or returns a message of another queue.
+    """
+
+    code = "DATA_LOSS"
+
+
+# --- the client shape this module relies on (txmq.client.PullConsumer) ---------------------------
+
+
+class _PullResult(Protocol):
+    @property
+    def status(self) -> Any: ...  # an enum member whose .name is FOUND, NO_NEW_MSG, OFFSET_ILLEGAL
+    @property
+    def messages(self) -> Sequence[MessageExt]: ...
+
+
+class _PullConsumer(Protocol):
+    def queue_ids(self, topic: str) -> Sequence[int]: ...
+    def min_offset(self, topic: str, queue_id: int) -> int: ...
+    def max_offset(self, topic: str, queue_id: int) -> int: ...
+    def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = ...) -> _PullResult: ...
+    def shutdown(self) -> None: ...
+
+
+def _new_consumer(endpoints: str, consumer_group: str) -> _PullConsumer:
+    """Create and start a pull consumer (module-level so tests can substitute a fake).
+
+    Raises:
+        txmq.errors.BrokerUnavailable: no connection to ``endpoints``.
+    """
+    from txmq.client import PullConsumer
+
+    consumer: _PullConsumer = PullConsumer(endpoints=endpoints, consumer_group=consumer_group)
+    consumer.start()  # type: ignore[attr-defined]
+    return consumer
+
+
+# --- options and offsets -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where to start or end in every queue.
+
+    Attributes:
+        default: :data:`EARLIEST`, :data:`LATEST` or an offset, for queues not in ``explicit``.
+        explicit: per-queue offsets (or sentinels) from a JSON map.
+    """
+
+    default: int
+    explicit: Mapping[QueueKey, int] = field(default_factory=dict)
+
+    def resolve(self, bounds: Mapping[QueueKey, tuple[int, int]]) -> dict[QueueKey, int]:
+        """Offsets for every queue in ``bounds`` (``{queue: (min_offset, max_offset)}``).
+
+        Raises:
+            txmq.errors.ConfigError: ``explicit`` names a queue that is not in ``bounds``.
+        """
+        unknown = sorted(set(self.explicit) - set(bounds))
+        if unknown:
+            names = ", ".join(f"{t}/{q}" for t, q in unknown)
+            raise ConfigError(f"offsets given for queues the broker does not have: {names}")
+        out: dict[QueueKey, int] = {}
+        for key in sorted(bounds):
+            low, high = bounds[key]
+            value = self.explicit.get(key, self.default)
+            out[key] = low if value == EARLIEST else high if value == LATEST else value
+        return out
+
+
+def _parse_offset_spec(raw: str | None, default: int, option: str) -> OffsetSpec:
+    text = (raw or "").strip()
+    if not text:
+        return OffsetSpec(default)
+    if text.lower() in ("earliest", "latest"):
+        return OffsetSpec(EARLIEST if text.lower() == "earliest" else LATEST)
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{option}: expected earliest, latest or JSON, got {raw!r}") from exc
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"{option}: a JSON map is needed, got {raw!r}")
+    explicit: dict[QueueKey, int] = {}
+    for name, value in parsed.items():
+        if isinstance(value, dict):  # nested {"topic": {"0": 5}}
+            for queue, offset in value.items():
+                key = _parse_queue_key(f"{name}/{queue}", option)
+                explicit[key] = _check_offset(offset, option)
+        else:
+            explicit[_parse_queue_key(name, option)] = _check_offset(value, option)
+    return OffsetSpec(default, explicit)
+
+
+def _check_offset(value: object, option: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < EARLIEST:
+        raise ConfigError(f"{option}: offsets are integers >= -2, got {value!r}")
+    return value
+
+
+def _parse_queue_key(text: str, option: str) -> QueueKey:
+    topic, sep, queue = text.rpartition("/")
+    if not sep or not topic or not queue.isdigit():
+        raise ConfigError(f"{option}: expected '<topic>/<queue_id>', got {text!r}")
+    return topic, int(queue)
+
+
+def offsets_to_json(offsets: Mapping[QueueKey, int]) -> dict[str, int]:
+    """``{(topic, queue): offset}`` → the checkpointed form ``{"topic/queue": offset}``.
+
+    Keys are in (topic, queue id) order, so equal offsets always serialise to the same JSON
+    (Spark decides "no new data" by comparing the serialised end with the start).
+    """
+    return {f"{topic}/{queue}": offsets[(topic, queue)] for topic, queue in sorted(offsets)}
+
+
+def offsets_from_json(data: Mapping[str, Any]) -> dict[QueueKey, int]:
+    """Inverse of :func:`offsets_to_json`. Raises :class:`ConfigError` on a malformed offset."""
+    out: dict[QueueKey, int] = {}
+    for text, value in data.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"offset of {text!r} must be an integer >= 0, got {value!r}")
+        out[_parse_queue_key(text, "offset")] = value
+    return out
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Parsed, validated options of the ``txmq`` source (see the module docstring)."""
+
+    endpoints: str
+    topics: tuple[str, ...]
+    starting_offsets: OffsetSpec
+    ending_offsets: OffsetSpec
+    max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool
+    consumer_group: str
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Parse Spark's string options (keys in any case).
+
+        Raises:
+            txmq.errors.ConfigError: a required option is missing or a value is malformed.
+        """
+        opts = {k.lower(): v for k, v in options.items()}
+        endpoints = opts.get("endpoints", "").strip()
+        if not endpoints:
+            raise ConfigError("option 'endpoints' is required, e.g. '127.0.0.1:10911'")
+        topics = tuple(dict.fromkeys(t.strip() for t in opts.get("topic", "").split(",")))
+        topics = tuple(t for t in topics if t)
+        if not topics:
+            raise ConfigError("option 'topic' is required (one topic or a comma-separated list)")
+        if any("/" in t for t in topics):
+            raise ConfigError(f"option 'topic': topic names cannot contain '/': {topics!r}")
+        start = _parse_offset_spec(opts.get("startingoffsets"), EARLIEST, "startingOffsets")
+        end = _parse_offset_spec(opts.get("endingoffsets"), LATEST, "endingOffsets")
+        for spec, option in ((start, "startingOffsets"), (end, "endingOffsets")):
+            unknown = sorted({t for t, _ in spec.explicit} - set(topics))
+            if unknown:
+                raise ConfigError(f"{option} names topics not in option 'topic': {unknown}")
+        return cls(
+            endpoints=endpoints,
+            topics=topics,
+            starting_offsets=start,
+            ending_offsets=end,
+            max_offsets_per_trigger=_parse_max_offsets(opts.get("maxoffsetspertrigger")),
+            fail_on_data_loss=_parse_bool(opts.get("failondataloss", "true"), "failOnDataLoss"),
+            consumer_group=opts.get("consumergroup", DEFAULT_CONSUMER_GROUP).strip()
+            or DEFAULT_CONSUMER_GROUP,
+        )
+
+
+def _parse_max_offsets(raw: str | None) -> int | None:
+    if raw is None or not raw.strip():
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError as exc:
+        raise ConfigError(f"maxOffsetsPerTrigger: expected an integer > 0, got {raw!r}") from exc
+    if value <= 0:
+        raise ConfigError(f"maxOffsetsPerTrigger: expected an integer > 0, got {raw!r}")
+    return value
+
+
+def _parse_bool(raw: str, option: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"{option}: expected true or false, got {raw!r}")
+    return value == "true"
+
+
+# --- offset arithmetic (driver) ------------------------------------------------------------------
+
+
+def fair_shares(backlogs: Mapping[_K, int], budget: int, rotation: int = 0) -> dict[_K, int]:
+    """Split ``budget`` rows over queues with ``backlogs`` rows waiting (max-min fairness).
+
+    Every queue gets an equal share; a queue needing less than its share gets all it needs and the
+    rest is shared again among the others. Rows that do not divide evenly go one each to queues
+    in key order starting at ``rotation % n``, so that a caller passing a rotation that changes as
+    offsets advance (the source passes the sum of the start offsets) serves every queue in turn
+    even when ``budget`` is smaller than the number of queues.
+
+    Returns:
+        ``{key: rows}`` for every key of ``backlogs``; ``0 <= rows <= backlog`` and the total is
+        ``min(budget, sum of backlogs)``. Deterministic for equal arguments.
+
+    Raises:
+        ValueError: ``budget`` is negative.
+    """
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    keys = sorted(backlogs)  # type: ignore[type-var]
+    shares = dict.fromkeys(keys, 0)
+    pending = [k for k in keys if backlogs[k] > 0]
+    remaining = budget
+    while pending:
+        share = remaining // len(pending)
+        small = [k for k in pending if backlogs[k] <= share]
+        if not small:
+            break
+        for k in small:
+            shares[k] = backlogs[k]
+            remaining -= backlogs[k]
+        pending = [k for k in pending if backlogs[k] > share]
+    if pending:
+        base, extra = divmod(remaining, len(pending))
+        first = rotation % len(pending)
+        for i, k in enumerate(pending):
+            shares[k] = base + (1 if (i - first) % len(pending) < extra else 0)
+    return shares
+
+
+def advance_offsets(
+    start: Mapping[QueueKey, int],
+    latest: Mapping[QueueKey, int],
+    *,
+    fail_on_data_loss: bool,
+) -> dict[QueueKey, int]:
+    """The end offsets reading everything up to ``latest`` (before any read limit).
+
+    A queue only in ``start`` (gone from the broker or the topic list) keeps its offset; a queue
+    only in ``latest`` is new and is read from offset 0 (see :func:`range_start`).
+
+    Raises:
+        DataLossError: with ``fail_on_data_loss``, a queue's ``latest`` is below its start (the
+            broker lost or reset the queue). Otherwise the end follows the broker backwards, that
+            range reads nothing, and the next batch starts from the broker's offset.
+    """
+    end = dict(start)
+    for key, high in latest.items():
+        low = start.get(key, 0)
+        if high < low:
+            message = (
+                f"txmq queue {key[0]}/{key[1]}: max_offset {high} is below the checkpointed "
+                f"offset {low}; the broker lost or reset this queue"
+            )
+            if fail_on_data_loss:
+                raise DataLossError(message + " (set failOnDataLoss=false to continue from there)")
+            _log.warning("%s; continuing from %d (failOnDataLoss=false)", message, high)
+        end[key] = high
+    return end
+
+
+def range_start(start: Mapping[QueueKey, int], key: QueueKey) -> int:
+    """Where reading ``key`` begins: its start offset, or 0 for a queue that appeared later."""
+    return start.get(key, 0)
+
+
+def apply_read_limit(
+    start: Mapping[QueueKey, int], end: Mapping[QueueKey, int], limit: ReadLimit
+) -> dict[QueueKey, int]:
+    """Clamp ``end`` so the batch ``(start, end]`` honours ``limit``.
+
+    ``ReadAllAvailable`` keeps ``end``; ``ReadMaxRows(n)`` admits at most ``n`` rows spread with
+    :func:`fair_shares`; ``ReadMinRows(n)`` returns ``start`` (no batch) until ``n`` rows wait.
+
+    Raises:
+        txmq.errors.ConfigError: any other limit (the source never asks for one).
+    """
+    backlogs = {k: max(0, e - range_start(start, k)) for k, e in end.items()}
+    if isinstance(limit, ReadAllAvailable):
+        return dict(end)
+    if isinstance(limit, ReadMinRows):
+        return dict(end) if sum(backlogs.values()) >= limit.min_rows else dict(start)
+    if not isinstance(limit, ReadMaxRows):
+        raise ConfigError(f"the txmq source does not support read limit {limit!r}")
+    if sum(backlogs.values()) <= limit.max_rows:
+        return dict(end)
+    shares = fair_shares(backlogs, limit.max_rows, rotation=sum(start.values()))
+    return {k: (range_start(start, k) + shares[k]) if backlogs[k] > 0 else e for k, e in end.items()}
+
+
+# --- broker access (driver side) -----------------------------------------------------------------
+
+_T = TypeVar("_T")
+
+
+class _Broker:
+    """Driver-side metadata reads with a lazily started consumer.
+
+    After a retriable error (broker restarted, timeout) the consumer is replaced and the call is
+    tried once more. Pickling drops the consumer (Spark pickles readers to ship them).
+    """
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self._opts = opts
+        self._consumer: _PullConsumer | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_opts": self._opts, "_consumer": None}
+
+    def _call(self, fn: Callable[[_PullConsumer], _T]) -> _T:
+        for attempt in (1, 2):
+            if self._consumer is None:
+                self._consumer = _new_consumer(self._opts.endpoints, self._opts.consumer_group)
+            try:
+                return fn(self._consumer)
+            except TxmqError as exc:
+                if not exc.retriable or attempt == 2:
+                    raise
+                _log.warning("txmq source: %s; reconnecting to %s", exc, self._opts.endpoints)
+                self.close()
+        raise AssertionError("unreachable")
+
+    def queues(self) -> list[QueueKey]:
+        """Every (topic, queue) of the configured topics, sorted.
+
+        Raises:
+            txmq.errors.RemoteError: TOPIC_NOT_EXIST for an unknown topic.
+        """
+        return self._call(lambda c: sorted((t, q) for t in self._opts.topics for q in c.queue_ids(t)))
+
+    def max_offsets(self) -> dict[QueueKey, int]:
+        """``{queue: max_offset}`` (the next offset to be written) for every queue."""
+        keys = self.queues()
+        return self._call(lambda c: {k: c.max_offset(*k) for k in keys})
+
+    def bounds(self) -> dict[QueueKey, tuple[int, int]]:
+        """``{queue: (min_offset, max_offset)}`` for every queue."""
+        keys = self.queues()
+        return self._call(lambda c: {k: (c.min_offset(*k), c.max_offset(*k)) for k in keys})
+
+    def close(self) -> None:
+        """Shut the consumer down (it is recreated on the next call)."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            try:
+                consumer.shutdown()
+            except TxmqError as exc:  # already broken; nothing to release
+                _log.debug("txmq source: shutdown failed: %s", exc)
+
+
+# --- reading one range (executor side) -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueRange(InputPartition):
+    """One queue's offsets ``[start, end)``: everything an executor needs to read them (picklable).
+
+    Attributes:
+        endpoints: broker address for the executor's own :class:`~txmq.client.PullConsumer`.
+        consumer_group: group name the consumer identifies itself with.
+        topic, queue_id: the queue.
+        start: first offset to read (inclusive).
+        end: offset to stop before (exclusive); ``end > start``.
+        fail_on_data_loss: the ``failOnDataLoss`` option.
+    """
+
+    endpoints: str
+    consumer_group: str
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+    fail_on_data_loss: bool = True
+
+
+def _plan_ranges(
+    opts: SourceOptions, start: Mapping[QueueKey, int], end: Mapping[QueueKey, int]
+) -> list[QueueRange]:
+    """One :class:`QueueRange` per queue with rows in ``(start, end]``, in queue order."""
+    ranges = []
+    for key in sorted(end):
+        low, high = range_start(start, key), end[key]
+        if high > low:
+            ranges.append(
+                QueueRange(
+                    endpoints=opts.endpoints,
+                    consumer_group=opts.consumer_group,
+                    topic=key[0],
+                    queue_id=key[1],
+                    start=low,
+                    end=high,
+                    fail_on_data_loss=opts.fail_on_data_loss,
+                )
+            )
+    return ranges
+
+
+def read_queue_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
+    """Read offsets ``[part.start, part.end)`` of one queue as :data:`ARROW_SCHEMA` batches.
+
+    Opens its own consumer (this runs on an executor) and yields batches of at most
+    :data:`ROWS_PER_ARROW_BATCH` rows in queue order: exactly ``end - start`` rows, one per offset,
+    so the same range always yields the same rows.
+
+    Raises:
+        DataLossError: an offset in the range cannot be read (see :class:`DataLossError`); with
+            ``fail_on_data_loss=False`` offsets deleted by retention, or beyond a ``max_offset``
+            that went backwards, are skipped with a warning instead.
+        txmq.errors.BrokerUnavailable, txmq.errors.RemoteError: the broker cannot be reached or
+            refuses the pull (Spark retries the task up to ``spark.task.maxFailures``).
+    """
+    consumer = _new_consumer(part.endpoints, part.consumer_group)
+    try:
+        chunk: list[MessageExt] = []
+        for message in _messages_in_range(consumer, part):
+            chunk.append(message)
+            if len(chunk) == ROWS_PER_ARROW_BATCH:
+                yield messages_to_record_batch(chunk)
+                chunk = []
+        if chunk:
+            yield messages_to_record_batch(chunk)
+    finally:
+        consumer.shutdown()
+
+
+def _messages_in_range(consumer: _PullConsumer, part: QueueRange) -> Iterator[MessageExt]:
+    offset = part.start
+    while offset < part.end:
+        want = min(PULL_MAX_NUMS, part.end - offset)
+        result = consumer.pull(part.topic, part.queue_id, offset, max_nums=want)
+        messages = result.messages if result.status.name == "FOUND" else ()
+        if not messages:
+            offset = _after_missing(consumer, part, offset, result.status.name)
+            continue
+        for message in messages:
+            if message.queue_offset != offset:
+                offset = _after_gap(consumer, part, offset, message.queue_offset)
+            if offset >= part.end:
+                return
+            if message.topic != part.topic or message.queue_id != part.queue_id:
+                raise DataLossError(
+                    f"txmq {_where(part)}: pull at offset {offset} returned a message of "
+                    f"{message.topic}/{message.queue_id}"
+                )
+            yield message
+            offset += 1
+
+
+def _where(part: QueueRange) -> str:
+    return f"queue {part.topic}/{part.queue_id} range [{part.start}, {part.end})"
+
+
+def _data_loss(part: QueueRange, what: str) -> None:
+    """Raise :class:`DataLossError`, or only warn when ``failOnDataLoss=false``."""
+    if part.fail_on_data_loss:
+        raise DataLossError(
+            f"txmq {_where(part)}: {what}. Set failOnDataLoss=false to skip the missing offsets."
+        )
+    _log.warning("txmq %s: %s; skipping them (failOnDataLoss=false)", _where(part), what)
+
+
+def _after_missing(consumer: _PullConsumer, part: QueueRange, offset: int, status: str) -> int:
+    """Where to continue after a pull at ``offset`` returned no message (or raise)."""
+    low = consumer.min_offset(part.topic, part.queue_id)
+    high = consumer.max_offset(part.topic, part.queue_id)
+    if offset < low:
+        _data_loss(part, f"offsets {offset}..{low - 1} were deleted (min_offset is {low})")
+        return min(low, part.end)
+    if offset >= high:
+        _data_loss(part, f"max_offset is {high}, below the planned end {part.end}")
+        return part.end
+    raise DataLossError(
+        f"txmq {_where(part)}: the broker returned no message at offset {offset} (pull status "
+        f"{status}) although it lies inside [min_offset {low}, max_offset {high})"
+    )
+
+
+def _after_gap(consumer: _PullConsumer, part: QueueRange, offset: int, found: int) -> int:
+    """The pull at ``offset`` returned ``found`` instead: skip to it (retention) or raise."""
+    low = consumer.min_offset(part.topic, part.queue_id)
+    if offset < found <= max(low, offset):
+        _data_loss(part, f"offsets {offset}..{found - 1} were deleted (min_offset is {low})")
+        return found
+    raise DataLossError(
+        f"txmq {_where(part)}: the broker returned offset {found} where {offset} was expected "
+        f"(min_offset {low}); offsets must be dense"
+    )
+
+
+def messages_to_record_batch(messages: Sequence[MessageExt]) -> pa.RecordBatch:
+    """Convert messages to one Arrow batch of :data:`ARROW_SCHEMA` (explicit types throughout).
+
+    ``key`` is the first of the space-separated ``keys``; empty ``keys``, ``tags`` and message id
+    become NULL; millisecond timestamps become ``timestamp[us, UTC]``; ``properties`` entries are
+    sorted by name so equal messages give equal rows.
+    """
+    first_keys = [m.keys.split(maxsplit=1) for m in messages]
+    columns: list[list[Any]] = [
+        [k[0] if k else None for k in first_keys],
+        [m.tags or None for m in messages],
+        [m.body for m in messages],
+        [m.topic for m in messages],
+        [m.queue_id for m in messages],
+        [m.queue_offset for m in messages],
+        [m.msg_id or None for m in messages],
+        [m.born_timestamp_ms * 1000 for m in messages],
+        [m.store_timestamp_ms * 1000 for m in messages],
+        [sorted(m.properties.items()) for m in messages],
+    ]
+    arrays = [pa.array(col, type=f.type) for col, f in zip(columns, ARROW_SCHEMA, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+# --- Spark classes -------------------------------------------------------------------------------
+
+
+def _as_range(partition: InputPartition) -> QueueRange:
+    if not isinstance(partition, QueueRange):
+        raise TypeError(f"expected a txmq QueueRange partition, got {partition!r}")
+    return partition
+
+
+class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader: offsets ``{"<topic>/<queue_id>": next_offset}`` (module docstring).
+
+    Driver methods run in one long-lived Python process per query, so the reader keeps a broker
+    connection between calls; ``read`` runs on executors on a separately pickled instance.
+    """
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self._opts = opts
+        self._broker = _Broker(opts)
+        self._target: dict[QueueKey, int] | None = None
+        self._latest: dict[QueueKey, int] | None = None
+
+    def initialOffset(self) -> dict[str, int]:
+        """Offsets of ``startingOffsets`` for every queue of the topics.
+
+        Spark calls this again whenever batch 0 is (re)planned, so ``latest`` may resolve
+        differently after a restart; ``earliest`` and JSON maps are stable.
+
+        Raises:
+            txmq.errors.RemoteError: TOPIC_NOT_EXIST; txmq.errors.ConfigError: a JSON map names a
+            queue the topic does not have.
+        """
+        return offsets_to_json(self._opts.starting_offsets.resolve(self._broker.bounds()))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows(maxOffsetsPerTrigger)`` if the option is set, else ``ReadAllAvailable``."""
+        rows = self._opts.max_offsets_per_trigger
+        return ReadAllAvailable() if rows is None else ReadMaxRows(rows)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Pin every queue's current ``max_offset`` as the target; later rows are not read."""
+        self._target = self._broker.max_offsets()
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        """End of the next batch: the broker's ``max_offset`` per queue, capped by the
+        AvailableNow target and by ``limit``. Returns ``start`` unchanged when nothing is new.
+
+        Raises:
+            DataLossError: a queue's ``max_offset`` went below ``start`` (``failOnDataLoss``).
+        """
+        begin = offsets_from_json(start)
+        latest = self._broker.max_offsets()
+        self._latest = latest
+        target = self._target
+        if target is not None:
+            latest = {k: min(v, target[k]) for k, v in latest.items() if k in target}
+        end = advance_offsets(begin, latest, fail_on_data_loss=self._opts.fail_on_data_loss)
+        return offsets_to_json(apply_read_limit(begin, end, limit))
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        """The broker's ``max_offset`` per queue seen by the last ``latestOffset`` (for progress
+        metrics), or None before the first call."""
+        return None if self._latest is None else offsets_to_json(self._latest)
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        """One :class:`QueueRange` per queue with rows between ``start`` and ``end``."""
+        return _plan_ranges(self._opts, offsets_from_json(start), offsets_from_json(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Rows of one :class:`QueueRange` (see :func:`read_queue_range`)."""
+        return read_queue_range(_as_range(partition))
+
+    def commit(self, end: dict[str, int]) -> None:
+        """No-op: the Spark checkpoint is the source of truth (as with Spark's Kafka source)."""
+
+    def stop(self) -> None:
+        """Close the driver's broker connection (Spark does not always call this)."""
+        self._broker.close()
+
+
+class TxmqBatchReader(DataSourceReader):
+    """Batch reader over ``[startingOffsets, endingOffsets)`` of every queue of the topics."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self._opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Resolve the offsets once (on the planning worker) and plan one range per queue.
+
+        Raises:
+            txmq.errors.ConfigError: an end beyond a queue's ``max_offset`` or below its start.
+            txmq.errors.RemoteError: TOPIC_NOT_EXIST.
+        """
+        broker = _Broker(self._opts)
+        try:
+            bounds = broker.bounds()
+        finally:
+            broker.close()
+        start = self._opts.starting_offsets.resolve(bounds)
+        end = self._opts.ending_offsets.resolve(bounds)
+        for key, high in end.items():
+            where = f"queue {key[0]}/{key[1]}"
+            if high > bounds[key][1]:
+                raise ConfigError(
+                    f"endingOffsets: {high} for {where} is beyond its max_offset {bounds[key][1]}"
+                )
+            if high < start[key]:
+                raise ConfigError(f"{where}: endingOffsets {high} < startingOffsets {start[key]}")
+        return _plan_ranges(self._opts, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Rows of one :class:`QueueRange` (see :func:`read_queue_range`)."""
+        return read_queue_range(_as_range(partition))
+
+
+def _check_schema(schema: StructType) -> None:
+    given = [(f.name, f.dataType) for f in schema.fields]
+    if given != [(f.name, f.dataType) for f in SCHEMA.fields]:
+        raise ConfigError(f"the txmq source has a fixed schema ({SCHEMA_DDL}); got {schema}")
+
+
+class TxmqDataSource(DataSource):
+    """``format("txmq")``: committed messages of txmq topics (see the module docstring).
+
+    Examples:
+        >>> import txmq.spark
+        >>> txmq.spark.register(spark)  # doctest: +SKIP
+        >>> df = (spark.readStream.format("txmq")  # doctest: +SKIP
+        ...       .option("endpoints", "127.0.0.1:10911").option("topic", "orders").load())
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name, ``"txmq"``."""
+        return "txmq"
+
+    def schema(self) -> StructType:
+        """The fixed :data:`SCHEMA`."""
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """Batch reader. Raises :class:`~txmq.errors.ConfigError` on bad options or schema."""
+        _check_schema(schema)
+        return TxmqBatchReader(SourceOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Micro-batch reader. Raises :class:`~txmq.errors.ConfigError` on bad options or schema."""
+        _check_schema(schema)
+        return TxmqStreamReader(SourceOptions.parse(self.options))

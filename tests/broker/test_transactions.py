@@ -1,0 +1,176 @@
+"""Transactional messages in the sans-IO broker: visibility, settlement, check-back, I4, discard.
+
+Regression tests named ``test_rocketmq_<issue>_…`` answer the RocketMQ defect of that number
+(reference/rocketmq.md §2).
+"""
+
+from __future__ import annotations
+
+from txmq.broker.transaction import HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC
+from txmq.errors import ResponseCode
+from txmq.protocol import (
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    PROPERTY_TRANSACTION_PREPARED,
+    RequestCode,
+    decode_message_ext,
+)
+from txmq.testing import BrokerHarness
+
+TIMEOUT, INTERVAL = 6_000, 30_000
+
+
+def harness(**kw: object) -> BrokerHarness:
+    h = BrokerHarness(**kw)  # type: ignore[arg-type]
+    h.heartbeat(1, "producer-1", ["pg"])
+    return h
+
+
+def test_half_message_is_invisible_until_commit() -> None:
+    h = harness()
+    half = h.send(1, "t", b"order-1", transactional=True)
+    assert half.code == ResponseCode.SUCCESS
+    assert h.all_messages("t") == []
+    assert len(h.all_messages(HALF_TOPIC)) == 1
+    assert h.end(1, half, "COMMIT").ext["outcome"] == "COMMIT"
+    [msg] = h.all_messages("t")
+    assert msg.body == b"order-1"
+    assert PROPERTY_TRANSACTION_PREPARED not in msg.properties
+    assert msg.msg_id == half.ext["msg_id"]
+
+
+def test_rolled_back_message_is_never_delivered_nor_checked() -> None:
+    h = harness()
+    half = h.send(1, "t", b"x", transactional=True)
+    assert h.end(1, half, "ROLLBACK").ext["outcome"] == "ROLLBACK"
+    assert h.tick(TIMEOUT + INTERVAL * 20) == []
+    assert h.all_messages("t") == []
+    [op] = h.all_messages(OP_TOPIC)
+    assert op.tags == "d" and op.body == f"{half.ext['queue_offset']},".encode()
+
+
+def test_unknown_is_settled_by_check_back() -> None:
+    h = harness()
+    half = h.send(1, "t", b"x", transactional=True)
+    assert h.end(1, half, "UNKNOWN").ext["outcome"] == "PENDING"
+    assert h.tick(TIMEOUT - 1) == []  # younger than transactionTimeOut: not checked
+    [check] = h.tick(1)
+    assert check.conn == 1 and check.command.code == RequestCode.CHECK_TRANSACTION_STATE
+    checked = decode_message_ext(check.command.body)
+    assert checked.topic == "t" and checked.body == b"x"
+    assert h.end(1, half, "COMMIT", from_check=True).ext["outcome"] == "COMMIT"
+    assert [m.body for m in h.all_messages("t")] == [b"x"]
+    assert h.tick(INTERVAL) == []
+
+
+def test_check_back_prefers_the_sender_then_any_live_producer() -> None:
+    h = harness()
+    h.heartbeat(2, "producer-2", ["pg"])
+    h.heartbeat(3, "producer-3", ["pg"])
+    half = h.send(2, "t", b"x", transactional=True)
+    assert [c.conn for c in h.tick(TIMEOUT)] == [2]
+    h.close(2)  # the sender died
+    assert [c.conn for c in h.tick(INTERVAL)] in ([1], [3])
+    assert h.end(3, half, "ROLLBACK", from_check=True).ext["outcome"] == "ROLLBACK"
+
+
+def test_no_live_producer_does_not_spend_the_check_budget() -> None:
+    h = harness(transaction_check_max=2)
+    half = h.send(1, "t", b"x", transactional=True)
+    h.close(1)
+    for _ in range(5):
+        assert h.tick(TIMEOUT + INTERVAL) == []
+    assert h.broker.tx.stats["checks_no_producer"] == 5
+    h.heartbeat(4, "producer-4", ["pg"])
+    assert [c.conn for c in h.tick(INTERVAL)] == [4]
+    assert h.end(4, half, "COMMIT", from_check=True).ext["outcome"] == "COMMIT"
+
+
+def test_rocketmq_8158_second_commit_and_commit_after_rollback_write_nothing() -> None:
+    h = harness()
+    half = h.send(1, "t", b"x", transactional=True)
+    h.end(1, half, "COMMIT")
+    again = h.end(1, half, "COMMIT", from_check=True)
+    assert (again.ext["outcome"], again.ext["duplicate"]) == ("COMMIT", True)
+    late_rollback = h.end(1, half, "ROLLBACK")
+    assert late_rollback.ext["outcome"] == "COMMIT"
+    assert len(h.all_messages("t")) == 1
+    assert h.broker.tx.stats["duplicate_ends"] == 2
+    half2 = h.send(1, "t", b"y", transactional=True)
+    h.end(1, half2, "ROLLBACK")
+    assert h.end(1, half2, "COMMIT").ext["outcome"] == "ROLLBACK"
+    assert [m.body for m in h.all_messages("t")] == [b"x"]
+
+
+def test_discard_after_check_max_and_no_commit_after_discard() -> None:
+    h = harness(transaction_check_max=3)
+    half = h.send(1, "t", b"x", transactional=True)
+    sent = [len(h.tick(TIMEOUT if i == 0 else INTERVAL)) for i in range(4)]
+    assert sent == [1, 1, 1, 0]
+    [parked] = h.all_messages(TRANS_CHECK_MAX_TIME_TOPIC)
+    assert parked.body == b"x" and parked.properties["TRANSACTION_CHECK_TIMES"] == "3"
+    assert h.end(1, half, "COMMIT").ext["outcome"] == "DISCARD"
+    assert h.all_messages("t") == []
+
+
+def test_rocketmq_8311_immunity_does_not_eat_the_check_budget() -> None:
+    h = harness(transaction_check_max=2)
+    half = h.send(1, "t", b"x", transactional=True,
+                  properties={PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: "600"})
+    for _ in range(19):  # 570 s of 30 s rounds, all inside the immunity time
+        h.heartbeat(1, "producer-1", ["pg"])
+        assert h.tick(INTERVAL) == []
+    h.heartbeat(1, "producer-1", ["pg"])
+    assert len(h.tick(INTERVAL + 1)) == 1  # first check after 600 s
+    assert h.end(1, half, "COMMIT", from_check=True).ext["outcome"] == "COMMIT"
+
+
+def test_rocketmq_1517_checks_write_no_copy_of_the_half_message() -> None:
+    h = harness(transaction_check_max=10)
+    h.send(1, "t", b"x" * 10_000, transactional=True)
+    before = h.store.write_offset
+    for i in range(5):
+        h.heartbeat(1, "producer-1", ["pg"])  # stay alive (clients expire after 120 s of silence)
+        assert len(h.tick(TIMEOUT if i == 0 else INTERVAL)) == 1
+    assert h.store.write_offset == before
+
+
+def test_end_from_the_wrong_producer_group_is_refused() -> None:
+    h = harness()
+    half = h.send(1, "t", b"x", transactional=True)
+    r = h.end(1, half, "COMMIT", group="other")
+    assert r.code == ResponseCode.PRODUCER_GROUP_MISMATCH
+    assert h.all_messages("t") == []
+
+
+def test_rocketmq_9500_a_failing_check_holds_back_only_that_message() -> None:
+    h = harness()
+    bad = h.send(1, "t", b"bad", transactional=True)
+    good = h.send(1, "t", b"good", transactional=True)
+    entry = h.broker.tx.index.pending[int(bad.ext["queue_offset"])]
+    entry.commit_log_offset += 1  # its body can no longer be read
+    checks = h.tick(TIMEOUT)
+    assert [decode_message_ext(c.command.body).body for c in checks] == [b"good"]
+    assert h.end(1, good, "COMMIT", from_check=True).ext["outcome"] == "COMMIT"
+    assert h.broker.tx.stats["check_errors"] == 1
+
+
+def test_recovery_rebuilds_the_index_from_half_op_and_real_messages() -> None:
+    h = harness()
+    committed = h.send(1, "t", b"c", transactional=True)
+    h.end(1, committed, "COMMIT")
+    rolled = h.send(1, "t", b"r", transactional=True)
+    h.end(1, rolled, "ROLLBACK")
+    pending = h.send(1, "t", b"p", transactional=True)
+    h2 = BrokerHarness(store=h.store, now_ms=h.now_ms)
+    h2.heartbeat(1, "producer-1", ["pg"])
+    idx = h2.broker.tx.index
+    assert set(idx.pending) == {int(pending.ext["queue_offset"])}
+    assert h2.end(1, committed, "COMMIT").ext["duplicate"] is True
+    assert len(h2.tick(TIMEOUT)) == 1
+    assert h2.end(1, pending, "COMMIT", from_check=True).ext["outcome"] == "COMMIT"
+    assert sorted(m.body for m in h2.all_messages("t")) == [b"c", b"p"]
+
+
+def test_reject_transaction_message() -> None:
+    h = harness(reject_transaction_message=True)
+    assert h.send(1, "t", b"x", transactional=True).code == ResponseCode.NO_PERMISSION

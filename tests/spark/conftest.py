@@ -1,0 +1,37 @@
+"""Fixtures shared by the Spark tests: one local SparkSession and one tiny TPC-H data set."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from txmq.demo import tpch
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SPARK_TPCH_SF = 0.002
+"""3,000 orders, about 12,000 line items: enough for every Q1 group, quick in local Spark."""
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """A local[2] SparkSession from :func:`txmq.spark.pipeline.spark_session`, stopped at the end."""
+    from txmq.spark.pipeline import spark_session
+
+    session = spark_session("txmq-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_tpch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tpch.generate(SPARK_TPCH_SF, tmp_path_factory.mktemp("spark-tpch"))
+
+
+@pytest.fixture(scope="session")
+def spark_orders(spark_tpch_dir: Path) -> list[tpch.Order]:
+    return tpch.load_orders(spark_tpch_dir)

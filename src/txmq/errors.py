@@ -22,6 +22,7 @@ __all__ = [
     "LocalError",
     "MalformedFrame",
     "MessageTooLarge",
+    "OutboxError",
     "ProtocolError",
     "RemoteError",
     "RequestTimeout",
@@ -40,6 +41,7 @@ class ResponseCode(IntEnum):
     SYSTEM_BUSY = 2
     REQUEST_CODE_NOT_SUPPORTED = 3
     MESSAGE_ILLEGAL = 13
+    SLAVE_NOT_AVAILABLE = 11
     SERVICE_NOT_AVAILABLE = 14
     NO_PERMISSION = 16
     TOPIC_NOT_EXIST = 17
@@ -113,6 +115,13 @@ class MessageTooLarge(LocalError):
     """A message body larger than the configured ``max_message_size`` (default 4 MiB)."""
 
     code = "MESSAGE_TOO_LARGE"
+
+
+class OutboxError(LocalError):
+    """The local message table was used wrongly (an autocommit connection, a value too long) or holds
+    a row that cannot be relayed. Database errors themselves stay SQLAlchemy's (``sqlalchemy.exc``)."""
+
+    code = "OUTBOX_ERROR"
 
 
 class StoreError(LocalError):

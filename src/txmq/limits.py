@@ -67,6 +67,48 @@ OFFSET_PERSIST_INTERVAL_MS = 1_000
 MAX_RECONSUME_TIMES = 16
 """Retries before a message goes to ``%DLQ%<group>``. RocketMQ ``maxReconsumeTimes`` 16."""
 
+CONSUME_BATCH_SIZE_MAX = 1024
+"""Largest ``consume_message_batch_max_size``. RocketMQ checks 1..1024."""
+
+PULL_THRESHOLD_SIZE_FOR_QUEUE_BYTES = 100 * 1024 * 1024
+"""Cached message bytes per queue before the push consumer pauses pulling. RocketMQ
+``pullThresholdSizeForQueue`` 100 MiB."""
+
+CONSUME_CONCURRENTLY_MAX_SPAN = 2000
+"""Largest offset span cached per queue in concurrent mode (a slow message at the head holds the
+committed offset back; pulling pauses past this). RocketMQ ``consumeConcurrentlyMaxSpan`` 2000."""
+
+CONSUME_TIMEOUT_MS = 15 * 60_000
+"""A concurrent listener call running longer counts as RECONSUME_LATER. RocketMQ
+``consumeTimeout`` 15 min."""
+
+CONSUME_RETRY_LOCALLY_MS = 5_000
+"""When a failed message cannot be sent back to the retry topic, it is consumed again locally after
+this long. RocketMQ ``submitConsumeRequestLater`` 5 s."""
+
+SUSPEND_CURRENT_QUEUE_TIME_MS = 1_000
+"""Orderly mode: pause of a queue after its listener asks to retry. RocketMQ
+``suspendCurrentQueueTimeMillis`` 1 s."""
+
+REBALANCE_LOCK_MAX_LIVE_TIME_MS = 60_000
+"""Broker side: an orderly queue lock not renewed for this long expires. RocketMQ
+``rocketmq.broker.rebalance.lockMaxLiveTime`` 60 s."""
+
+REBALANCE_LOCK_CLIENT_MAX_LIVE_TIME_MS = 30_000
+"""Client side: an orderly consumer stops consuming a queue whose lock it has not renewed for this
+long (before the broker could give it away). RocketMQ ``rocketmq.client.rebalance.lockMaxLiveTime``."""
+
+REBALANCE_LOCK_INTERVAL_MS = 20_000
+"""How often an orderly consumer renews its queue locks. RocketMQ
+``rocketmq.client.rebalance.lockInterval`` 20 s."""
+
+ORDERLY_LOCK_RETRY_INTERVAL_MS = 1_000
+"""How often an orderly consumer retries to lock a queue it was given but another member still
+holds (txmq; RocketMQ waits for the next rebalance, up to 20 s)."""
+
+CONSUME_SHUTDOWN_WAIT_MS = 30_000
+"""How long ``shutdown()`` waits for running listener calls before committing offsets (txmq)."""
+
 # --- broker --------------------------------------------------------------------------------------
 DEFAULT_QUEUE_NUMS = 4
 """Queues of a new topic. RocketMQ BrokerConfig ``defaultTopicQueueNums`` 4 (8 in some versions)."""
@@ -81,6 +123,10 @@ TRANSACTION_CHECK_INTERVAL_MS = 30_000
 TRANSACTION_CHECK_MAX = 15
 """Check-backs before a half message is moved to ``TRANS_CHECK_MAX_TIME_TOPIC``. RocketMQ
 BrokerConfig ``transactionCheckMax``."""
+
+TRANSACTION_OP_MSG_MAX_SIZE = 4_096
+"""Characters of half offsets in one op message body. RocketMQ BrokerConfig
+``transactionOpMsgMaxSize``."""
 
 TRANSACTION_CHECKS_IN_FLIGHT_MAX = 2_000
 """Most check-back requests outstanding at once (back-pressure). RocketMQ's check executor queue is
@@ -105,15 +151,163 @@ SCHEDULE_TICK_MS = 100
 CONSUMER_OFFSET_FLUSH_INTERVAL_MS = 5_000
 """How often consumer offsets are written to disk. RocketMQ ``flushConsumerOffsetInterval`` 5 s."""
 
-DISK_MAX_USED_SPACE_RATIO = 0.90
-"""Writes are refused above this fraction of disk used. RocketMQ ``diskMaxUsedSpaceRatio`` 75 %
-applies to cleaning; txmq refuses writes at 90 % used."""
+# --- store ---------------------------------------------------------------------------------------
+COMMIT_LOG_SEGMENT_BYTES = 128 * 1024 * 1024
+"""Size of one commit log segment file. RocketMQ ``mappedFileSizeCommitLog`` is 1 GiB because it
+maps and pre-allocates whole files; txmq appends with ``pwrite`` and pays nothing per file, so it
+picks a smaller unit: retention and the disk high-water mark free space in steps of one segment
+(1 GiB would be 10 % of a 10 GiB disk), and recovery after tail damage rescans at most one segment
+(128 MiB ≈ 120 k records of 1 KiB, well under a second). A segment holds at least one append batch,
+so it is larger only when one batch is."""
 
-COMMIT_LOG_SEGMENT_BYTES = 1024 * 1024 * 1024
-"""Size of one commit log segment file. RocketMQ ``mappedFileSizeCommitLog`` 1 GiB."""
+COMMIT_LOG_SEGMENT_BYTES_MIN = 64 * 1024
+"""Smallest configurable segment (tests use small segments to exercise rolling and retention)."""
+
+CONSUME_QUEUE_FILE_ENTRIES = 300_000
+"""Entries per consume queue file (20 bytes each, 6 MB). RocketMQ ``mappedFileSizeConsumeQueue``
+is 300 000 × 20 bytes."""
+
+INDEX_HASH_SLOTS = 500_000
+"""Hash slots per index file. RocketMQ ``maxHashSlotNum`` is 5 000 000; txmq uses a tenth because
+the active file's slot table lives in memory and is rebuilt in Python after a torn checkpoint."""
+
+INDEX_ENTRIES_MAX = 2_000_000
+"""Entries per index file before a new one starts. RocketMQ ``maxIndexNum`` is 20 000 000 (a tenth,
+as for the slots: 2 M entries × 20 bytes = 40 MB per file)."""
+
+QUERY_MESSAGES_MAX = 64
+"""Most messages one key or message id query returns. RocketMQ ``defaultQueryMaxNum`` 32; txmq allows
+a few more since a message id also matches its half, retry and DLQ copies."""
+
+FLUSH_INTERVAL_COMMIT_LOG_MS = 500
+"""Period of the asynchronous commit log flush. RocketMQ ``flushIntervalCommitLog`` 500 ms."""
+
+FLUSH_INTERVAL_CONSUME_QUEUE_MS = 1_000
+"""How often consume queues and indexes are written, fsynced and checkpointed. RocketMQ
+``flushIntervalConsumeQueue`` 1 s. A crash re-dispatches at most this interval from the commit log."""
+
+CLEAN_RESOURCE_INTERVAL_MS = 10_000
+"""How often retention runs. RocketMQ ``cleanResourceInterval`` 10 s."""
+
+DISK_CHECK_INTERVAL_MS = 1_000
+"""How often the broker shell re-reads disk usage (txmq; the store also re-reads it after every
+``DISK_CHECK_BYTES`` written, so a burst cannot run the disk full between two checks)."""
+
+DISK_CHECK_BYTES = 4 * 1024 * 1024
+"""The store re-reads disk usage after this many bytes appended (txmq)."""
+
+DELETE_WHEN = "04"
+"""Hour(s) of the day (local time, ``;``-separated) when expired segments are deleted even with
+disk to spare. RocketMQ ``deleteWhen`` "04"."""
+
+DISK_MAX_USED_SPACE_RATIO = 0.75
+"""Above this fraction of the disk used, expired segments are deleted at once instead of waiting for
+``DELETE_WHEN``. RocketMQ ``diskMaxUsedSpaceRatio`` 75 %."""
+
+DISK_SPACE_CLEAN_FORCIBLY_RATIO = 0.85
+"""Above this fraction, the oldest segments are deleted even before ``fileReservedTime``; below it a
+store that refused writes accepts them again. RocketMQ ``diskSpaceCleanForciblyRatio`` 0.85."""
+
+DISK_SPACE_WARNING_LEVEL_RATIO = 0.90
+"""Above this fraction the store refuses writes with ``DiskFull`` (RocketMQ marks the store
+not writeable: ``diskSpaceWarningLevelRatio`` 0.90)."""
+
+DELETE_FILES_BATCH_MAX = 10
+"""Most segments one retention round deletes. RocketMQ ``deleteFileBatchMax`` 10."""
+
+READ_SPAN_BYTES_MAX = 1024 * 1024
+"""A pull reads neighbouring records of one segment with one ``pread`` when they lie within this
+span (txmq)."""
+
+REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX = 4096
+"""Requests of one connection the broker holds (awaiting fsync) before it stops reading from that
+connection until some are answered (back-pressure; txmq). RocketMQ bounds the client side with
+``clientAsyncSemaphoreValue`` 65535."""
+
+WRITE_BUFFER_HIGH_BYTES = 8 * 1024 * 1024
+"""A connection whose unsent replies exceed this is not read from until they drain (txmq)."""
 
 assert FRAME_HEADER_MAX_BYTES < FRAME_SIZE_MAX_BYTES
 assert MESSAGE_SIZE_MAX_BYTES + FRAME_HEADER_MAX_BYTES <= FRAME_SIZE_MAX_BYTES
 assert PULL_BATCH_BYTES_MAX + FRAME_HEADER_MAX_BYTES <= FRAME_SIZE_MAX_BYTES
 assert TRANSACTION_CHECK_MAX >= 1
+assert REBALANCE_LOCK_INTERVAL_MS < REBALANCE_LOCK_CLIENT_MAX_LIVE_TIME_MS < REBALANCE_LOCK_MAX_LIVE_TIME_MS
+assert 1 <= CONSUME_BATCH_MAX_SIZE <= CONSUME_BATCH_SIZE_MAX
 assert MESSAGE_DELAY_LEVELS.count(" ") + 1 == 18
+assert DISK_MAX_USED_SPACE_RATIO < DISK_SPACE_CLEAN_FORCIBLY_RATIO < DISK_SPACE_WARNING_LEVEL_RATIO < 1
+assert COMMIT_LOG_SEGMENT_BYTES_MIN <= COMMIT_LOG_SEGMENT_BYTES
+assert MESSAGE_SIZE_MAX_BYTES < COMMIT_LOG_SEGMENT_BYTES
+assert INDEX_HASH_SLOTS < 2**32 and INDEX_ENTRIES_MAX < 2**32
+
+# --- outbox: the local message table (shieldTXC, seed 003) -------------------------------------
+OUTBOX_RELAY_PERIOD_MS = 1_000
+"""Pause of an idle relay worker between two polls. shieldTXC ``tranMessageSendPeriod`` is 5 s; txmq
+polls every second because an idle poll is one indexed query, and a worker that claimed a full
+batch polls again at once (so the period bounds latency only when the table is nearly empty)."""
+
+OUTBOX_RELAY_INITIAL_DELAY_MS = 0
+"""Wait before a relay's first poll. shieldTXC ``tranMessageSendInitialDelay`` 0."""
+
+OUTBOX_RELAY_POOL_SIZE = 1
+"""Relay worker threads, each claiming its own batches. shieldTXC ``tranMessageSendCorePoolSize`` 1."""
+
+OUTBOX_RELAY_BATCH_SIZE = 50
+"""Events one worker claims per poll. shieldTXC ``queryEventListByStatus`` reads ``limit 50``."""
+
+OUTBOX_RELAY_BATCH_SIZE_MAX = 1_000
+"""Largest configurable claim batch (one broker batch request holds at most ``BATCH_MESSAGES_MAX``)."""
+
+OUTBOX_SEND_BATCH_BYTES_MAX = 1024 * 1024
+"""Payload bytes per broker batch request built by the relay; a larger claim is split (txmq)."""
+
+OUTBOX_LEASE_MS = 30_000
+"""How long a claimed event belongs to the relay that claimed it. After this a PRODUCE_PROCESSING row
+is claimable again (shieldTXC lost such rows forever, peers.md §3 defect 3). It must outlast a
+send with its timeout (``REQUEST_TIMEOUT_MS``) and the database round trips around it."""
+
+OUTBOX_RETRY_BACKOFF_BASE_MS = 1_000
+"""Delay before the second try of a failed send; doubles per attempt (txmq)."""
+
+OUTBOX_RETRY_BACKOFF_MAX_MS = 60_000
+"""Cap of the send retry delay: an event is retried for ever, at least once a minute (shieldTXC
+retries for ever at its 5 s period; django-outbox-pattern waits 60 s between tries)."""
+
+OUTBOX_MAX_COMMIT_RECONSUME_TIMES = 10
+"""Deliveries of a commit event whose handler keeps failing before the downstream gives up and emits
+a ROLLBACK event. The shieldTXC blog post says 10 (超过最大消费次数（默认为 10 次）); its code has 3."""
+
+OUTBOX_COMPENSATION_MAX_RECONSUME_TIMES = MAX_RECONSUME_TIMES
+"""Retries of a failing compensation before the rollback event goes to ``%DLQ%<group>`` (RocketMQ
+``maxReconsumeTimes`` 16, as shieldTXC relies on)."""
+
+OUTBOX_RETENTION_MS = 7 * 24 * 3600 * 1000
+"""Default age after which processed outbox and inbox rows may be purged. It must exceed the longest
+redelivery window (16 retries at RocketMQ's delay levels, about 4 h 46 min), or a late duplicate
+would find no inbox row (django-outbox-pattern keeps 30 days; Eventuate #46)."""
+
+OUTBOX_PURGE_BATCH_ROWS = 1_000
+"""Rows one purge statement deletes, so retention never holds long locks (txmq)."""
+
+OUTBOX_STATS_INTERVAL_MS = 5_000
+"""How often a relay refreshes the backlog gauges (one aggregate query; txmq)."""
+
+OUTBOX_PURGE_INTERVAL_MS = 10 * 60_000
+"""How often a relay configured with a retention purges processed rows (txmq)."""
+
+OUTBOX_APP_ID_MAX_CHARS = 128
+"""Longest app id (``VARCHAR(128)``; part of the inbox unique key, which must fit InnoDB's 3072-byte
+index limit with utf8mb4)."""
+
+OUTBOX_BIZ_KEY_MAX_CHARS = 255
+"""Longest biz key (``VARCHAR(255)``, also in the inbox unique key)."""
+
+OUTBOX_EVENT_TYPE_MAX_CHARS = 64
+"""Longest event type (``VARCHAR(64)``; shieldTXC ``event_type`` is an enum name)."""
+
+assert OUTBOX_LEASE_MS >= 2 * REQUEST_TIMEOUT_MS
+assert OUTBOX_RETRY_BACKOFF_BASE_MS <= OUTBOX_RETRY_BACKOFF_MAX_MS
+assert 1 <= OUTBOX_RELAY_BATCH_SIZE <= OUTBOX_RELAY_BATCH_SIZE_MAX <= BATCH_MESSAGES_MAX
+assert MESSAGE_SIZE_MAX_BYTES + OUTBOX_SEND_BATCH_BYTES_MAX + FRAME_HEADER_MAX_BYTES <= FRAME_SIZE_MAX_BYTES
+assert OUTBOX_MAX_COMMIT_RECONSUME_TIMES < MAX_RECONSUME_TIMES  # rollback is emitted before the DLQ
+assert OUTBOX_RETENTION_MS > 5 * 3600 * 1000
+assert (OUTBOX_APP_ID_MAX_CHARS + OUTBOX_BIZ_KEY_MAX_CHARS + 32) * 4 <= 3072

@@ -174,3 +174,129 @@ def test_recovery_rebuilds_the_index_from_half_op_and_real_messages() -> None:
 def test_reject_transaction_message() -> None:
     h = harness(reject_transaction_message=True)
     assert h.send(1, "t", b"x", transactional=True).code == ResponseCode.NO_PERMISSION
+
+
+def test_rocketmq_9320_check_count_is_not_spent_by_rounds_that_do_not_check() -> None:
+    h = harness(transaction_check_max=3, transaction_timeout_ms=1_000)
+    half = h.send(1, "t", b"x", transactional=True,
+                  properties={PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: "100"})
+    for _ in range(99):  # many checker rounds inside the immunity window
+        assert h.tick(1_000) == []
+    assert h.broker.tx.index.pending[int(half.ext["queue_offset"])].check_count == 0
+    h.heartbeat(1, "producer-1", ["pg"])
+    assert len(h.tick(1_001)) == 1
+    assert h.broker.tx.index.pending[int(half.ext["queue_offset"])].check_count == 1
+
+
+def test_rocketmq_1568_an_exception_in_one_round_does_not_stall_later_rounds() -> None:
+    h = harness()
+    a = h.send(1, "t", b"a", transactional=True)
+    b = h.send(1, "t", b"b", transactional=True)
+    calls = {"n": 0}
+    original = h.broker.tx._check_one
+
+    def flaky(entry, now):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected")
+        return original(entry, now)
+
+    h.broker.tx._check_one = flaky  # type: ignore[method-assign]
+    first = h.tick(TIMEOUT)
+    assert len(first) == 1  # the other message was still checked in the failing round
+    second = h.tick(INTERVAL)
+    assert len(second) == 2  # and the one that failed is checked in the next round
+    for half in (a, b):
+        h.end(1, half, "COMMIT", from_check=True)
+    assert len(h.all_messages("t")) == 2
+
+
+def test_rocketmq_9791_check_back_goes_to_the_sender_not_an_unrelated_member() -> None:
+    h = harness()
+    for conn in (2, 3, 4):
+        h.heartbeat(conn, f"producer-{conn}", ["pg"])
+    for conn in (1, 2, 3, 4):
+        h.send(conn, "t", f"from-{conn}".encode(), transactional=True)
+    checks = h.tick(TIMEOUT)
+    assert sorted((c.conn, decode_message_ext(c.command.body).body) for c in checks) == [
+        (1, b"from-1"), (2, b"from-2"), (3, b"from-3"), (4, b"from-4")]
+
+
+def test_rocketmq_9431_end_transaction_needs_no_state_of_the_sending_connection() -> None:
+    h = harness()
+    half = h.send(1, "t", b"x", transactional=True)
+    h.close(1)  # the sender's connection is gone; the request alone carries what is needed
+    assert h.end(99, half, "COMMIT").ext["outcome"] == "COMMIT"
+    assert [m.body for m in h.all_messages("t")] == [b"x"]
+
+
+def test_a_slave_refuses_end_transaction() -> None:
+    h = harness(broker_role="SLAVE")
+    half = h.send(1, "t", b"x", transactional=True)
+    assert h.end(1, half, "COMMIT").code == ResponseCode.SLAVE_NOT_AVAILABLE
+
+
+def test_check_counts_survive_a_restart_through_the_snapshot() -> None:
+    h = harness(transaction_check_max=5)
+    half = h.send(1, "t", b"x", transactional=True)
+    for i in range(3):
+        h.tick(TIMEOUT if i == 0 else INTERVAL)
+    h.broker.persist_offsets()
+    h2 = BrokerHarness(store=h.store, now_ms=h.now_ms, transaction_check_max=5)
+    assert h2.broker.tx.index.pending[int(half.ext["queue_offset"])].check_count == 3
+    h2.heartbeat(1, "producer-1", ["pg"])
+    assert [len(h2.tick(INTERVAL)) for _ in range(3)] == [1, 1, 0]  # 2 more, then discarded
+    assert len(h2.all_messages(TRANS_CHECK_MAX_TIME_TOPIC)) == 1
+
+
+def _admin(h: BrokerHarness, code: RequestCode, **ext: object):  # type: ignore[no-untyped-def]
+    return h.request(1, code, dict(ext))
+
+
+def test_operator_list_show_commit_with_who_and_why() -> None:
+    import msgspec
+
+    h = harness()
+    half = h.send(1, "t", b"x", transactional=True, keys="order-9")
+    h.tick(1_000)
+    r = _admin(h, RequestCode.GET_PENDING_TRANSACTIONS, limit=10)
+    [row] = msgspec.json.decode(r.body)
+    assert (row["msg_id"], row["keys"], row["age_ms"], row["check_count"]) == (
+        half.ext["msg_id"], "order-9", 1_000, 0)
+    shown = msgspec.json.decode(_admin(h, RequestCode.QUERY_TRANSACTION, id=half.ext["msg_id"]).body)
+    assert shown["state"] == "PENDING"
+    r = _admin(h, RequestCode.ADMIN_END_TRANSACTION, id=half.ext["msg_id"], outcome="COMMIT",
+               operator="alice", reason="ticket 42")
+    assert r.ext["outcome"] == "COMMIT"
+    [op] = h.all_messages(OP_TOPIC)
+    assert (op.properties["TXMQ_OPERATOR"], op.properties["TXMQ_REASON"]) == ("alice", "ticket 42")
+    assert [m.body for m in h.all_messages("t")] == [b"x"]
+    again = _admin(h, RequestCode.ADMIN_END_TRANSACTION, id=f"half:{half.ext['queue_offset']}",
+                   outcome="ROLLBACK", operator="bob")
+    assert (again.ext["outcome"], again.ext["duplicate"]) == ("COMMIT", True)
+
+
+def test_resume_puts_a_discarded_message_back_once() -> None:
+    h = harness(transaction_check_max=1)
+    half = h.send(1, "t", b"x", transactional=True)
+    h.tick(TIMEOUT)
+    h.tick(INTERVAL)  # discarded
+    msg_id = half.ext["msg_id"]
+    r = _admin(h, RequestCode.RESUME_CHECK_HALF_MESSAGE, id=msg_id)
+    assert r.code == ResponseCode.SUCCESS
+    assert _admin(h, RequestCode.RESUME_CHECK_HALF_MESSAGE, id=f"half:{half.ext['queue_offset']}"
+                  ).code == ResponseCode.ILLEGAL_OPERATION
+    h.heartbeat(1, "producer-1", ["pg"])
+    [check] = h.tick(TIMEOUT)
+    assert decode_message_ext(check.command.body).msg_id == msg_id
+    from txmq.protocol import CheckTransactionStateRequestHeader, from_ext
+    hdr = from_ext(check.command.ext, CheckTransactionStateRequestHeader)
+    resumed = h.request(1, RequestCode.END_TRANSACTION, {
+        "producer_group": "pg", "tran_state_table_offset": hdr.tran_state_table_offset,
+        "commit_log_offset": hdr.commit_log_offset, "commit_or_rollback": 8,
+        "from_transaction_check": True})
+    assert resumed.ext["outcome"] == "COMMIT"
+    assert h.end(1, half, "COMMIT").ext["outcome"] == "DISCARD"  # the old identity stays discarded
+    assert [m.body for m in h.all_messages("t")] == [b"x"]
+    h2 = BrokerHarness(store=h.store, now_ms=h.now_ms)
+    assert h2.broker.tx.index.resumed == {int(half.ext["queue_offset"])}

@@ -1,70 +1,210 @@
-"""FileStore recovery: reopen, torn tails, corrupt records, zero-filled tails."""
+"""FileStore recovery: checkpoints, crashes, torn or corrupt tails, lost consume queue and index files."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
-from txmq.errors import CorruptRecord
-from txmq.store import FileStore, Record
+from txmq.errors import CorruptRecord, StoreError
+from txmq.store import FileStore, Record, StoreConfig
+
+SMALL = StoreConfig(mapped_file_size_commit_log=64 * 1024)
 
 
-def _fill(root: Path, n: int) -> list[int]:
-    s = FileStore(root)
-    res = s.append([Record(topic="t", queue_id=i % 2, body=f"m{i}".encode() * 10) for i in range(n)])
-    s.close()
+def rec(i: int, qid: int | None = None) -> Record:
+    return Record(topic="t", queue_id=i % 2 if qid is None else qid, body=f"m{i}".encode() * 10,
+                  keys=f"k{i}", properties={"UNIQ_KEY": f"ID{i}"}, store_timestamp_ms=1000 + i)
+
+
+def fill(root: Path, n: int, config: StoreConfig | None = None, close: bool = True) -> list[int]:
+    """n records, flushed; closed cleanly (checkpoint at the end) or left open (a crash)."""
+    s = FileStore(root, config)
+    res = s.append([rec(i) for i in range(n)])
+    s.flush()
+    if close:
+        s.close()
     return [r.commit_log_offset for r in res]
 
 
-def _log(root: Path) -> Path:
-    return root / "commitlog" / f"{0:020d}"
+def segments(root: Path) -> list[Path]:
+    return sorted((root / "commitlog").iterdir())
 
 
-def test_reopen_recovers_every_record_and_queue(tmp_path: Path) -> None:
-    _fill(tmp_path, 10)
+def bodies(s: FileStore, qid: int) -> list[bytes]:
+    return [m.body for m in s.read_queue("t", qid, 0, 10_000, 1 << 30)]
+
+
+def test_reopen_after_close_trusts_the_checkpoint_and_scans_nothing(tmp_path: Path) -> None:
+    fill(tmp_path, 10)
     s = FileStore(tmp_path)
-    assert s.recovered_records == 10 and s.truncated_bytes == 0
+    assert s.recovery.checkpoint_trusted and s.recovery.records == 0 and s.truncated_bytes == 0
     assert s.queue_bounds("t", 0) == (0, 5) and s.queue_bounds("t", 1) == (0, 5)
-    assert [m.body for m in s.read_queue("t", 1, 0, 10, 1 << 20)][-1] == b"m9" * 10
-    r = s.append([Record(topic="t", queue_id=0, body=b"new")])[0]
-    assert r.queue_offset == 5
+    assert bodies(s, 1)[-1] == b"m9" * 10
+    assert [m.body for m in s.query_by_msg_id("ID7", 5)] == [b"m7" * 10]
+    assert s.append([Record(topic="t", queue_id=0, body=b"new")])[0].queue_offset == 5
     s.close()
 
 
+def test_a_crash_redispatches_only_what_the_checkpoint_did_not_cover(tmp_path: Path) -> None:
+    s = FileStore(tmp_path)
+    s.append([rec(i) for i in range(6)])
+    s.flush()
+    s.checkpoint()()
+    s.append([rec(i) for i in range(6, 10)])
+    s.flush()  # then the process dies: no close, no checkpoint
+    s2 = FileStore(tmp_path)
+    assert s2.recovery.checkpoint_trusted and s2.recovery.records == 4
+    assert s2.recovery_offset == s2.recovery.scanned_from > 0
+    assert bodies(s2, 0) == [f"m{i}".encode() * 10 for i in range(0, 10, 2)]
+    assert [m.body for m in s2.query_by_key("t", "k9", 0, 2**62, 5)] == [b"m9" * 10]
+    s2.close()
+
+
+@pytest.mark.parametrize("close", [True, False], ids=["closed", "crashed"])
 @pytest.mark.parametrize("damage", ["truncate", "flip", "zeros"])
-def test_damaged_tail_is_cut_and_earlier_records_survive(tmp_path: Path, damage: str) -> None:
-    offsets = _fill(tmp_path, 6)
-    path = _log(tmp_path)
+def test_a_damaged_tail_is_cut_and_every_record_before_it_survives(tmp_path: Path, damage: str,
+                                                                    close: bool) -> None:
+    offsets = fill(tmp_path, 6, close=close)
+    path = segments(tmp_path)[-1]
     size = path.stat().st_size
     with open(path, "r+b") as f:
         if damage == "truncate":
             f.truncate(size - 5)
         elif damage == "flip":
-            f.seek(size - 3)
+            f.seek(size - 30)
             b = f.read(1)
-            f.seek(size - 3)
+            f.seek(size - 30)
             f.write(bytes([b[0] ^ 0xFF]))
         else:
             f.seek(0, os.SEEK_END)
             f.write(b"\0" * 4096)
     s = FileStore(tmp_path)
-    assert s.recovered_records == (6 if damage == "zeros" else 5)
+    survivors = 6 if damage == "zeros" else 5
     assert path.stat().st_size == (size if damage == "zeros" else offsets[5])
-    assert len(s.read_queue("t", 0, 0, 10, 1 << 20)) == 3
-    assert s.append([Record(topic="t", queue_id=1, body=b"again")])[0].queue_offset == (
-        3 if damage == "zeros" else 2)
+    assert s.truncated_bytes == (4096 if damage == "zeros" else size - offsets[5] - (
+        5 if damage == "truncate" else 0))
+    assert bodies(s, 0) + bodies(s, 1) == [f"m{i}".encode() * 10 for i in range(0, 6, 2)] + [
+        f"m{i}".encode() * 10 for i in range(1, survivors, 2)]
+    nxt = s.append([Record(topic="t", queue_id=1, body=b"again")])[0]
+    assert nxt.queue_offset == (3 if damage == "zeros" else 2)
+    assert nxt.commit_log_offset == (size if damage == "zeros" else offsets[5])
+    s.close()
+    s = FileStore(tmp_path)
+    assert s.recovery.checkpoint_trusted and bodies(s, 1)[-1] == b"again"
+    s.close()
+
+
+def test_a_torn_tail_after_a_segment_roll(tmp_path: Path) -> None:
+    s = FileStore(tmp_path, SMALL)
+    for i in range(1000):
+        s.append([rec(i)])
+    s.flush()
+    s.checkpoint()()
+    for i in range(1000, 1030):
+        s.append([rec(i)])
+    s.flush()
+    segs = segments(tmp_path)
+    assert len(segs) >= 3
+    with open(segs[-1], "r+b") as f:
+        f.truncate(segs[-1].stat().st_size - 7)
+    s2 = FileStore(tmp_path, SMALL)
+    assert s2.recovery.truncated_bytes > 0
+    assert bodies(s2, 0) == [f"m{i}".encode() * 10 for i in range(0, 1029, 2)]
+    assert bodies(s2, 1) == [f"m{i}".encode() * 10 for i in range(1, 1029, 2)]
+    s2.close()
+
+
+def test_a_lost_segment_tail_before_a_newer_segment_cuts_the_log_at_the_gap(tmp_path: Path) -> None:
+    s = FileStore(tmp_path, SMALL)
+    for i in range(1000):
+        s.append([rec(i)])
+    s.flush()
+    segs = segments(tmp_path)
+    first_end = int(segs[1].name)
+    with open(segs[0], "r+b") as f:  # a machine crash lost the first segment's last pages
+        f.truncate(first_end - 100)
+    s2 = FileStore(tmp_path, SMALL)
+    assert s2.write_offset < first_end and len(segments(tmp_path)) == 1
+    assert s2.recovery.reason and s2.truncated_bytes > 0
+    n = len(bodies(s2, 0)) + len(bodies(s2, 1))
+    assert 0 < n < 1000
+    s2.close()
+
+
+@pytest.mark.parametrize("what", ["one file", "queue dir", "all queues"])
+def test_missing_consume_queue_files_are_rebuilt_from_the_commit_log(tmp_path: Path,
+                                                                      what: str) -> None:
+    cfg = StoreConfig(mapped_file_size_consume_queue=8)
+    fill(tmp_path, 40, cfg)
+    qdir = tmp_path / "consumequeue" / "t" / "1"
+    if what == "one file":
+        sorted(qdir.iterdir())[1].unlink()
+    elif what == "queue dir":
+        shutil.rmtree(qdir)
+    else:
+        shutil.rmtree(tmp_path / "consumequeue")
+    s = FileStore(tmp_path, cfg)
+    assert "t/1" in s.recovery.rebuilt_queues
+    assert bodies(s, 1) == [f"m{i}".encode() * 10 for i in range(1, 40, 2)]
+    assert bodies(s, 0) == [f"m{i}".encode() * 10 for i in range(0, 40, 2)]
+    assert s.append([rec(40, qid=1)])[0].queue_offset == 20
+    s.close()
+
+
+def test_a_missing_index_file_or_checkpoint_is_rebuilt(tmp_path: Path) -> None:
+    fill(tmp_path, 20)
+    for p in (tmp_path / "index").iterdir():
+        p.unlink()
+    s = FileStore(tmp_path)
+    assert s.recovery.index_rebuilt
+    assert [m.body for m in s.query_by_key("t", "k3", 0, 2**62, 5)] == [b"m3" * 10]
+    s.close()
+    (tmp_path / "checkpoint").write_bytes(b"garbage")
+    s = FileStore(tmp_path)
+    assert s.recovery.checkpoint_offset == -1 and s.recovery.records == 20
+    assert bodies(s, 0)[-1] == b"m18" * 10
+    assert [m.body for m in s.query_by_msg_id("ID11", 5)] == [b"m11" * 10]
     s.close()
 
 
 def test_corruption_in_the_middle_is_detected_on_read(tmp_path: Path) -> None:
-    offsets = _fill(tmp_path, 3)
+    offsets = fill(tmp_path, 3)
     s = FileStore(tmp_path)
-    with open(_log(tmp_path), "r+b") as f:
-        f.seek(offsets[1] + 12)
+    with open(segments(tmp_path)[0], "r+b") as f:
+        f.seek(offsets[1] + 120)
         f.write(b"\xff\xff")
     with pytest.raises(CorruptRecord):
         s.read_at(offsets[1])
+    with pytest.raises(CorruptRecord):
+        s.read_queue("t", 1, 0, 10, 1 << 20)
     assert s.read_at(offsets[2]).body == b"m2" * 10
     s.close()
+
+
+def test_retention_survives_a_reopen(tmp_path: Path) -> None:
+    s = FileStore(tmp_path, SMALL)
+    for _i in range(300):
+        s.append([Record(topic="t", queue_id=0, body=b"x" * 1000, store_timestamp_ms=0)])
+    s.flush()
+    s.checkpoint()()
+    report = s.clean(10**12, delete_hour=True)
+    assert report.deleted_segments
+    lo = s.queue_bounds("t", 0)[0]
+    s.flush()  # crash before the next checkpoint: the checkpoint still lists old queue minimums
+    s2 = FileStore(tmp_path, SMALL)
+    assert s2.min_offset == report.min_offset and s2.queue_bounds("t", 0) == (lo, 300)
+    assert s2.read_queue("t", 0, lo, 1, 1 << 20)[0].queue_offset == lo
+    assert [r.queue_offset for _, r in s2.iter_records(topics=("t",))][:1] == [lo]
+    s2.close()
+
+
+def test_a_log_of_another_format_is_refused_not_truncated(tmp_path: Path) -> None:
+    (tmp_path / "commitlog").mkdir()
+    old = tmp_path / "commitlog" / f"{0:020d}"
+    old.write_bytes(b"\x00\x00\x00\x10\x12\x34\x56\x78" + b"x" * 16)
+    with pytest.raises(StoreError, match="does not hold a txmq commit log"):
+        FileStore(tmp_path)
+    assert old.stat().st_size == 24

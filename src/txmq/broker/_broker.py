@@ -17,11 +17,15 @@ from txmq import limits
 from txmq.broker._actions import Action, Hold, Reply, SendTo
 from txmq.broker._clients import ClientRegistry
 from txmq.broker._config import BrokerConfig, parse_delay_levels
+from txmq.broker._groups import GroupService
 from txmq.broker._schedule import SCHEDULE_TOPIC, ScheduleService
 from txmq.broker.transaction import (
     HALF_TOPIC,
     OP_TOPIC,
+    SINK_BATCH_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
+    EndResult,
+    Outcome,
     TransactionService,
 )
 from txmq.errors import DiskFull, MalformedFrame, ResponseCode, StoreError
@@ -32,6 +36,7 @@ from txmq.protocol import (
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
+    AdminEndTransactionRequestHeader,
     Command,
     ConsumerSendMsgBackRequestHeader,
     CreateTopicRequestHeader,
@@ -48,6 +53,7 @@ from txmq.protocol import (
     SendMessageRequestHeader,
     SendMessageResponseHeader,
     TopicRequestHeader,
+    TransactionIdRequestHeader,
     decode_messages,
     encode_messages,
     from_ext,
@@ -61,7 +67,7 @@ log = logging.getLogger("txmq.broker")
 
 _TOPICS_META = "topics.json"
 _OFFSETS_META = "consumerOffset.json"
-_SYSTEM_TOPICS = {HALF_TOPIC: 1, OP_TOPIC: 1, TRANS_CHECK_MAX_TIME_TOPIC: 1}
+_SYSTEM_TOPICS = {HALF_TOPIC: 1, OP_TOPIC: 1, TRANS_CHECK_MAX_TIME_TOPIC: 1, SINK_BATCH_TOPIC: 1}
 Handler = Callable[[int, Command, int], list[Action]]
 
 
@@ -110,7 +116,9 @@ class Broker:
         self.schedule = ScheduleService(parse_delay_levels(config.message_delay_level), store,
                                         self.append)
         self._recover()
+        self.groups = GroupService(self)
         self._handlers: dict[int, Handler] = {
+            **self.groups.handlers(),
             RequestCode.SEND_MESSAGE: self._send, RequestCode.SEND_BATCH_MESSAGE: self._send_batch,
             RequestCode.PULL_MESSAGE: self._pull, RequestCode.HEART_BEAT: self._heartbeat,
             RequestCode.UNREGISTER_CLIENT: self._unregister,
@@ -123,6 +131,13 @@ class Broker:
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
             RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
             RequestCode.GET_TRANSACTION_STATS: self._tx_stats,
+            RequestCode.GET_PENDING_TRANSACTIONS: self._tx_pending,
+            RequestCode.QUERY_TRANSACTION: self._tx_query,
+            RequestCode.ADMIN_END_TRANSACTION: self._tx_admin_end,
+            RequestCode.RESUME_CHECK_HALF_MESSAGE: self._tx_resume,
+            RequestCode.END_TRANSACTION_BATCH: self._end_transaction_batch,
+            RequestCode.COMMIT_SINK_BATCH: self._sink_commit,
+            RequestCode.ABORT_SINK_BATCH: self._sink_abort,
         }
 
     # -- storage helpers --------------------------------------------------------------------------
@@ -133,12 +148,20 @@ class Broker:
         return results
 
     def _recover(self) -> None:
-        found: list[tuple[Record, AppendResult]] = []
-        for offset, rec in self.store.iter_records():
-            if rec.topic in (HALF_TOPIC, OP_TOPIC) or rec.properties.get(
-                    "TRAN_PREPARED_QUEUE_OFFSET") is not None:
-                found.append((rec, AppendResult(offset, rec.queue_offset, 0)))
-        self.tx.recover(found)
+        """Rebuild the transaction index without reading the whole commit log.
+
+        Half, op and discard records come through their topics' consume queues. A committed real
+        message (it carries ``TRAN_PREPARED_QUEUE_OFFSET``) is appended in one batch with its op
+        record, so only where a crash could have torn that batch, the part of the log the store
+        re-dispatched on open (from ``store.recovery_offset``), is scanned for them.
+        """
+        tx_topics = (HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC)
+        found = dict(self.store.iter_records(topics=tx_topics))
+        for offset, rec in self.store.iter_records(self.store.recovery_offset):
+            if offset not in found and self.tx.wants(rec):
+                found[offset] = rec
+        self.tx.recover([(rec, AppendResult(off, rec.queue_offset, 0))
+                         for off, rec in sorted(found.items())])
         log.info("transaction index recovered: %s", self.tx.index.counts())
 
     def _save_topics(self) -> None:
@@ -150,6 +173,7 @@ class Broker:
             self.store.save_meta(_OFFSETS_META, msgspec.json.encode(self.offsets))
             self._offsets_dirty = False
         self.schedule.persist()
+        self.tx.save_snapshot()
 
     # -- dispatch ---------------------------------------------------------------------------------
     def handle(self, conn: int, cmd: Command, now_ms: int) -> list[Action]:
@@ -187,7 +211,9 @@ class Broker:
         return [Reply(conn, cmd.response(ResponseCode.SUCCESS, "", ext, body), durable_offset)]
 
     def connection_closed(self, conn: int) -> list[Action]:
-        """Forget a connection's client; notify consumer groups it left."""
+        """Forget a connection's client, release the orderly queue locks it holds over that
+        connection, and notify the consumer groups it left."""
+        self.groups.locks.release_conn(conn)
         return self._notify_groups(self.clients.remove(conn))
 
     def tick(self, now_ms: int) -> list[Action]:
@@ -208,14 +234,21 @@ class Broker:
             n = self.create_topic(topic, self.config.default_topic_queue_nums)
         return n
 
+    def queue_nums(self, topic: str) -> int:
+        """Queue count of ``topic`` (created if auto-creation is on); raises the TOPIC_NOT_EXIST
+        failure inside a request handler otherwise."""
+        return self._queue_nums(topic)
+
     def create_topic(self, topic: str, queue_nums: int) -> int:
-        """Create (or widen) a topic; returns its queue count."""
-        if not topic or len(topic) > 127 or any(c in topic for c in " ,/\\\0"):
+        """Create (or widen) a topic; returns its queue count. ``@`` is refused: it separates the
+        parts of a consumer offset key."""
+        if not topic or len(topic) > 127 or any(c in topic for c in " ,/\\\0@"):
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"illegal topic name {topic!r}")
         if not 0 < queue_nums <= 1024:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue count {queue_nums} not in 1..1024")
-        self.topics[topic] = max(queue_nums, self.topics.get(topic, 0))
-        self._save_topics()
+        if self.topics.get(topic, 0) < queue_nums:
+            self.topics[topic] = queue_nums
+            self._save_topics()
         return self.topics[topic]
 
     def _create_topic(self, conn: int, cmd: Command, now: int) -> list[Action]:
@@ -270,11 +303,23 @@ class Broker:
         if not 0 < len(msgs) <= limits.BATCH_MESSAGES_MAX:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL,
                         f"batch of {len(msgs)} not in 1..{limits.BATCH_MESSAGES_MAX}")
+        tx = [m.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true" for m in msgs]
+        if any(tx) and not all(tx):
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "a batch is all half messages or all plain")
         recs = [self._batch_record(h, m, now) for m in msgs]
         qid = recs[0].queue_id
         for r in recs:
             r.queue_id = qid
-        results = self.append(recs)
+        if tx[0]:  # half messages, contiguous in the half queue (the Spark sink sends these)
+            if self.config.reject_transaction_message:
+                raise _Fail(ResponseCode.NO_PERMISSION, "this broker rejects transaction messages")
+            client = self.clients.client_id(conn)
+            recs = [self.tx.half_record(r, h.producer_group, client) for r in recs]
+            results = self.append(recs)
+            for r, res in zip(recs, results, strict=True):
+                self.tx.on_half_stored(r, res)
+        else:
+            results = self.append(recs)
         first, last = results[0], results[-1]
         out = SendMessageResponseHeader(
             msg_id=msgs[0].msg_id, queue_id=qid, queue_offset=first.queue_offset,
@@ -282,9 +327,8 @@ class Broker:
         return self._ok(conn, cmd, to_ext(out), durable_offset=last.commit_log_offset + last.size)
 
     def _batch_record(self, h: SendMessageRequestHeader, m: Message, now: int) -> Record:
-        if m.topic != h.topic or m.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL,
-                        "a batch holds plain messages of the request's topic only")
+        if m.topic != h.topic:
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "a batch holds messages of the request's topic only")
         if PROPERTY_DELAY_TIME_LEVEL in m.properties:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "delay messages cannot be batched")
         hh = msgspec.structs.replace(h, tags=m.tags, keys=m.keys, properties=m.properties)
@@ -297,7 +341,7 @@ class Broker:
         if not 0 <= h.queue_id < n:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue {h.queue_id} not in {h.topic!r}")
         if h.commit_offset >= 0:
-            self._set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+            self.set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         lo, hi = self.store.queue_bounds(h.topic, h.queue_id)
         if h.queue_offset < lo or h.queue_offset > hi:
             nxt = lo if h.queue_offset < lo else hi
@@ -307,7 +351,10 @@ class Broker:
                                      limits.PULL_BATCH_BYTES_MAX)
         if not msgs:
             if h.suspend_timeout_ms > 0:
-                return [Hold(conn, cmd, h.topic, h.queue_id, now + h.suspend_timeout_ms)]
+                # The commit offset was applied now; a woken hold must not apply it again (it may
+                # be stale by then, e.g. after an operator reset the group's offsets).
+                held = msgspec.structs.replace(cmd, ext={**cmd.ext, "commit_offset": -1})
+                return [Hold(conn, held, h.topic, h.queue_id, now + h.suspend_timeout_ms)]
             return self._pull_reply(conn, cmd, ResponseCode.PULL_NOT_FOUND, h.queue_offset, lo, hi)
         nxt = msgs[-1].queue_offset + 1
         tags = _parse_subscription(h.subscription)
@@ -330,7 +377,8 @@ class Broker:
         return [Reply(conn, cmd.response(code, "", ext, body))]
 
     # -- offsets ----------------------------------------------------------------------------------
-    def _set_offset(self, group: str, topic: str, qid: int, offset: int) -> None:
+    def set_offset(self, group: str, topic: str, qid: int, offset: int) -> None:
+        """Store a group's consumer offset of one queue (saved by :meth:`persist_offsets`)."""
         key = f"{group}@{topic}@{qid}"
         if self.offsets.get(key) != offset:
             self.offsets[key] = offset
@@ -346,7 +394,7 @@ class Broker:
     def _update_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, OffsetRequestHeader)
         self._queue_nums(h.topic)
-        self._set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        self.set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return self._ok(conn, cmd)
 
     def _min_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
@@ -395,25 +443,49 @@ class Broker:
         props = dict(msg.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or props.get(PROPERTY_UNIQ_KEY, ""))
-        times = msg.reconsume_times + 1
+        done = max(msg.reconsume_times, h.reconsume_times)  # orderly consumers count locally
         base = Record(topic=retry_topic(h.group), queue_id=0, body=msg.body, tags=msg.tags,
                       keys=msg.keys, properties=props, born_timestamp_ms=msg.born_timestamp_ms,
-                      store_timestamp_ms=now, reconsume_times=times)
-        if times > h.max_reconsume_times or h.delay_level < 0:
-            dlq = dlq_topic(h.group)
-            self.topics.setdefault(dlq, 1)
-            self._save_topics()
-            base.topic = dlq
+                      store_timestamp_ms=now, reconsume_times=done + 1)
+        if done >= h.max_reconsume_times or h.delay_level < 0:
+            base.topic = dlq_topic(h.group)  # RocketMQ: reconsumeTimes >= maxReconsumeTimes
+            self.create_topic(base.topic, 1)
             res = self.append([base])[0]
         else:
-            level = h.delay_level or limits.RETRY_DELAY_LEVEL_BASE + msg.reconsume_times
+            self.create_topic(base.topic, 1)
+            level = h.delay_level or limits.RETRY_DELAY_LEVEL_BASE + done
             res = self.append([self.schedule.schedule_record(base, level)])[0]
         return self._ok(conn, cmd, durable_offset=res.commit_log_offset + res.size)
 
     # -- transactions -----------------------------------------------------------------------------
     def _end_transaction(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        if self.config.broker_role == "SLAVE":
+            raise _Fail(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
         h = from_ext(cmd.ext, EndTransactionRequestHeader)
-        r = self.tx.end(h, now)
+        return self._end_reply(conn, cmd, self.tx.end(h, now))
+
+    def _end_transaction_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        if self.config.broker_role == "SLAVE":
+            raise _Fail(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
+        try:
+            exts = msgspec.msgpack.decode(cmd.body, type=list[dict[str, Any]])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise _Fail(ResponseCode.MALFORMED_REQUEST, f"end batch body: {exc}") from exc
+        if len(exts) > limits.BATCH_MESSAGES_MAX:
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"more than {limits.BATCH_MESSAGES_MAX} ends")
+        items, durable = [], 0
+        for ext in exts:
+            try:
+                r = self.tx.end(from_ext(ext, EndTransactionRequestHeader), now)
+            except MalformedFrame as exc:
+                items.append({"code": int(ResponseCode.MALFORMED_REQUEST), "remark": str(exc)})
+                continue
+            durable = max(durable, r.durable_offset)
+            items.append({"code": int(r.code), "remark": r.remark, "outcome": r.outcome,
+                          "duplicate": r.duplicate})
+        return self._ok(conn, cmd, body=msgspec.msgpack.encode(items), durable_offset=durable)
+
+    def _end_reply(self, conn: int, cmd: Command, r: EndResult) -> list[Action]:
         if r.code != ResponseCode.SUCCESS:
             raise _Fail(r.code, r.remark)
         ext = to_ext(EndTransactionResponseHeader(outcome=r.outcome, duplicate=r.duplicate))
@@ -421,6 +493,53 @@ class Broker:
 
     def _tx_stats(self, conn: int, cmd: Command, now: int) -> list[Action]:
         return self._ok(conn, cmd, {**self.tx.index.counts(), **self.tx.stats})
+
+    def _tx_offset(self, cmd: Command) -> int:
+        h = from_ext(cmd.ext, TransactionIdRequestHeader)
+        off = self.tx.lookup(h.id)
+        if off is None:
+            raise _Fail(ResponseCode.TRANSACTION_NOT_FOUND, f"no pending or discarded transaction {h.id!r}")
+        return off
+
+    def _tx_pending(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        limit = int(cmd.ext.get("limit", 100))
+        body = msgspec.json.encode(self.tx.pending_list(now, max(1, min(limit, 10_000))))
+        return self._ok(conn, cmd, {"pending": len(self.tx.index.pending)}, body)
+
+    def _tx_query(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        return self._ok(conn, cmd, body=msgspec.json.encode(self.tx.describe(self._tx_offset(cmd), now)))
+
+    def _tx_admin_end(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        if self.config.broker_role == "SLAVE":
+            raise _Fail(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
+        h = from_ext(cmd.ext, AdminEndTransactionRequestHeader)
+        off = self._tx_offset(cmd)
+        outcome = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK}.get(h.outcome)
+        if outcome is None:
+            raise _Fail(ResponseCode.MALFORMED_REQUEST, "outcome must be COMMIT or ROLLBACK")
+        return self._end_reply(conn, cmd, self.tx.operator_end(off, outcome, h.operator, h.reason, now))
+
+    def _sink_commit(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        batch, group = str(cmd.ext.get("batch", "")), str(cmd.ext.get("producer_group", ""))
+        try:
+            tasks = msgspec.msgpack.decode(cmd.body, type=dict[str, int])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise _Fail(ResponseCode.MALFORMED_REQUEST, f"sink batch body: {exc}") from exc
+        if not batch or not group:
+            raise _Fail(ResponseCode.MALFORMED_REQUEST, "batch and producer_group are required")
+        return self._end_reply(conn, cmd, self.tx.commit_batch(batch, tasks, group, now))
+
+    def _sink_abort(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        batch = str(cmd.ext.get("batch", ""))
+        if not batch:
+            raise _Fail(ResponseCode.MALFORMED_REQUEST, "batch is required")
+        return self._end_reply(conn, cmd, self.tx.abort_batch(batch, now))
+
+    def _tx_resume(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        code, remark, new_offset = self.tx.resume(self._tx_offset(cmd), now)
+        if code != ResponseCode.SUCCESS:
+            raise _Fail(code, remark)
+        return self._ok(conn, cmd, {"half_offset": new_offset})
 
 
 def _parse_subscription(expr: str) -> set[str] | None:

@@ -28,18 +28,25 @@ class ClientRegistry:
         self._rr: dict[str, int] = {}
 
     def heartbeat(self, conn: int, data: HeartbeatData, now_ms: int) -> set[str]:
-        """Record a heartbeat; return consumer groups whose membership changed."""
+        """Record a heartbeat; return the consumer groups whose members (client ids) changed."""
         old = self._by_conn.get(conn)
-        before = set(old.consumers) if old else set()
+        touched = (set(old.consumers) if old else set()) | {c.group for c in data.consumer_groups}
+        before = {g: self._member_ids(g) for g in touched}
         consumers = {c.group: c for c in data.consumer_groups}
         self._by_conn[conn] = _Client(conn, data.client_id, set(data.producer_groups), consumers,
                                       now_ms)
-        return before ^ set(consumers)
+        return {g for g in touched if self._member_ids(g) != before[g]}
 
     def remove(self, conn: int) -> set[str]:
-        """Forget a connection; return the consumer groups it left."""
+        """Forget a connection; return the consumer groups whose members changed (a client that
+        is still connected over another connection has not left)."""
         c = self._by_conn.pop(conn, None)
-        return set(c.consumers) if c else set()
+        if c is None:
+            return set()
+        return {g for g in c.consumers if c.client_id not in self._member_ids(g)}
+
+    def _member_ids(self, group: str) -> set[str]:
+        return {c.client_id for c in self._by_conn.values() if group in c.consumers}
 
     def expired(self, now_ms: int, timeout_ms: int) -> list[int]:
         """Connections silent for longer than ``timeout_ms``."""

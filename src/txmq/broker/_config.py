@@ -37,8 +37,12 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     transaction_timeout_ms: int = limits.TRANSACTION_TIMEOUT_MS
     transaction_check_interval_ms: int = limits.TRANSACTION_CHECK_INTERVAL_MS
     transaction_check_max: int = limits.TRANSACTION_CHECK_MAX
+    transaction_checks_in_flight_max: int = limits.TRANSACTION_CHECKS_IN_FLIGHT_MAX
+    """Check-backs outstanding at once (back-pressure on the checker)."""
     file_reserved_time_ms: int = limits.FILE_RESERVED_TIME_MS
     reject_transaction_message: bool = False
+    broker_role: Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"] = "ASYNC_MASTER"
+    """RocketMQ ``brokerRole``; a SLAVE refuses end transaction (SLAVE_NOT_AVAILABLE)."""
     message_delay_level: str = limits.MESSAGE_DELAY_LEVELS
     metrics_port: int = 0
     """Prometheus endpoint port; 0 turns it off."""

@@ -6,7 +6,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import start_http_server
-from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import (
+    REGISTRY,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -19,7 +24,7 @@ class _BrokerCollector(Collector):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
         tx = self.broker.tx
         pending = GaugeMetricFamily("rocketmq_half_messages", "Half messages pending, per topic",
                                     labels=["topic"])
@@ -34,10 +39,17 @@ class _BrokerCollector(Collector):
                            ("discards", "Half messages discarded after transactionCheckMax"),
                            ("checks_sent", "Check-back requests sent"),
                            ("checks_answered", "Check-back answers received"),
-                           ("duplicate_ends", "End-transaction requests for decided transactions")):
+                           ("duplicate_ends", "End-transaction requests for decided transactions"),
+                           ("check_errors", "Check-backs that failed on the broker"),
+                           ("checks_no_producer", "Check-backs deferred: no live producer")):
             c = CounterMetricFamily(f"txmq_transaction_{key}", help_)
             c.add_metric([], tx.stats[key])
             yield c
+        h = HistogramMetricFamily("rocketmq_finish_message_latency_seconds",
+                                  "Prepare-to-finish latency of transactions")
+        hist = tx.finish_latency
+        h.add_metric([], hist.cumulative(), sum_value=hist.total)
+        yield h
 
 
 def start_metrics(broker: Broker, port: int) -> None:

@@ -1,8 +1,19 @@
-"""The broker's asyncio shell: sockets, timers, group-commit fsync, long-polling, metrics.
+"""The broker's asyncio shell: sockets, timers, group-commit fsync, store upkeep, long-polling.
 
-Everything stateful and testable lives in :class:`~txmq.broker.Broker`; this module only moves
-bytes, keeps time and runs ``fsync`` in a thread so that concurrent sends share one flush (group
-commit): a reply that needs durability waits until the store's ``flushed_offset`` passes its record.
+Everything stateful and testable lives in :class:`~txmq.broker.Broker` and the store; this module
+moves bytes, keeps time and runs blocking disk work in one thread:
+
+- **Group commit** (``SYNC_FLUSH``, the default): a reply that needs durability waits until the
+  store's ``flushed_offset`` passes its record. One flusher task fsyncs in a thread while the loop
+  keeps appending, so every send that arrived during one fsync shares the next one.
+  ``ASYNC_FLUSH`` answers at once and fsyncs every ``flush_interval_ms`` (RocketMQ
+  ``flushIntervalCommitLog``): a machine crash can lose the last interval's acknowledged sends.
+- **Store upkeep**: a checkpoint (consume queues and index to disk) every
+  ``FLUSH_INTERVAL_CONSUME_QUEUE_MS``, disk usage every ``DISK_CHECK_INTERVAL_MS``, retention every
+  ``CLEAN_RESOURCE_INTERVAL_MS`` with retention hooks saying what consumer groups, pending
+  transactions and delay queues still need.
+- **Back-pressure**: a connection with ``REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX`` replies waiting for
+  fsync, or with ``WRITE_BUFFER_HIGH_BYTES`` of unsent replies, is not read from until they go.
 """
 
 from __future__ import annotations
@@ -19,11 +30,12 @@ from txmq import limits
 from txmq.broker._actions import Action, Close, Hold, Reply, SendTo
 from txmq.broker._broker import Broker
 from txmq.broker._config import BrokerConfig
-from txmq.errors import ProtocolError, ResponseCode
+from txmq.broker._schedule import SCHEDULE_TOPIC
+from txmq.errors import ProtocolError, ResponseCode, StoreError
 from txmq.protocol import FLAG_RESPONSE, Command, FrameDecoder, encode_command
-from txmq.store import FileStore, Store
+from txmq.store import FileStore, Store, StoreConfig, is_delete_hour
 
-__all__ = ["BrokerServer", "run_server"]
+__all__ = ["BrokerServer", "run_server", "store_config"]
 
 log = logging.getLogger("txmq.broker.server")
 _READ_BYTES = 256 * 1024
@@ -31,6 +43,15 @@ _READ_BYTES = 256 * 1024
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def store_config(config: BrokerConfig) -> StoreConfig:
+    """The store settings of a broker: every :class:`StoreConfig` field that :class:`BrokerConfig`
+    also has (same snake_case RocketMQ name, e.g. ``file_reserved_time_ms``) is taken from it, the
+    rest keep their defaults; the store host is the listen address."""
+    fields = {f: getattr(config, f) for f in StoreConfig.__struct_fields__ if hasattr(config, f)}
+    fields.setdefault("store_host", f"{config.host}:{config.port}")
+    return StoreConfig(**fields).validate()
 
 
 class BrokerServer:
@@ -43,24 +64,34 @@ class BrokerServer:
 
     def __init__(self, config: BrokerConfig, store: Store | None = None) -> None:
         self.config = config
-        self.store = store if store is not None else FileStore(config.data_dir)
+        t0 = time.monotonic()
+        self.store = store if store is not None else FileStore(config.data_dir, store_config(config))
         self.broker = Broker(config, self.store, _now_ms())
+        log.info("store and broker state recovered in %.0f ms", (time.monotonic() - t0) * 1000)
+        self._sync = config.flush_disk_type == "SYNC_FLUSH"
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._ids = count(1)
         self._waiting: deque[tuple[int, Reply]] = deque()
+        self._waiting_per_conn: dict[int, int] = {}
+        self._resume: dict[int, asyncio.Event] = {}
+        self._out: dict[int, list[bytes]] = {}
+        self._out_bytes: dict[int, int] = {}
+        self._out_scheduled = False
         self._holds: dict[tuple[str, int], list[Hold]] = {}
         self._dirty = asyncio.Event()
         self._flush_pool = ThreadPoolExecutor(1, thread_name_prefix="txmq-flush")
         self._tasks: list[asyncio.Task[None]] = []
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
+        self._register_retention_hooks()
 
     async def start(self) -> None:
-        """Listen and start the flusher and the ticker."""
+        """Listen and start the flusher, the ticker and store upkeep."""
         self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port,
                                                   limit=limits.FRAME_SIZE_MAX_BYTES)
         self.port = self._server.sockets[0].getsockname()[1]
-        self._tasks = [asyncio.create_task(self._flusher()), asyncio.create_task(self._ticker())]
+        self._tasks = [asyncio.create_task(self._flusher()), asyncio.create_task(self._ticker()),
+                       asyncio.create_task(self._upkeep())]
         if self.config.metrics_port:
             from txmq.broker._metrics import start_metrics
 
@@ -76,14 +107,15 @@ class BrokerServer:
             t.cancel()
         for w in list(self._writers.values()):
             w.close()
+        self._flush_pool.shutdown(wait=True)
         self.broker.persist_offsets()
         self.store.close()
-        self._flush_pool.shutdown(wait=True)
 
     # -- connections ------------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = next(self._ids)
         self._writers[conn] = writer
+        writer.transport.set_write_buffer_limits(high=limits.WRITE_BUFFER_HIGH_BYTES)
         decoder = FrameDecoder()
         try:
             while data := await reader.read(_READ_BYTES):
@@ -98,30 +130,61 @@ class BrokerServer:
                 for cmd in cmds:
                     if not cmd.is_response:
                         self._apply(self.broker.handle(conn, cmd, _now_ms()))
+                        if self._out_bytes.get(conn, 0) > limits.WRITE_BUFFER_HIGH_BYTES:
+                            self._send_out()  # a chunk of requests with big replies (pulls)
+                            await writer.drain()
+                await self._backpressure(conn, writer)
         except (ConnectionError, OSError):
             pass
         finally:
             self._writers.pop(conn, None)
+            self._resume.pop(conn, None)
             self._apply(self.broker.connection_closed(conn))
             with contextlib.suppress(Exception):
                 writer.close()
 
+    async def _backpressure(self, conn: int, writer: asyncio.StreamWriter) -> None:
+        """Stop reading a connection while too many of its replies wait for fsync or the peer."""
+        if self._waiting_per_conn.get(conn, 0) >= limits.REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX:
+            ev = self._resume[conn] = asyncio.Event()
+            await ev.wait()
+        await writer.drain()
+
     def _write(self, conn: int, cmd: Command) -> None:
-        w = self._writers.get(conn)
-        if w is None or w.is_closing():
+        """Queue a frame; everything queued in one turn of the loop goes out in one write per
+        connection (one syscall instead of one per reply)."""
+        if conn not in self._writers:
             return
         try:
-            w.write(encode_command(cmd))
+            frame = encode_command(cmd)
         except ProtocolError as exc:  # e.g. a response too large for a frame
             log.error("cannot encode reply on connection %d: %s", conn, exc)
-            w.write(encode_command(cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))))
+            frame = encode_command(cmd.response(ResponseCode.SYSTEM_ERROR, str(exc)))
+        queued = self._out.get(conn)
+        if queued is None:
+            self._out[conn] = [frame]
+            self._out_bytes[conn] = len(frame)
+        else:
+            queued.append(frame)
+            self._out_bytes[conn] += len(frame)
+        if not self._out_scheduled:
+            self._out_scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_out)
+
+    def _send_out(self) -> None:
+        self._out_scheduled = False
+        out, self._out, self._out_bytes = self._out, {}, {}
+        for conn, frames in out.items():
+            w = self._writers.get(conn)
+            if w is not None and not w.is_closing():
+                w.write(b"".join(frames))
 
     def _apply(self, actions: list[Action]) -> None:
-        sync = self.config.flush_disk_type == "SYNC_FLUSH"
         for a in actions:
             if isinstance(a, Reply):
-                if sync and a.durable_offset > self.store.flushed_offset:
+                if self._sync and a.durable_offset > self.store.flushed_offset:
                     self._waiting.append((a.durable_offset, a))
+                    self._waiting_per_conn[a.conn] = self._waiting_per_conn.get(a.conn, 0) + 1
                 else:
                     self._write(a.conn, a.command)
             elif isinstance(a, SendTo):
@@ -138,26 +201,53 @@ class BrokerServer:
     # -- group commit -----------------------------------------------------------------------------
     async def _flusher(self) -> None:
         loop = asyncio.get_running_loop()
-        sync = self.config.flush_disk_type == "SYNC_FLUSH"
         while True:
             await self._dirty.wait()
             self._dirty.clear()
-            if not sync:
+            if not self._sync:
                 await asyncio.sleep(self.config.flush_interval_ms / 1000)
             keys, self.broker.touched = self.broker.touched, set()
             try:
                 flushed = await loop.run_in_executor(self._flush_pool, self.store.flush)
-            except OSError:
-                log.exception("fsync failed; acknowledgements held back")
-                await asyncio.sleep(0.1)
-                self._dirty.set()
+            except StoreError as exc:
+                self._fail_waiting(str(exc))
+                self._wake(keys)
                 continue
-            while self._waiting and self._waiting[0][0] <= flushed:
-                _, reply = self._waiting.popleft()
-                self._write(reply.conn, reply.command)
-            self._wake(keys)
+            self._release(flushed)
+            # The flush also covered records appended after the swap (their replies just went
+            # out): wake their queues' held pulls now, not one flush later. A pull that still
+            # finds nothing durable is held again.
+            self._wake(keys | self.broker.touched)
             if self.store.write_offset > flushed:
                 self._dirty.set()
+
+    def _release(self, flushed: int) -> None:
+        """Send the replies whose records are now durable; resume paused connections."""
+        while self._waiting and self._waiting[0][0] <= flushed:
+            _, reply = self._waiting.popleft()
+            self._write(reply.conn, reply.command)
+            self._one_less(reply.conn)
+
+    def _one_less(self, conn: int) -> None:
+        n = self._waiting_per_conn.get(conn, 1) - 1
+        if n:
+            self._waiting_per_conn[conn] = n
+        else:
+            self._waiting_per_conn.pop(conn, None)
+        ev = self._resume.get(conn)
+        if ev is not None and n < limits.REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX // 2:
+            ev.set()
+            del self._resume[conn]
+
+    def _fail_waiting(self, remark: str) -> None:
+        """fsync failed: nothing waiting is durable, so every waiting request gets an error."""
+        log.critical("fsync failed: %s; %d waiting requests answered SYSTEM_ERROR", remark,
+                     len(self._waiting))
+        while self._waiting:
+            _, reply = self._waiting.popleft()
+            self._write(reply.conn, Command(code=ResponseCode.SYSTEM_ERROR, remark=remark,
+                                            opaque=reply.command.opaque, flags=FLAG_RESPONSE))
+            self._one_less(reply.conn)
 
     def _wake(self, keys: set[tuple[str, int]]) -> None:
         now = _now_ms()
@@ -166,6 +256,7 @@ class BrokerServer:
                 if h.conn in self._writers:
                     self._apply(self.broker.handle(h.conn, h.request, now))
 
+    # -- timers -----------------------------------------------------------------------------------
     async def _ticker(self) -> None:
         last_persist = _now_ms()
         while True:
@@ -177,8 +268,24 @@ class BrokerServer:
                 last_persist = now
                 try:
                     self.broker.persist_offsets()
-                except OSError:
+                except StoreError:
                     log.exception("could not persist consumer offsets")
+
+    async def _upkeep(self) -> None:
+        """Checkpoints, disk checks and retention, each on its own period."""
+        loop = asyncio.get_running_loop()
+        step_ms = min(limits.FLUSH_INTERVAL_CONSUME_QUEUE_MS, limits.DISK_CHECK_INTERVAL_MS)
+        last_clean = _now_ms()
+        while True:
+            await asyncio.sleep(step_ms / 1000)
+            self.store.check_disk()
+            await loop.run_in_executor(self._flush_pool, self.store.checkpoint())
+            now = _now_ms()
+            if now - last_clean >= limits.CLEAN_RESOURCE_INTERVAL_MS:
+                last_clean = now
+                hour = time.localtime(now / 1000).tm_hour
+                self.store.clean(now, delete_hour=is_delete_hour(self.store.config.delete_when,
+                                                                 hour))
 
     def _expire_holds(self, now: int) -> None:
         for key in list(self._holds):
@@ -195,14 +302,42 @@ class BrokerServer:
             else:
                 del self._holds[key]
 
+    # -- retention hooks --------------------------------------------------------------------------
+    def _register_retention_hooks(self) -> None:
+        """Tell the store what must outlive retention: records a consumer group has not consumed,
+        pending half messages, and messages waiting in delay queues."""
+        broker, store = self.broker, self.store
+
+        def lowest(pairs: list[tuple[str, int, int]]) -> int | None:
+            found = [store.commit_log_offset_at(t, q, off) for t, q, off in pairs]
+            return min((c for c in found if c is not None), default=None)
+
+        def consumer_groups() -> int | None:
+            pairs = []
+            for key, off in broker.offsets.items():
+                _, topic, qid = key.rsplit("@", 2)
+                pairs.append((topic, int(qid), off))
+            return lowest(pairs)
+
+        def transactions() -> int | None:
+            return min((e.commit_log_offset for e in broker.tx.index.pending.values()), default=None)
+
+        def delay_queues() -> int | None:
+            return lowest([(SCHEDULE_TOPIC, lvl - 1, off)
+                           for lvl, off in broker.schedule.offsets.items()])
+
+        store.set_retention_hook("consumer groups", consumer_groups)
+        store.set_retention_hook("pending transactions", transactions)
+        store.set_retention_hook("delay queues", delay_queues)
+
 
 async def run_server(config: BrokerConfig, ready: asyncio.Event | None = None,
-                     port_file: str | None = None) -> None:
-    """Run a broker until cancelled or sent SIGINT/SIGTERM."""
+                     port_file: str | None = None, store: Store | None = None) -> None:
+    """Run a broker until cancelled or sent SIGINT/SIGTERM (``store`` as for BrokerServer)."""
     import signal
     from pathlib import Path
 
-    server = BrokerServer(config)
+    server = BrokerServer(config, store)
     await server.start()
     if port_file:
         tmp = Path(port_file + ".tmp")

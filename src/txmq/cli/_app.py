@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
@@ -10,15 +9,25 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from txmq.errors import TxmqError
 
 app = typer.Typer(help="txmq: transactional messaging for Python services.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
-tx_app = typer.Typer(help="Transactional messages: inspect the broker's transaction index.")
-app.add_typer(tx_app, name="tx")
 console = Console(stderr=True)
+
+
+def _register_subapps() -> None:
+    from txmq.cli._outbox import outbox_app
+    from txmq.cli._reconcile import reconcile
+    from txmq.cli._tx import tx_app
+
+    app.add_typer(tx_app, name="tx")
+    app.add_typer(outbox_app, name="outbox")
+    app.command("reconcile")(reconcile)
+
+
+_register_subapps()
 
 
 @app.command()
@@ -51,26 +60,17 @@ def broker(
         loop.close()
 
 
-@tx_app.command("stats")
-def tx_stats(endpoints: Annotated[str, typer.Option(help="Broker host:port.")] = "127.0.0.1:10911",
-             as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Counts of the transaction state index: pending, committed, rolled back, discarded, checks."""
-    from txmq.client import PullConsumer
-
-    with PullConsumer(endpoints) as pc:
-        stats = pc.transaction_stats()
-    if as_json:
-        print(json.dumps(stats, indent=2))
-        return
-    table = Table("counter", "value", title="transactions")
-    for k, v in stats.items():
-        table.add_row(k, str(v))
-    Console().print(table)
-
-
 def main() -> None:
     """Entry point of the ``txmq`` script."""
-    from txmq.cli import _demo_cmd  # noqa: F401  (registers `txmq demo`)
+    from txmq.cli import (
+        _bench_consume,  # noqa: F401  (registers `txmq bench consume`)
+        _bench_outbox,  # noqa: F401  (registers `txmq bench outbox`)
+        _bench_send,  # noqa: F401  (registers `txmq bench send`)
+        _bench_spark,  # noqa: F401  (registers `txmq bench spark`)
+        _bench_tx,  # noqa: F401  (registers `txmq bench tx`)
+        _demo_cmd,  # noqa: F401  (registers `txmq demo`)
+        _group,  # noqa: F401  (registers `txmq group`, `txmq dlq`)
+    )
 
     app()
 

@@ -15,8 +15,8 @@ from txmq.errors import TxmqError
 _KEYS = ("orders_total", "committed", "rolled_back", "unknown_resolved_by_check",
          "producer_crashes", "crash_orders_committed_by_check", "crash_orders_rolled_back_by_check",
          "resent_after_crash", "check_backs", "ledger_received_distinct", "ledger_duplicates",
-         "lost", "phantom", "spark_orders", "q1_matches_oracle", "revenue_matches_oracle",
-         "elapsed_s")
+         "ledger_rejected", "compensated", "lost", "phantom", "spark_orders", "q1_matches_oracle",
+         "revenue_matches_oracle", "elapsed_s")
 
 
 @app.command()

@@ -9,7 +9,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -25,11 +25,21 @@ from txmq.client._core import (
     ensure_msg_id,
     send_request_header,
     send_result,
+    set_delay_level,
 )
-from txmq.errors import BrokerUnavailable, ConfigError, MessageTooLarge, ProtocolError, RequestTimeout
+from txmq.errors import (
+    BrokerUnavailable,
+    ConfigError,
+    MessageTooLarge,
+    ProtocolError,
+    RemoteError,
+    RequestTimeout,
+    ResponseCode,
+)
 from txmq.protocol import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -290,14 +300,21 @@ class AsyncProducer(_Client):
         if len(msg.body) > self.max_message_size:
             raise MessageTooLarge(f"body of {len(msg.body)} bytes exceeds {self.max_message_size}")
 
-    async def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
+    async def send(self, msg: Message, queue_id: int | None = None, *,
+                   delay_level: int = 0) -> SendResult:
         """Send one message; returns after the broker stored it (durably, with SYNC_FLUSH).
+
+        ``delay_level`` > 0 makes it a delay message (property ``DELAY``): consumers see it after
+        that level's delay (``message_delay_level``: 1 = 1 s … 18 = 2 h by default; higher levels
+        are clamped to the last one).
 
         Raises:
             MessageTooLarge, ConfigError: refused locally, nothing sent.
             RemoteError: the broker refused it (unknown topic, disk full, …).
             BrokerUnavailable, RequestTimeout: outcome unknown; the message may have been stored.
         """
+        if delay_level:
+            set_delay_level(msg, delay_level)
         self._validate(msg)
         ensure_msg_id(msg, self._ids)
         qid = await self._select_queue(msg.topic, queue_id)
@@ -333,9 +350,13 @@ class TransactionListener(Protocol):
     worker thread, so it must be thread-safe (open its own database connection).
     """
 
-    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState: ...
+    def execute_local_transaction(
+        self, msg: Message, arg: Any
+    ) -> LocalTransactionState | Awaitable[LocalTransactionState]: ...
 
-    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState: ...
+    def check_local_transaction(
+        self, msg: MessageExt
+    ) -> LocalTransactionState | Awaitable[LocalTransactionState]: ...
 
 
 _END_TYPE = {
@@ -353,36 +374,97 @@ class AsyncTransactionProducer(AsyncProducer):
         endpoints: broker address.
         listener: the :class:`TransactionListener`.
         check_threads: how many check-backs run at once.
+        oneway_end: send END_TRANSACTION one-way like RocketMQ's ``endTransactionOneway`` (faster;
+            the result's ``outcome`` is then "SENT"). By default the broker's recorded outcome is
+            awaited, so a returned COMMIT is durable and visible.
     """
 
     def __init__(self, group: str, endpoints: str, listener: TransactionListener, *,
-                 check_threads: int = 4, **kw: Any) -> None:
+                 check_threads: int = 4, oneway_end: bool = False, **kw: Any) -> None:
         super().__init__(group, endpoints, **kw)
         self.listener = listener
+        self.oneway_end = oneway_end
+        self._ends: list[tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = []
         self._check_sem = asyncio.Semaphore(check_threads)
         self._check_tasks: set[asyncio.Task[None]] = set()
         self.checks_answered = 0
 
     async def send_half(self, msg: Message, queue_id: int | None = None) -> SendResult:
-        """Store ``msg`` as a half message (invisible until committed)."""
+        """Store ``msg`` as a half message (invisible until committed).
+
+        Every call gives the message a fresh id (``UNIQ_KEY``, also the transaction id): a retry of
+        the same ``Message`` after a failed send must not share its id with a half message the
+        broker may have stored anyway, or a check-back that finds the id in the local transaction
+        log would commit both.
+        """
         msg.properties = {**msg.properties, PROPERTY_TRANSACTION_PREPARED: "true",
-                          PROPERTY_PRODUCER_GROUP: self.group}
+                          PROPERTY_PRODUCER_GROUP: self.group, PROPERTY_UNIQ_KEY: self._ids.next()}
         return await self.send(msg, queue_id)
 
+    async def send_half_batch(self, msgs: list[Message], queue_id: int | None = None) -> SendResult:
+        """Store several half messages of one topic in one request, contiguous in the half queue
+        (the result names the first; the rest follow). Ending them one by one needs each one's
+        offsets, so this is for callers that settle a whole batch at once (the Spark sink)."""
+        for m in msgs:
+            m.properties = {**m.properties, PROPERTY_TRANSACTION_PREPARED: "true",
+                            PROPERTY_PRODUCER_GROUP: self.group, PROPERTY_UNIQ_KEY: self._ids.next()}
+        return await self.send_batch(msgs, queue_id)
+
     async def end_transaction(self, half: SendResult, state: LocalTransactionState) -> str:
-        """Tell the broker the local outcome; returns its recorded outcome (or "UNKNOWN_END" when
-        the request failed: check-back will settle it)."""
+        """Tell the broker the local outcome; returns its recorded outcome ("COMMIT", "ROLLBACK",
+        "PENDING" for UNKNOWN), "SENT" with ``oneway_end`` (RocketMQ ``endTransactionOneway``: no
+        answer awaited), or "UNKNOWN_END" when the request failed (check-back will settle it)."""
         h = EndTransactionRequestHeader(
             producer_group=self.group, tran_state_table_offset=half.queue_offset,
             commit_log_offset=half.commit_log_offset, commit_or_rollback=_END_TYPE[state],
             msg_id=half.msg_id, transaction_id=half.msg_id)
         try:
-            resp = check_response(await self.call(RequestCode.END_TRANSACTION, to_ext(h)))
+            if self.oneway_end:
+                (await self._connection()).oneway(RequestCode.END_TRANSACTION, to_ext(h))
+                return "SENT"
+            item = await self._batched_end(to_ext(h))
         except (BrokerUnavailable, RequestTimeout) as exc:
             log.warning("end transaction of %s not acknowledged (%s); check-back will settle it",
                         half.msg_id, exc)
             return "UNKNOWN_END"
-        return str(resp.ext.get("outcome", ""))
+        if item.get("code", 0) != ResponseCode.SUCCESS:
+            raise RemoteError(int(item["code"]), str(item.get("remark", "")))
+        return str(item.get("outcome", ""))
+
+    async def _batched_end(self, ext: dict[str, Any]) -> dict[str, Any]:
+        """Queue an end request; all ends queued in one event-loop turn go in one
+        END_TRANSACTION_BATCH request (at most ``limits.BATCH_MESSAGES_MAX``)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self._ends.append((ext, fut))
+        if len(self._ends) == 1:
+            loop.call_soon(self._spawn_end_flush)
+        return await fut
+
+    def _spawn_end_flush(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._flush_ends())
+        self._check_tasks.add(task)
+        task.add_done_callback(self._check_tasks.discard)
+
+    async def _flush_ends(self) -> None:
+        batch = self._ends[: limits.BATCH_MESSAGES_MAX]
+        self._ends = self._ends[limits.BATCH_MESSAGES_MAX :]
+        if self._ends:
+            asyncio.get_running_loop().call_soon(self._spawn_end_flush)
+        try:
+            body = msgspec.msgpack.encode([ext for ext, _ in batch])
+            resp = check_response(await self.call(RequestCode.END_TRANSACTION_BATCH, body=body))
+            items = msgspec.msgpack.decode(resp.body, type=list[dict[str, Any]])
+            if len(items) != len(batch):
+                raise ProtocolError(f"{len(items)} answers to {len(batch)} end requests")
+        except Exception as exc:
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for (_, fut), item in zip(batch, items, strict=True):
+            if not fut.done():
+                fut.set_result(item)
 
     async def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
         """Half message → local transaction → commit or rollback (RocketMQ

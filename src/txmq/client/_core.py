@@ -7,19 +7,22 @@ from __future__ import annotations
 
 from enum import Enum, IntEnum
 from itertools import count
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
-from txmq.errors import RemoteError, ResponseCode
+from txmq import limits
+from txmq.errors import ConfigError, RemoteError, ResponseCode
 from txmq.protocol import (
     FLAG_ONEWAY,
+    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_UNIQ_KEY,
     Command,
     FrameDecoder,
     Message,
     MessageExt,
+    MessageQueue,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
     encode_command,
@@ -28,9 +31,12 @@ from txmq.protocol import (
 )
 
 __all__ = [
+    "ConsumeFromWhere",
+    "ConsumeOrderlyStatus",
     "ConsumeStatus",
     "LocalTransactionState",
     "MessageIdGenerator",
+    "MessageModel",
     "ProcessQueue",
     "PullResult",
     "PullStatus",
@@ -38,10 +44,19 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "TransactionSendResult",
+    "allocate",
     "allocate_averagely",
+    "batches",
     "check_response",
+    "decode_local_offsets",
+    "encode_local_offsets",
+    "is_consumed",
+    "orderly_failure",
+    "rebalance_plan",
     "restore_retry_topic",
     "send_request_header",
+    "set_delay_level",
+    "start_offset_source",
 ]
 
 
@@ -54,10 +69,29 @@ class LocalTransactionState(Enum):
 
 
 class ConsumeStatus(Enum):
-    """A listener's verdict (RocketMQ ``ConsumeConcurrentlyStatus``)."""
+    """A listener's verdict (RocketMQ ``ConsumeConcurrentlyStatus``).
+
+    An orderly listener may return it too: ``RECONSUME_LATER`` then means
+    ``SUSPEND_CURRENT_QUEUE_A_MOMENT``.
+    """
 
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class ConsumeOrderlyStatus(Enum):
+    """An orderly listener's verdict (RocketMQ ``ConsumeOrderlyStatus``)."""
+
+    SUCCESS = "SUCCESS"
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+
+
+MessageModel = Literal["CLUSTERING", "BROADCASTING"]
+"""Clustering: a group's members share the queues. Broadcasting: every member gets every message."""
+
+ConsumeFromWhere = Literal["CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
+                           "CONSUME_FROM_TIMESTAMP"]
+"""Where a group with no stored offset starts (RocketMQ ``ConsumeFromWhere``)."""
 
 
 class SendStatus(IntEnum):
@@ -174,6 +208,15 @@ def ensure_msg_id(msg: Message, ids: MessageIdGenerator) -> str:
     return msg.properties[PROPERTY_UNIQ_KEY]
 
 
+def set_delay_level(msg: Message, level: int) -> None:
+    """Make ``msg`` a delay message of ``level`` (RocketMQ ``Message.setDelayTimeLevel``, property
+    ``DELAY``). Raises ConfigError for a negative level; 0 clears it."""
+    if level < 0:
+        raise ConfigError(f"delay level {level} is negative")
+    props = {k: v for k, v in msg.properties.items() if k != PROPERTY_DELAY_TIME_LEVEL}
+    msg.properties = {**props, PROPERTY_DELAY_TIME_LEVEL: str(level)} if level else props
+
+
 def allocate_averagely(queues: list[int], client_ids: list[str], me: str) -> list[int]:
     """The queues ``me`` consumes (RocketMQ ``AllocateMessageQueueAveragely``).
 
@@ -196,6 +239,30 @@ def allocate_averagely(queues: list[int], client_ids: list[str], me: str) -> lis
     return [mqs[(start + i) % len(mqs)] for i in range(max(n, 0))]
 
 
+def allocate(queue_nums: dict[str, int], client_ids: list[str], me: str,
+             message_model: MessageModel) -> set[MessageQueue]:
+    """Every queue ``me`` should consume: all of them when broadcasting, else its average share of
+    each topic (RocketMQ ``RebalanceImpl.rebalanceByTopic``).
+
+    Args:
+        queue_nums: topic → queue count (the retry topic included when clustering).
+        client_ids: the group's members as the broker knows them; an empty list counts as ``[me]``.
+    """
+    out: set[MessageQueue] = set()
+    cids = client_ids or [me]
+    for topic, n in queue_nums.items():
+        qids = list(range(n))
+        mine = qids if message_model == "BROADCASTING" else allocate_averagely(qids, cids, me)
+        out.update(MessageQueue(topic, q) for q in mine)
+    return out
+
+
+def rebalance_plan(owned: set[MessageQueue], wanted: set[MessageQueue]
+                   ) -> tuple[list[MessageQueue], list[MessageQueue]]:
+    """``(drop, add)``: queues to stop consuming and queues to start, each sorted."""
+    return sorted(owned - wanted), sorted(wanted - owned)
+
+
 def restore_retry_topic(msg: MessageExt) -> MessageExt:
     """A message read from ``%RETRY%<group>`` shows its original topic to the listener."""
     original = msg.properties.get(PROPERTY_RETRY_TOPIC)
@@ -204,33 +271,137 @@ def restore_retry_topic(msg: MessageExt) -> MessageExt:
     return msg
 
 
+def is_consumed(status: object) -> bool:
+    """Whether a listener's return value means "consumed": ``CONSUME_SUCCESS`` or orderly
+    ``SUCCESS``. Anything else (``RECONSUME_LATER``, ``SUSPEND_CURRENT_QUEUE_A_MOMENT``, None, a
+    wrong type) is a failure, as in RocketMQ where a null status counts as RECONSUME_LATER."""
+    return status is ConsumeStatus.CONSUME_SUCCESS or status is ConsumeOrderlyStatus.SUCCESS
+
+
+def batches(msgs: list[MessageExt], size: int) -> list[list[MessageExt]]:
+    """``msgs`` cut into listener calls of at most ``size`` (``consumeMessageBatchMaxSize``)."""
+    assert size >= 1
+    return [msgs[i:i + size] for i in range(0, len(msgs), size)]
+
+
+def orderly_failure(msgs: list[MessageExt], max_reconsume_times: int) -> list[MessageExt]:
+    """Orderly mode after a failed call: the messages that used up their retries (they go to the
+    DLQ); every other message's ``reconsume_times`` is raised by one for the local retry
+    (RocketMQ ``ConsumeMessageOrderlyService.checkReconsumeTimes``)."""
+    dead = [m for m in msgs if m.reconsume_times >= max_reconsume_times]
+    for m in msgs:
+        if m.reconsume_times < max_reconsume_times:
+            m.reconsume_times += 1
+    return dead
+
+
+def start_offset_source(stored: int | None, topic: str, consume_from_where: ConsumeFromWhere
+                        ) -> int | Literal["min", "max", "timestamp"]:
+    """Where a queue's consumption starts: the stored offset, else per ``ConsumeFromWhere`` (which
+    only applies to a group with no offset). A retry topic always starts at its min offset."""
+    if stored is not None and stored >= 0:
+        return stored
+    if topic.startswith("%RETRY%") or consume_from_where == "CONSUME_FROM_FIRST_OFFSET":
+        return "min"
+    if consume_from_where == "CONSUME_FROM_TIMESTAMP":
+        return "timestamp"
+    return "max"
+
+
+def encode_local_offsets(offsets: dict[MessageQueue, int]) -> bytes:
+    """The local offset file of a broadcasting consumer (RocketMQ ``LocalFileOffsetStore``):
+    JSON ``{"offsetTable": {"<topic>@<queue id>": offset}}``."""
+    table = {f"{mq.topic}@{mq.queue_id}": off for mq, off in sorted(offsets.items())}
+    return msgspec.json.encode({"offsetTable": table})
+
+
+def decode_local_offsets(data: bytes) -> dict[MessageQueue, int]:
+    """Parse :func:`encode_local_offsets` output. Raises ConfigError when it does not parse."""
+    try:
+        raw = msgspec.json.decode(data, type=dict[str, dict[str, int]])
+        out: dict[MessageQueue, int] = {}
+        for key, off in raw.get("offsetTable", {}).items():
+            topic, _, qid = key.rpartition("@")
+            out[MessageQueue(topic, int(qid))] = off
+        return out
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+        raise ConfigError(f"local offset file does not parse: {exc}") from exc
+
+
 class ProcessQueue:
     """Messages of one queue pulled but not yet consumed (RocketMQ ``ProcessQueue``).
 
-    The offset safe to commit is the smallest in-flight queue offset, or the next pull offset when
-    nothing is in flight, so a committed offset never passes an unconsumed message (I7).
+    Messages are kept in queue-offset order. The offset safe to commit is the smallest cached
+    queue offset, or the next pull offset when nothing is cached, so a committed offset never
+    passes an unconsumed message (I7). ``next_offset`` is -1 until the start offset is known.
+    Orderly consumers also keep the queue's lock state here; times are monotonic ms.
     """
 
-    def __init__(self, next_offset: int) -> None:
+    def __init__(self, next_offset: int = -1) -> None:
         self.next_offset = next_offset
-        self._in_flight: dict[int, int] = {}  # queue offset -> body size
+        self._msgs: dict[int, MessageExt] = {}  # queue offset -> message, ascending
+        self._bytes = 0
         self.dropped = False
+        self.committed_offset = -1
+        self.locked = False
+        self.last_lock_ms = 0
+        self.lock_token: object = None
 
-    def put(self, msgs: list[MessageExt], next_offset: int) -> None:
-        for m in msgs:
-            self._in_flight[m.queue_offset] = len(m.body)
+    def put(self, msgs: list[MessageExt], next_offset: int) -> list[MessageExt]:
+        """Cache pulled messages; returns those not cached already. Sets the next pull offset."""
+        new = [m for m in msgs if m.queue_offset not in self._msgs]
+        for m in new:
+            self._msgs[m.queue_offset] = m
+            self._bytes += len(m.body)
         self.next_offset = next_offset
+        return new
 
-    def remove(self, queue_offset: int) -> None:
-        self._in_flight.pop(queue_offset, None)
+    def remove(self, msgs: list[MessageExt]) -> None:
+        """Forget consumed (or parked) messages."""
+        for m in msgs:
+            if self._msgs.pop(m.queue_offset, None) is not None:
+                self._bytes -= len(m.body)
 
     @property
     def cached_count(self) -> int:
-        return len(self._in_flight)
+        return len(self._msgs)
 
     @property
     def cached_bytes(self) -> int:
-        return sum(self._in_flight.values())
+        return self._bytes
+
+    @property
+    def span(self) -> int:
+        """Queue offsets between the first and the last cached message (0 when empty)."""
+        if not self._msgs:
+            return 0
+        return next(reversed(self._msgs)) - next(iter(self._msgs))
+
+    def is_full(self, count_max: int, bytes_max: int, span_max: int = 0) -> bool:
+        """Flow control: pulling pauses while any threshold is reached (``span_max`` 0: none)."""
+        return (len(self._msgs) >= count_max or self._bytes >= bytes_max
+                or (span_max > 0 and self.span >= span_max))
+
+    def head(self, n: int) -> list[MessageExt]:
+        """The first ``n`` cached messages in offset order (orderly mode takes them from here)."""
+        out: list[MessageExt] = []
+        for m in self._msgs.values():
+            if len(out) >= n:
+                break
+            out.append(m)
+        return out
 
     def commit_offset(self) -> int:
-        return min(self._in_flight) if self._in_flight else self.next_offset
+        """The offset to commit: smallest cached offset, else the next pull offset."""
+        return next(iter(self._msgs)) if self._msgs else self.next_offset
+
+    def on_locked(self, now_ms: int, token: object) -> None:
+        """The broker granted or renewed this queue's lock at ``now_ms`` over connection ``token``."""
+        self.locked, self.last_lock_ms, self.lock_token = True, now_ms, token
+
+    def lock_valid(self, now_ms: int, token: object,
+                   max_live_ms: int = limits.REBALANCE_LOCK_CLIENT_MAX_LIVE_TIME_MS) -> bool:
+        """Whether an orderly consumer may consume now: locked over the current connection
+        (``token``) and renewed within ``max_live_ms``."""
+        return (self.locked and self.lock_token is token and token is not None
+                and now_ms - self.last_lock_ms <= max_live_ms)

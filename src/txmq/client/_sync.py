@@ -10,16 +10,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal, Self, TypeVar
 
 from txmq import limits
+from txmq.client._admin import AsyncAdmin, ResendResult
 from txmq.client._async import AsyncProducer, AsyncTransactionProducer, TransactionListener
-from txmq.client._consumer import AsyncPullConsumer, AsyncPushConsumer, MessageListener
-from txmq.client._core import LocalTransactionState, PullResult, SendResult, TransactionSendResult
-from txmq.protocol import Message
+from txmq.client._consumer import AsyncPushConsumer, MessageListener
+from txmq.client._core import (
+    LocalTransactionState,
+    PullResult,
+    SendResult,
+    TransactionSendResult,
+    check_response,
+)
+from txmq.client._pull import AsyncPullConsumer
+from txmq.protocol import (
+    Command,
+    ConsumerGroupInfo,
+    Message,
+    MessageExt,
+    MessageQueue,
+    QueueConsumeStats,
+    RequestCode,
+    ResetOffsetEntry,
+)
 
-__all__ = ["Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
+__all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
 
 log = logging.getLogger("txmq.client")
 T = TypeVar("T")
@@ -79,6 +96,14 @@ class _SyncClient:
     def client_id(self) -> str:
         return str(self._a.client_id)
 
+    def request(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> Command:
+        """One raw request (admin tools); returns the response, raising RemoteError on an error code.
+
+        Raises:
+            RemoteError, BrokerUnavailable, RequestTimeout.
+        """
+        return check_response(self._run(self._a.call(code, ext or {}, body)))
+
     def create_topic(self, topic: str, queue_nums: int = limits.DEFAULT_QUEUE_NUMS) -> int:
         """Create a topic on the broker (admin). Returns its queue count."""
         return int(self._run(self._a.create_topic(topic, queue_nums)))
@@ -100,9 +125,9 @@ class Producer(_SyncClient):
         super().__init__()
         self._a = self._lt.run(_make(AsyncProducer, group, endpoints, **kw))
 
-    def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
+    def send(self, msg: Message, queue_id: int | None = None, *, delay_level: int = 0) -> SendResult:
         """See :meth:`AsyncProducer.send`."""
-        return self._run(self._a.send(msg, queue_id))
+        return self._run(self._a.send(msg, queue_id, delay_level=delay_level))
 
     def send_batch(self, msgs: list[Message], queue_id: int | None = None) -> SendResult:
         """See :meth:`AsyncProducer.send_batch`."""
@@ -131,7 +156,11 @@ class TransactionProducer(Producer):
         """
         half = self._run(self._a.send_half(msg))
         try:
-            state = self.listener.execute_local_transaction(msg, arg)
+            result = self.listener.execute_local_transaction(msg, arg)
+            if not isinstance(result, LocalTransactionState):
+                raise TypeError("the sync TransactionProducer needs a sync listener; "
+                                "use AsyncTransactionProducer for coroutine listeners")
+            state = result
         except Exception:
             log.exception("local transaction of %s raised; state UNKNOWN", half.msg_id)
             state = LocalTransactionState.UNKNOWN
@@ -141,7 +170,10 @@ class TransactionProducer(Producer):
 
 
 class PushConsumer(_SyncClient):
-    """Sync :class:`~txmq.client.AsyncPushConsumer`; the listener runs in worker threads."""
+    """Sync :class:`~txmq.client.AsyncPushConsumer` (same arguments); the listener runs in the
+    consumer's thread pool."""
+
+    _a: AsyncPushConsumer
 
     def __init__(self, group: str, endpoints: str, listener: MessageListener, *,
                  message_model: Literal["CLUSTERING", "BROADCASTING"] = "CLUSTERING",
@@ -151,11 +183,17 @@ class PushConsumer(_SyncClient):
                                      message_model=message_model, **kw))
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume ``topic`` filtered by a tag expression (``*`` or ``TagA || TagB``)."""
         self._a.subscribe(topic, expression)
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this member consumes now."""
+        return self._run(_on_loop(self._a.assignment))
 
 
 class PullConsumer(_SyncClient):
-    """Sync :class:`~txmq.client.AsyncPullConsumer`: read queues by explicit offsets."""
+    """Sync :class:`~txmq.client.AsyncPullConsumer`: explicit offsets, or assign/subscribe with
+    poll, seek and commit."""
 
     _a: AsyncPullConsumer
 
@@ -172,6 +210,10 @@ class PullConsumer(_SyncClient):
     def max_offset(self, topic: str, queue_id: int) -> int:
         return int(self._run(self._a.max_offset(topic, queue_id)))
 
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """See :meth:`AsyncPullConsumer.search_offset`."""
+        return int(self._run(self._a.search_offset(topic, queue_id, timestamp_ms)))
+
     def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32) -> PullResult:
         return self._run(self._a.pull(topic, queue_id, offset, max_nums))
 
@@ -181,13 +223,78 @@ class PullConsumer(_SyncClient):
     def fetch_consumer_offset(self, topic: str, queue_id: int) -> int | None:
         return self._run(self._a.fetch_consumer_offset(topic, queue_id))
 
+    def assign(self, queues: list[MessageQueue] | list[tuple[str, int]]) -> None:
+        """See :meth:`AsyncPullConsumer.assign`."""
+        self._a.assign(queues)
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """See :meth:`AsyncPullConsumer.subscribe` (call before :meth:`start`)."""
+        self._a.subscribe(topic, expression)
+
+    def assignment(self) -> list[MessageQueue]:
+        return self._run(_on_loop(self._a.assignment))
+
+    def poll(self, timeout_ms: int = 5_000) -> list[MessageExt]:
+        """See :meth:`AsyncPullConsumer.poll`."""
+        return self._run(self._a.poll(timeout_ms))
+
+    def seek(self, topic: str, queue_id: int, offset: int) -> None:
+        self._a.seek(topic, queue_id, offset)
+
+    def seek_to_begin(self, topic: str, queue_id: int) -> None:
+        self._run(self._a.seek_to_begin(topic, queue_id))
+
+    def seek_to_end(self, topic: str, queue_id: int) -> None:
+        self._run(self._a.seek_to_end(topic, queue_id))
+
+    def position(self, topic: str, queue_id: int) -> int:
+        return self._run(self._a.position(topic, queue_id))
+
+    def committed(self, topic: str, queue_id: int) -> int | None:
+        return self._run(self._a.committed(topic, queue_id))
+
+    def commit(self) -> None:
+        """Commit the current position of every assigned queue."""
+        self._run(self._a.commit())
+
     def transaction_stats(self) -> dict[str, int]:
         """Counts of the broker's transaction index (pending, COMMIT, ROLLBACK, checks …)."""
-        from txmq.client._core import check_response
-        from txmq.protocol import RequestCode
+        r = self.request(RequestCode.GET_TRANSACTION_STATS)
+        return {k: int(v) for k, v in r.ext.items()}
 
-        r = self._run(self._a.call(RequestCode.GET_TRANSACTION_STATS))
-        return {k: int(v) for k, v in check_response(r).ext.items()}
+
+class Admin(_SyncClient):
+    """Sync :class:`~txmq.client.AsyncAdmin`: consumer groups, lag, offset reset, DLQ."""
+
+    _a: AsyncAdmin
+
+    def __init__(self, endpoints: str, **kw: Any) -> None:
+        super().__init__()
+        self._a = self._lt.run(_make(AsyncAdmin, endpoints, **kw))
+
+    def groups(self) -> list[ConsumerGroupInfo]:
+        return self._run(self._a.groups())
+
+    def consume_stats(self, group: str, topic: str = "") -> list[QueueConsumeStats]:
+        return self._run(self._a.consume_stats(group, topic))
+
+    def reset_offset(self, group: str, topic: str, *, timestamp_ms: int | None = None,
+                     offset: int | None = None, queue_id: int | None = None) -> list[ResetOffsetEntry]:
+        """See :meth:`AsyncAdmin.reset_offset`."""
+        return self._run(self._a.reset_offset(group, topic, timestamp_ms=timestamp_ms, offset=offset,
+                                              queue_id=queue_id))
+
+    def dlq_messages(self, group: str, limit: int = 100_000) -> list[MessageExt]:
+        return self._run(self._a.dlq_messages(group, limit))
+
+    def resend_dlq(self, group: str, msg_ids: list[str] | None = None) -> list[ResendResult]:
+        """See :meth:`AsyncAdmin.resend_dlq`."""
+        return self._run(self._a.resend_dlq(group, msg_ids))
+
+
+async def _on_loop(fn: Callable[[], T]) -> T:
+    """Run a plain method of an async client on its loop thread (it reads loop-owned state)."""
+    return fn()
 
 
 async def _make(cls: type[T], *args: Any, **kw: Any) -> T:

@@ -8,6 +8,9 @@ A multiplicative hash spreads the keys (TPC-H order keys are sparse) over 10,000
 | 500 – 999     | 5 %   | local transaction commits but returns UNKNOWN (check-back settles) |
 | 1000 – 1019   | 0.2 % | producer killed with SIGKILL after the half message is stored:     |
 |               |       | 1000–1009 after the local commit, 1010–1019 before it              |
+| 1020 – 1219   | 2 %   | committed normally, but the ledger rejects the order every time:   |
+|               |       | after 10 attempts it emits a ROLLBACK event (local message table)  |
+|               |       | and the order service compensates by cancelling the order          |
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ class Fault(Enum):
     UNKNOWN = "unknown"
     CRASH_AFTER_COMMIT = "crash_after_commit"
     CRASH_BEFORE_COMMIT = "crash_before_commit"
+    LEDGER_REJECT = "ledger_reject"
 
 
 def _bucket(orderkey: int) -> int:
@@ -40,4 +44,6 @@ def fault_of(orderkey: int) -> Fault:
         return Fault.UNKNOWN
     if b < 1020:
         return Fault.CRASH_AFTER_COMMIT if b < 1010 else Fault.CRASH_BEFORE_COMMIT
+    if b < 1220:
+        return Fault.LEDGER_REJECT
     return Fault.NONE

@@ -1,9 +1,14 @@
 """``txmq demo``: TPC-H orders as transactional messages into a ledger and a Spark pipeline.
 
-Stages: generate TPC-H data → start a broker → start the ledger (2 consumer processes) → run the
-order service (3+ producer processes, with deterministic rollbacks, UNKNOWNs and SIGKILLs) → wait
-until every half message is settled → wait until the ledger has caught up → run the Spark
-Structured Streaming query (``Trigger.AvailableNow``) → verify against the order database.
+Stages: generate TPC-H data → start a broker → start the ledger (2 consumer processes behind the
+local message table's inbox) and the order service's compensation consumer → run the order service
+(3+ producer processes, with deterministic rollbacks, UNKNOWNs and SIGKILLs) → wait until every half
+message is settled → wait until the ledger has caught up → wait until every order the ledger
+rejected came back as a ROLLBACK event and was cancelled → run the Spark Structured Streaming query
+(``Trigger.AvailableNow``) over the order and rollback topics → verify against the order database.
+
+The demo's broker retries failed deliveries after 200 ms at every delay level (RocketMQ's levels
+would make the ledger's ten attempts at a rejected order take about ten minutes).
 """
 
 from __future__ import annotations
@@ -31,8 +36,13 @@ __all__ = ["DemoError", "DemoOptions", "run_demo"]
 
 TOPIC = "orders"
 TOPIC_QUEUES = 4
+ROLLBACK_TOPIC = order_service.ROLLBACK_TOPIC
+ROLLBACK_TOPIC_QUEUES = 2
 SETTLE_TIMEOUT_S = 180.0
 LEDGER_TIMEOUT_S = 120.0
+COMPENSATE_TIMEOUT_S = 120.0
+DELAY_LEVELS = " ".join(["200ms"] * 18)
+"""The demo broker's ``message_delay_level``: every retry after 200 ms."""
 
 
 class DemoError(TxmqError):
@@ -54,6 +64,7 @@ class DemoOptions:
     ledgers: int = 2
     transaction_timeout_ms: int = 1000
     transaction_check_interval_ms: int = 1000
+    message_delay_level: str = DELAY_LEVELS
 
 
 class _Stages:
@@ -102,15 +113,17 @@ def _start_broker(opts: DemoOptions) -> tuple[str, Callable[[], None]]:
     if opts.broker:
         with PullConsumer(opts.broker) as pc:
             pc.create_topic(TOPIC, TOPIC_QUEUES)
+            pc.create_topic(ROLLBACK_TOPIC, ROLLBACK_TOPIC_QUEUES)
         return opts.broker, lambda: None
     from txmq.testing import BrokerProcess
 
     bp = BrokerProcess(
         opts.run_dir / "broker",
         {
-            "topics": {TOPIC: TOPIC_QUEUES},
+            "topics": {TOPIC: TOPIC_QUEUES, ROLLBACK_TOPIC: ROLLBACK_TOPIC_QUEUES},
             "transaction_timeout_ms": opts.transaction_timeout_ms,
             "transaction_check_interval_ms": opts.transaction_check_interval_ms,
+            "message_delay_level": opts.message_delay_level,
         },
     )
     bp.start()
@@ -222,6 +235,21 @@ def _wait_ledger(db: Path, expected: set[int], progress: Progress) -> tuple[set[
         time.sleep(0.25)
 
 
+def _wait_compensated(order_db: Path, expected: set[int], progress: Progress) -> set[int]:
+    """Wait until the orders the ledger rejects are cancelled; returns the cancelled order keys."""
+    task = progress.add_task("orders: compensated", total=len(expected))
+    deadline = time.monotonic() + COMPENSATE_TIMEOUT_S
+    while True:
+        cancelled = orderdb.committed_orderkeys(order_db) - orderdb.committed_orderkeys(
+            order_db, include_cancelled=False)
+        progress.update(task, completed=len(cancelled & expected))
+        if expected <= cancelled or time.monotonic() > deadline:
+            time.sleep(1.0)  # a late duplicate rollback would show now
+            return orderdb.committed_orderkeys(order_db) - orderdb.committed_orderkeys(
+                order_db, include_cancelled=False)
+        time.sleep(0.25)
+
+
 def _spark_stage(opts: DemoOptions, endpoints: str, order_db: Path, progress: Progress) -> dict[str, Any]:
     from txmq import spark as txspark
     from txmq.spark import pipeline
@@ -233,7 +261,7 @@ def _spark_stage(opts: DemoOptions, endpoints: str, order_db: Path, progress: Pr
         stream = (
             spark.readStream.format("txmq")
             .option("endpoints", endpoints)
-            .option("topic", TOPIC)
+            .option("topic", f"{TOPIC},{ROLLBACK_TOPIC}")
             .option("startingOffsets", "earliest")
             .load()
         )
@@ -245,7 +273,8 @@ def _spark_stage(opts: DemoOptions, endpoints: str, order_db: Path, progress: Pr
         q1_df = pipeline.q1(spark, out)
         rev_df = pipeline.revenue_by_orderdate(spark, out)
         pipeline.write_results(q1_df, rev_df, opts.run_dir / "spark")
-        keys = {r[0] for r in spark.read.parquet(str(out)).select("o_orderkey").distinct().collect()}
+        live = pipeline.committed_lineitems(spark, out)  # committed minus compensated
+        keys = {r[0] for r in live.select("o_orderkey").distinct().collect()}
         q1_rows, rev_rows = pipeline.collect_rows(q1_df), pipeline.collect_rows(rev_df)
     finally:
         spark.stop()
@@ -280,6 +309,11 @@ def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
         )
         for i in range(opts.ledgers)
     ]
+    compensator = ServiceProcess(
+        "txmq.demo.order_service",
+        ["--endpoints", endpoints, "--db", str(order_db), "--compensate"],
+        opts.run_dir / "logs" / "compensation.log",
+    )
     producers: list[ServiceProcess] = []
     try:
         with _progress(console) as progress:
@@ -292,16 +326,20 @@ def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
             for p in producers:
                 p.terminate()
             committed = orderdb.committed_orderkeys(order_db)
+            rejected = {k for k in committed if fault_of(k) is Fault.LEDGER_REJECT}
             with stage("ledger"):
-                received, dups = _wait_ledger(ledger_db, committed, progress)
-            for p in ledgers:
+                received, dups = _wait_ledger(ledger_db, committed - rejected, progress)
+            with stage("compensate"):
+                cancelled = _wait_compensated(order_db, rejected, progress)
+            for p in [*ledgers, compensator]:
                 p.terminate()
             with stage("spark"):
                 spark = _spark_stage(opts, endpoints, order_db, progress)
     finally:
-        for p in producers + ledgers:
+        for p in [*producers, *ledgers, compensator]:
             p.terminate()
         stop_broker()
+    comp = {"rejected": rejected, "cancelled": cancelled, **ledger.ledger_rejected(ledger_db)}
     return _report(
         opts,
         orders,
@@ -312,9 +350,26 @@ def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
         received,
         dups,
         spark,
+        comp,
         stage.seconds,
         time.monotonic() - t0,
     )
+
+
+def _compensation_report(committed: set[int], received: set[int],
+                         comp: dict[str, set[int]]) -> dict[str, Any]:
+    """The local message table's part: rejected by the ledger → ROLLBACK event → cancelled."""
+    rejected, cancelled = comp["rejected"], comp["cancelled"]
+    return {
+        "ledger_rejected": len(comp["given_up"]),
+        "rollback_events_sent": len(comp["rollback_sent"]),
+        "compensated": len(cancelled),
+        "rejects_planned": len(rejected),
+        "uncompensated": len(rejected - cancelled),
+        "wrongly_cancelled": len(cancelled - rejected),
+        "lost": len(committed - rejected - received),
+        "phantom": len(received - (committed - rejected)),
+    }
 
 
 def _report(
@@ -327,6 +382,7 @@ def _report(
     received: set[int],
     dups: int,
     spark: dict[str, Any],
+    comp: dict[str, set[int]],
     stages: dict[str, float],
     elapsed: float,
 ) -> dict[str, Any]:
@@ -337,6 +393,8 @@ def _report(
         for o in orders
         if fault_of(o.o_orderkey) in (Fault.CRASH_AFTER_COMMIT, Fault.CRASH_BEFORE_COMMIT)
     }
+    delivered = received | comp["cancelled"]  # booked by the ledger, or rejected and compensated
+    live = committed - comp["cancelled"]  # committed minus compensated: what Spark must show
     report: dict[str, Any] = {
         "sf": opts.sf,
         "orders_total": len(orders),
@@ -344,9 +402,9 @@ def _report(
         "rolled_back": stats["ROLLBACK"],
         "discarded": stats["DISCARD"],
         "unknown_returned": len(unknown_keys),
-        "unknown_resolved_by_check": len(unknown_keys & committed & received),
+        "unknown_resolved_by_check": len(unknown_keys & committed & delivered),
         "producer_crashes": crashes,
-        "crash_orders_committed_by_check": len(crash_keys & committed & received),
+        "crash_orders_committed_by_check": len(crash_keys & committed & delivered),
         "crash_orders_rolled_back_by_check": len(crash_keys - committed),
         "resent_after_crash": sum(1 for n in prog.attempted.values() if n > 1),
         "orders_never_settled": len(set(prog.attempted) - set(prog.done) - crash_keys),
@@ -356,11 +414,10 @@ def _report(
         "duplicate_end_requests": stats["duplicate_ends"],
         "ledger_received_distinct": len(received),
         "ledger_duplicates": dups,
-        "lost": len(committed - received),
-        "phantom": len(received - committed),
+        **_compensation_report(committed, received, comp),
         "spark_orders": len(spark["orderkeys"]),
-        "spark_missing": len(committed - spark["orderkeys"]),
-        "spark_phantom": len(spark["orderkeys"] - committed),
+        "spark_missing": len(live - spark["orderkeys"]),
+        "spark_phantom": len(spark["orderkeys"] - live),
         "q1_matches_oracle": not spark["q1_diffs"],
         "revenue_matches_oracle": not spark["revenue_diffs"],
         "q1_diffs": spark["q1_diffs"][:20],
@@ -371,9 +428,13 @@ def _report(
         "run_dir": str(opts.run_dir),
     }
     report["consistent"] = (
-        report["lost"] == 0
+        report["committed"] > 0
+        and report["lost"] == 0
         and report["phantom"] == 0
-        and report["spark_orders"] == report["committed"]
+        and report["ledger_rejected"] == report["compensated"] == report["rejects_planned"]
+        and report["uncompensated"] == 0
+        and report["wrongly_cancelled"] == 0
+        and report["spark_orders"] == len(live)
         and report["spark_missing"] == 0
         and report["q1_matches_oracle"]
         and report["revenue_matches_oracle"]

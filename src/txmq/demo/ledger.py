@@ -1,8 +1,13 @@
-"""The demo's downstream ledger service: a push consumer of group ``ledger`` (clustering).
+"""The demo's downstream ledger service: a push consumer of group ``ledger`` (clustering) behind the
+local message table's inbox (:class:`txmq.outbox.CommitListener`).
 
-Run as ``python -m txmq.demo.ledger --endpoints E --db ledger.db``. Each received order key is
-inserted into ``received``; a redelivered key hits the primary key and is counted in
-``duplicates`` instead of being applied twice. Stops cleanly on SIGTERM.
+Run as ``python -m txmq.demo.ledger --endpoints E --db ledger.db``. For each delivered order the
+inbox row and the ``received`` row commit in one SQLite transaction, so a redelivery is recognised by
+the inbox's unique key and acknowledged without booking twice (counted in ``duplicates``). The
+ledger permanently rejects the orders :func:`txmq.demo._faults.fault_of` marks ``LEDGER_REJECT``:
+after 10 failed deliveries the inbox writes a ROLLBACK event into the ledger's own outbox, and this
+process's relay ships it to ``orders-rollback``, where the order service compensates. Stops cleanly
+on SIGTERM.
 """
 
 from __future__ import annotations
@@ -10,66 +15,101 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sqlite3
 import threading
 from pathlib import Path
 
-from txmq.client import ConsumeStatus, MessageExt, PushConsumer
+import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-__all__ = ["LEDGER_GROUP", "init_db", "ledger_counts", "main"]
+from txmq import outbox
+from txmq.client import Producer
+from txmq.demo._faults import Fault, fault_of
+from txmq.outbox import EventStatus, InboxEvent
+
+__all__ = ["APP_ID", "LEDGER_GROUP", "LedgerRejected", "init_db", "ledger_counts", "ledger_rejected", "main"]
 
 LEDGER_GROUP = "ledger"
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS received (orderkey INTEGER PRIMARY KEY, msg_id TEXT NOT NULL,
-                                     queue_id INTEGER NOT NULL, queue_offset INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS duplicates (orderkey INTEGER NOT NULL, msg_id TEXT NOT NULL);
-"""
+APP_ID = "order-service"
+"""The app id of the orders the ledger consumes (the order service sends plain transactional
+messages, so the inbox keys them by this app id, the order key and the message id)."""
+
+_METADATA = sa.MetaData()
+_RECEIVED = sa.Table("received", _METADATA,
+                     sa.Column("orderkey", sa.Integer, primary_key=True),
+                     sa.Column("msg_id", sa.Text, nullable=False),
+                     sa.Column("queue_id", sa.Integer, nullable=False),
+                     sa.Column("queue_offset", sa.Integer, nullable=False))
+_DUPLICATES = sa.Table("duplicates", _METADATA,
+                       sa.Column("orderkey", sa.Integer, nullable=False),
+                       sa.Column("msg_id", sa.Text, nullable=False))
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=60, isolation_level="IMMEDIATE", check_same_thread=False)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    return conn
+_BOOK = sqlite_insert(_RECEIVED).on_conflict_do_nothing()
+
+
+class LedgerRejected(Exception):
+    """The ledger refuses this order (the demo's deterministic ``LEDGER_REJECT`` fault)."""
+
+
+def _engine(path: Path) -> sa.Engine:
+    return outbox.create_sqlite_engine(path)
 
 
 def init_db(path: Path) -> None:
-    conn = _connect(path)
-    conn.executescript(_SCHEMA)
-    conn.close()
+    """Create ``received``, ``duplicates`` and the outbox/inbox tables if missing."""
+    engine = _engine(path)
+    try:
+        _METADATA.create_all(engine)
+        outbox.init_db(engine)
+    finally:
+        engine.dispose()
 
 
 def ledger_counts(path: Path) -> tuple[set[int], int]:
     """``(distinct order keys received, duplicate deliveries)``."""
-    conn = _connect(path)
+    engine = _engine(path)
     try:
-        keys = {r[0] for r in conn.execute("SELECT orderkey FROM received")}
-        dups = conn.execute("SELECT count(*) FROM duplicates").fetchone()[0]
+        with engine.connect() as conn:
+            keys = set(conn.execute(sa.select(_RECEIVED.c.orderkey)).scalars())
+            dups = conn.execute(sa.select(sa.func.count()).select_from(_DUPLICATES)).scalar_one()
         return keys, int(dups)
     finally:
-        conn.close()
+        engine.dispose()
 
 
-class _Ledger:
-    def __init__(self, db: Path) -> None:
-        self.db = db
-        self._local = threading.local()
+def ledger_rejected(path: Path) -> dict[str, set[int]]:
+    """Order keys the ledger gave up on: ``{"given_up": inbox rows CONSUME_MAX_RECONSUMETIMES,
+    "rollback_sent": ROLLBACK events the relay has sent}``."""
+    engine = _engine(path)
+    t = outbox.DEFAULT_TABLES
+    try:
+        with engine.connect() as conn:
+            given_up = conn.execute(sa.select(t.inbox.c.biz_key).where(
+                t.inbox.c.status == EventStatus.CONSUME_MAX_RECONSUMETIMES.value)).scalars()
+            sent = conn.execute(sa.select(t.outbox.c.biz_key).where(
+                t.outbox.c.tx_type == "ROLLBACK",
+                t.outbox.c.status == EventStatus.PRODUCE_PROCESSED.value)).scalars()
+            return {"given_up": {int(k) for k in given_up}, "rollback_sent": {int(k) for k in sent}}
+    finally:
+        engine.dispose()
 
-    def __call__(self, msgs: list[MessageExt]) -> ConsumeStatus:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = _connect(self.db)
-        with conn:
-            for m in msgs:
-                key = int(m.keys.split()[0])
-                try:
-                    conn.execute(
-                        "INSERT INTO received VALUES (?, ?, ?, ?)",
-                        (key, m.msg_id, m.queue_id, m.queue_offset),
-                    )
-                except sqlite3.IntegrityError:
-                    conn.execute("INSERT INTO duplicates VALUES (?, ?)", (key, m.msg_id))
-        return ConsumeStatus.CONSUME_SUCCESS
+
+def book(conn: sa.Connection, ev: InboxEvent) -> None:
+    """The ledger's side effect, inside the inbox transaction. Raises LedgerRejected."""
+    key = int(ev.biz_key)
+    if fault_of(key) is Fault.LEDGER_REJECT:
+        raise LedgerRejected(f"order {key} is rejected by the ledger")
+    m = ev.message
+    row = {"orderkey": key, "msg_id": m.msg_id, "queue_id": m.queue_id, "queue_offset": m.queue_offset}
+    if conn.execute(_BOOK, row).rowcount == 0:  # booked before under another message id: count it
+        conn.execute(_DUPLICATES.insert(), {"orderkey": key, "msg_id": m.msg_id})
+
+
+def _duplicate_recorder(engine: sa.Engine):  # type: ignore[no-untyped-def]
+    def record(ev: InboxEvent) -> None:
+        with engine.begin() as conn:
+            conn.execute(_DUPLICATES.insert().values(orderkey=int(ev.biz_key), msg_id=ev.event_id))
+    return record
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -81,19 +121,22 @@ def main(argv: list[str] | None = None) -> None:
     init_db(a.db)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    consumer = PushConsumer(
-        LEDGER_GROUP,
-        a.endpoints,
-        _Ledger(a.db),
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-        consume_threads=2,
-    )
-    consumer.subscribe("orders")
+    engine = _engine(a.db)
+    producer = Producer("ledger-outbox", a.endpoints)
+    producer.start()
+    relay = outbox.Relay(engine, producer, config=outbox.RelayConfig(period_ms=500))
+    listener = outbox.CommitListener(engine, book, app_id=APP_ID, on_rollback=relay.wake,
+                                     on_duplicate=_duplicate_recorder(engine))
+    consumer = listener.consumer(LEDGER_GROUP, a.endpoints, "orders",
+                                 consume_from_where="CONSUME_FROM_FIRST_OFFSET", consume_threads=2)
+    relay.start()
     consumer.start()
     try:
         stop.wait()
     finally:
         consumer.shutdown()
+        relay.stop()
+        producer.shutdown()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,11 @@ Run as ``python -m txmq.demo.order_service --endpoints E --db orders.db --work s
 ``send_message_in_transaction``; the local transaction inserts the order into the shared SQLite
 order database. A progress file (append-only lines ``A <key>`` before the half message, ``D <key>
 <state>`` after the end) lets a replacement process skip what a killed one attempted.
+
+With ``--compensate`` instead, it runs the order service's compensation: a
+:class:`txmq.outbox.RollbackListener` on ``orders-rollback`` (group ``order-service-compensation``)
+that cancels the order a ROLLBACK event names (``orders.cancelled = 1``), in one transaction with
+the inbox row in the order database, so a redelivered rollback cancels once.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -26,7 +31,13 @@ from txmq.demo import orderdb
 from txmq.demo._faults import Fault, fault_of
 from txmq.demo.tpch import decode_order
 
-__all__ = ["CHECK_GRACE_MS", "OrderListener", "main"]
+if TYPE_CHECKING:  # the producers never need SQLAlchemy: they do not import it (about 2 s each)
+    import sqlalchemy as sa
+
+    from txmq.outbox import InboxEvent
+
+__all__ = ["CHECK_GRACE_MS", "COMPENSATION_GROUP", "ROLLBACK_TOPIC", "OrderListener", "cancel_order",
+           "main", "run_compensator"]
 
 log = logging.getLogger("txmq.demo.order_service")
 
@@ -36,6 +47,9 @@ so a local transaction still running in another process is never rolled back und
 
 PRODUCER_GROUP = "order-service"
 TOPIC = "orders"
+ROLLBACK_TOPIC = "orders-rollback"
+"""Where the ledger's ROLLBACK events arrive (``txmq.outbox.default_rollback_topic(TOPIC)``)."""
+COMPENSATION_GROUP = "order-service-compensation"
 
 
 _TX_LOG_DDL = """CREATE TABLE IF NOT EXISTS tx_log (
@@ -159,12 +173,48 @@ def run(
         os.close(fd)
 
 
+def cancel_order(conn: sa.Connection, ev: InboxEvent) -> None:
+    """Compensation of a rejected order: mark it cancelled (in the inbox transaction).
+
+    Raises:
+        LookupError: no such order (never committed): retried, then the DLQ shows it to a person.
+    """
+    import sqlalchemy as sa
+
+    res = conn.execute(sa.text("UPDATE orders SET cancelled = 1 WHERE o_orderkey = :k"),
+                       {"k": int(ev.biz_key)})
+    if res.rowcount != 1:
+        raise LookupError(f"order {ev.biz_key} to cancel is not in the order database")
+
+
+def run_compensator(endpoints: str, db: Path) -> None:
+    """Consume ``orders-rollback`` and cancel each named order once, until SIGTERM."""
+    from txmq.outbox import RollbackListener, create_sqlite_engine
+    from txmq.outbox import init_db as init_outbox
+
+    engine = create_sqlite_engine(db)
+    init_outbox(engine)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    listener = RollbackListener(engine, cancel_order, app_id=PRODUCER_GROUP)
+    consumer = listener.consumer(COMPENSATION_GROUP, endpoints, ROLLBACK_TOPIC,
+                                 consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    consumer.start()
+    try:
+        stop.wait()
+    finally:
+        consumer.shutdown()
+        engine.dispose()
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--endpoints", required=True)
     p.add_argument("--db", type=Path, required=True)
-    p.add_argument("--work", type=Path, required=True)
-    p.add_argument("--progress", type=Path, required=True)
+    p.add_argument("--work", type=Path)
+    p.add_argument("--progress", type=Path)
+    p.add_argument("--compensate", action="store_true",
+                   help="run the compensation consumer of orders-rollback instead of sending")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument(
         "--linger",
@@ -173,6 +223,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(name)s: %(message)s")
+    if a.compensate:
+        run_compensator(a.endpoints, a.db)
+        return
+    if a.work is None or a.progress is None:
+        p.error("--work and --progress are required unless --compensate")
     run(a.endpoints, a.db, a.work, a.progress, a.threads, a.linger)
 
 

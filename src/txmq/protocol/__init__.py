@@ -1,11 +1,14 @@
 """The native wire protocol: a sans-IO codec of frames, commands, headers and messages."""
 
 from txmq.protocol._codes import RequestCode
+from txmq.protocol._consume import *  # noqa: F403
+from txmq.protocol._consume import __all__ as _consume_all
 from txmq.protocol._frame import FLAG_ONEWAY, FLAG_RESPONSE, Command, FrameDecoder, encode_command
 from txmq.protocol._headers import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    AdminEndTransactionRequestHeader,
     CheckTransactionStateRequestHeader,
     ConsumerData,
     ConsumerSendMsgBackRequestHeader,
@@ -21,6 +24,7 @@ from txmq.protocol._headers import (
     SendMessageRequestHeader,
     SendMessageResponseHeader,
     TopicRequestHeader,
+    TransactionIdRequestHeader,
     from_ext,
     to_ext,
 )
@@ -51,8 +55,11 @@ __all__ = [
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
     "TopicRequestHeader",
+    "TransactionIdRequestHeader",
+    "AdminEndTransactionRequestHeader",
     "encode_command",
     "from_ext",
     "to_ext",
+    *_consume_all,
     *_message_all,
 ]

@@ -15,8 +15,10 @@ class RequestCode(IntEnum):
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
-    GET_MIN_OFFSET = 29
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    """The first queue offset stored at or after a timestamp (binary search by store time)."""
     GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
     VIEW_MESSAGE_BY_ID = 33
     HEART_BEAT = 34
     UNREGISTER_CLIENT = 35
@@ -25,9 +27,34 @@ class RequestCode(IntEnum):
     GET_CONSUMER_LIST_BY_GROUP = 38
     CHECK_TRANSACTION_STATE = 39
     NOTIFY_CONSUMER_IDS_CHANGED = 40
+    LOCK_BATCH_MQ = 41
+    """Orderly consumption: lock queues for one member of a group (expire after 60 s)."""
+    UNLOCK_BATCH_MQ = 42
+    GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
+    """Every consumer group the broker knows: online members, subscriptions, stored offsets."""
+    GET_CONSUME_STATS = 208
+    """Per queue of a group: broker offset, consumer offset, lag."""
+    RESET_CONSUMER_CLIENT_OFFSET = 220
+    """Broker to consumer: the group's offsets of a topic were reset; restart from them."""
+    INVOKE_BROKER_TO_RESET_OFFSET = 222
+    """Operator: reset a group's offsets of a topic to a timestamp or an offset."""
     GET_ROUTEINFO_BY_TOPIC = 105
     RESUME_CHECK_HALF_MESSAGE = 323
     SEND_BATCH_MESSAGE = 320
     # txmq-specific
     GET_TRANSACTION_STATS = 2001
     """Counts of the transaction state index (pending, committed, rolled back, discarded, checks)."""
+    GET_PENDING_TRANSACTIONS = 2002
+    """Oldest pending half messages (JSON body), for ``txmq tx list``."""
+    QUERY_TRANSACTION = 2003
+    """One transaction's state by message id or ``half:<offset>`` (JSON body)."""
+    ADMIN_END_TRANSACTION = 2004
+    """An operator's commit or rollback, recorded with operator name and reason."""
+    END_TRANSACTION_BATCH = 2005
+    """Several END_TRANSACTION headers in one request (msgpack list body); the answer's body is a
+    list of ``{code, remark, outcome, duplicate}`` in the same order."""
+    COMMIT_SINK_BATCH = 2010
+    """Commit a Spark sink micro-batch: header ``batch``, ``producer_group``; body msgpack
+    ``{task attempt: rows}``. Idempotent per batch."""
+    ABORT_SINK_BATCH = 2011
+    """Roll back an uncommitted Spark sink micro-batch (no-op after its commit)."""

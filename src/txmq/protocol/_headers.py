@@ -17,6 +17,7 @@ __all__ = [
     "TRANSACTION_COMMIT_TYPE",
     "TRANSACTION_NOT_TYPE",
     "TRANSACTION_ROLLBACK_TYPE",
+    "AdminEndTransactionRequestHeader",
     "CheckTransactionStateRequestHeader",
     "ConsumerData",
     "ConsumerSendMsgBackRequestHeader",
@@ -32,6 +33,7 @@ __all__ = [
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
     "TopicRequestHeader",
+    "TransactionIdRequestHeader",
     "from_ext",
     "to_ext",
 ]
@@ -158,6 +160,8 @@ class ConsumerSendMsgBackRequestHeader(msgspec.Struct, kw_only=True):
     origin_msg_id: str = ""
     origin_topic: str = ""
     max_reconsume_times: int = 16
+    reconsume_times: int = -1
+    """The consumer's own count when it retried locally (orderly mode); -1: use the stored one."""
 
 
 class EndTransactionRequestHeader(msgspec.Struct, kw_only=True):
@@ -189,3 +193,18 @@ class CheckTransactionStateRequestHeader(msgspec.Struct, kw_only=True):
     msg_id: str
     transaction_id: str
     producer_group: str
+
+
+class TransactionIdRequestHeader(msgspec.Struct, kw_only=True):
+    """Names a transaction by message id (``UNIQ_KEY``) or ``half:<offset>``."""
+
+    id: str
+
+
+class AdminEndTransactionRequestHeader(msgspec.Struct, kw_only=True):
+    """ADMIN_END_TRANSACTION: an operator settles a pending transaction."""
+
+    id: str
+    outcome: str
+    operator: str
+    reason: str = ""

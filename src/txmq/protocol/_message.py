@@ -22,6 +22,7 @@ __all__ = [
     "PROPERTY_TRANSACTION_PREPARED",
     "PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET",
     "PROPERTY_TXMQ_OUTCOME",
+    "PROPERTY_TXMQ_RESUMED_FROM",
     "PROPERTY_TXMQ_SENDER_CLIENT_ID",
     "PROPERTY_UNIQ_KEY",
     "SYSTEM_PROPERTIES",
@@ -51,6 +52,8 @@ PROPERTY_TXMQ_SENDER_CLIENT_ID = "TXMQ_SENDER_CLIENT_ID"
 """txmq: client id of the producer that sent a half message (check-back goes there first)."""
 PROPERTY_TXMQ_OUTCOME = "TXMQ_OUTCOME"
 """txmq: on an op message, the decided outcome (COMMIT, ROLLBACK, DISCARD)."""
+PROPERTY_TXMQ_RESUMED_FROM = "TXMQ_RESUMED_FROM"
+"""txmq: on a half message put back by an operator, the half offset it was discarded at."""
 
 SYSTEM_PROPERTIES = frozenset(
     {
@@ -60,6 +63,7 @@ SYSTEM_PROPERTIES = frozenset(
         PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, PROPERTY_DELAY_TIME_LEVEL,
         PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
         PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_TXMQ_SENDER_CLIENT_ID, PROPERTY_TXMQ_OUTCOME,
+        PROPERTY_TXMQ_RESUMED_FROM,
     }
 )
 """Properties the client and broker set; user code may read but should not set them."""

@@ -74,6 +74,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -853,3 +854,9 @@ class TxmqDataSource(DataSource):
         """Micro-batch reader. Raises :class:`~txmq.errors.ConfigError` on bad options or schema."""
         _check_schema(schema)
         return TxmqStreamReader(SourceOptions.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """The transactional sink (:mod:`txmq.spark._sink`). Raises ConfigError on bad options."""
+        from txmq.spark._sink import SinkOptions, TxmqStreamWriter
+
+        return TxmqStreamWriter(SinkOptions.parse(dict(self.options)), schema.fieldNames())

@@ -6,6 +6,12 @@ JSON per row, e.g. from txmq's Spark source) → :func:`explode_orders` (one row
 micro-batch visible exactly once → batch queries :func:`q1` and :func:`revenue_by_orderdate` over
 that directory → :func:`compare_q1` against :func:`txmq.demo.orderdb.q1_oracle`.
 
+Compensation: the stream may also carry ROLLBACK events of the local message table (a row whose
+``properties`` map has ``TXMQ_OUTBOX_TX_TYPE = ROLLBACK``, its body the order it undoes). Every line
+item row records its event's ``tx_type``, and the batch queries read *committed minus compensated*
+orders: COMMIT rows of orders that no ROLLBACK row names (:func:`committed_lineitems`). A rollback
+delivered twice removes its order once.
+
 Every money column stays an exact integer (see :data:`txmq.demo.tpch.Q1_SCALES`); Spark sums
 ``BIGINT`` with ANSI mode on (the Spark 4 default), so an overflow fails the query instead of
 wrapping. pyspark is imported inside the functions only: importing this module does not load it.
@@ -37,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SHUFFLE_PARTITIONS",
     "collect_rows",
+    "committed_lineitems",
     "compare_q1",
     "compare_revenue",
     "compare_rows",
@@ -55,6 +62,8 @@ AVG_REL_TOL: Final = 1e-9
 """Relative tolerance for float columns in :func:`compare_q1`; integer columns must be equal."""
 
 _DISC_PRICE_SQL: Final = "l_extendedprice_c * (100 - l_discount_c)"
+_TX_TYPE_PROPERTY: Final = "TXMQ_OUTBOX_TX_TYPE"  # txmq.outbox.PROPERTY_OUTBOX_TX_TYPE
+_SINK_SCHEMA: Final = f"tx_type STRING, {LINEITEM_ROW_SPARK_SCHEMA}"
 
 
 def spark_session(app_name: str, master: str = "local[2]") -> SparkSession:
@@ -124,9 +133,17 @@ def start_lineitem_stream(
     with ``query.awaitTermination()``). Restarting with the same checkpoint resumes after the last
     committed batch; readers of ``out_dir`` see only files listed in its ``_spark_metadata`` log,
     so each micro-batch is visible exactly once. Returns the running StreamingQuery.
+
+    Each row also gets ``tx_type``: ``ROLLBACK`` for a ROLLBACK event of the local message table (by
+    its ``properties`` column, when ``stream_df`` has one), else ``COMMIT``.
     """
+    from pyspark.sql import functions as F
+
+    tx_type = F.lit("COMMIT")
+    if "properties" in stream_df.columns:
+        tx_type = F.coalesce(F.col("properties").getItem(_TX_TYPE_PROPERTY), tx_type)
     writer = (
-        explode_orders(stream_df)
+        explode_orders(stream_df.withColumn("tx_type", tx_type), keep=("tx_type",))
         .writeStream.format("parquet")
         .outputMode("append")
         .option("path", str(out_dir))
@@ -138,12 +155,25 @@ def start_lineitem_stream(
     return writer.start()
 
 
-def _lineitems(spark: SparkSession, lineitem_parquet_dir: Path) -> DataFrame:
-    return spark.read.schema(LINEITEM_ROW_SPARK_SCHEMA).parquet(str(lineitem_parquet_dir))
+def committed_lineitems(spark: SparkSession, lineitem_parquet_dir: Path) -> DataFrame:
+    """Line items written by :func:`start_lineitem_stream`, committed minus compensated.
+
+    COMMIT rows (``tx_type`` COMMIT, or missing in files written before the column existed) of the
+    orders that no ROLLBACK row names; columns of :data:`~txmq.demo.tpch.LINEITEM_ROW_SPARK_SCHEMA`.
+    """
+    from pyspark.sql import functions as F
+
+    rows = spark.read.schema(_SINK_SCHEMA).parquet(str(lineitem_parquet_dir))
+    tx = F.coalesce(F.col("tx_type"), F.lit("COMMIT"))
+    undone = rows.where(tx == "ROLLBACK").select("o_orderkey").distinct()
+    return (rows.where(tx == "COMMIT").join(undone, "o_orderkey", "left_anti")
+            .select(*(c.split(" ")[0] for c in LINEITEM_ROW_SPARK_SCHEMA.split(", "))))
+
 
 
 def q1(spark: SparkSession, lineitem_parquet_dir: Path) -> DataFrame:
-    """TPC-H Query 1 over the line items written by :func:`start_lineitem_stream`.
+    """TPC-H Query 1 over the line items written by :func:`start_lineitem_stream` (committed minus
+    compensated orders, :func:`committed_lineitems`).
 
     One row per (``l_returnflag``, ``l_linestatus``), sorted by them; columns and scales exactly as
     :func:`txmq.demo.orderdb.q1_oracle`: the key columns (STRING), the exact columns (BIGINT at the
@@ -154,7 +184,7 @@ def q1(spark: SparkSession, lineitem_parquet_dir: Path) -> DataFrame:
 
     disc_price = F.expr(_DISC_PRICE_SQL)
     grouped = (
-        _lineitems(spark, lineitem_parquet_dir)
+        committed_lineitems(spark, lineitem_parquet_dir)
         .where(F.col("l_shipdate") <= F.lit(dt.date.fromisoformat(Q1_SHIPDATE_MAX)))
         .groupBy(*Q1_KEY_COLUMNS)
         .agg(
@@ -179,7 +209,7 @@ def q1(spark: SparkSession, lineitem_parquet_dir: Path) -> DataFrame:
 
 
 def revenue_by_orderdate(spark: SparkSession, lineitem_parquet_dir: Path) -> DataFrame:
-    """Revenue per order date over all line items (no ship date filter), sorted by date.
+    """Revenue per order date over all committed line items (no ship date filter), sorted by date.
 
     Columns: ``o_orderdate`` (DATE), ``revenue_e4`` (BIGINT, ``Σ l_extendedprice_c·(100 −
     l_discount_c)`` in units of 10⁻⁴), ``lineitem_count`` (BIGINT). Same rows as
@@ -188,7 +218,7 @@ def revenue_by_orderdate(spark: SparkSession, lineitem_parquet_dir: Path) -> Dat
     from pyspark.sql import functions as F
 
     return (
-        _lineitems(spark, lineitem_parquet_dir)
+        committed_lineitems(spark, lineitem_parquet_dir)
         .groupBy("o_orderdate")
         .agg(
             F.sum(F.expr(_DISC_PRICE_SQL)).alias("revenue_e4"),

@@ -1,7 +1,25 @@
-"""Storage: the commit log, consume queues and metadata behind one interface."""
+"""Storage: the commit log, consume queues, index, checkpoint and retention behind one interface.
 
-from txmq.store._base import AppendResult, Record, Store
+:class:`FileStore` is the durable engine; :class:`MemoryStore` is its in-memory model (same offsets,
+same segment rolling), used by the contract suite and the sans-IO simulations.
+"""
+
+from txmq.store._base import AppendResult, CleanReport, DiskStatus, Record, RetentionHook, Store
+from txmq.store._config import StoreConfig, is_delete_hour
 from txmq.store._file import FileStore
 from txmq.store._memory import MemoryStore
+from txmq.store._recovery import RecoveryReport
 
-__all__ = ["AppendResult", "FileStore", "MemoryStore", "Record", "Store"]
+__all__ = [
+    "AppendResult",
+    "CleanReport",
+    "DiskStatus",
+    "FileStore",
+    "MemoryStore",
+    "Record",
+    "RecoveryReport",
+    "RetentionHook",
+    "Store",
+    "StoreConfig",
+    "is_delete_hour",
+]

@@ -1,26 +1,41 @@
 """The store interface shared by :class:`MemoryStore` and :class:`FileStore`.
 
-A store holds the commit log (every message, in append order, addressed by a byte offset) and one
-consume queue per (topic, queue id) (dense queue offsets pointing into the commit log). It assigns
-queue offsets, reads back by queue offset or commit log offset, and keeps small named metadata blobs
-(topic configuration, consumer offsets) that the broker saves. It never reads the clock: store
-timestamps come in with the record.
+A store holds the commit log (every message, in append order, addressed by a byte offset), one
+consume queue per (topic, queue id) (dense queue offsets pointing into the commit log), an index by
+key and by message id, and small named metadata blobs (topic configuration, consumer offsets) that
+the broker saves. It assigns queue offsets, reads back by queue offset or commit log offset, deletes
+old segments (retention) and refuses writes when the disk is nearly full. It never reads the clock:
+store timestamps and ``now_ms`` come in.
+
+Threads: one writer thread calls everything except :meth:`Store.flush` and the function returned by
+:meth:`Store.checkpoint`, which may run in one other thread (the broker's group-commit flusher).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Collection, Iterator
 
 import msgspec
 
 from txmq.protocol import MessageExt
+from txmq.store._config import StoreConfig
 
-__all__ = ["AppendResult", "Record", "Store"]
+__all__ = ["AppendResult", "CleanReport", "DiskStatus", "Record", "RetentionHook", "Store"]
+
+log = logging.getLogger("txmq.store")
+
+RetentionHook = Callable[[], "int | None"]
+"""Returns the lowest commit log offset its owner still needs, or None when it needs nothing."""
 
 
 class Record(msgspec.Struct, array_like=True, kw_only=True):
-    """One stored message. ``queue_offset`` and ``commit_log_offset`` are assigned by the store."""
+    """One stored message. ``queue_offset`` and ``commit_log_offset`` are assigned by the store.
+
+    Hosts are ``"ip:port"`` strings (anything else is stored as the port alone); ``flag`` is the
+    producer's integer flag (RocketMQ ``Message.flag``).
+    """
 
     topic: str
     queue_id: int
@@ -32,6 +47,9 @@ class Record(msgspec.Struct, array_like=True, kw_only=True):
     store_timestamp_ms: int = 0
     reconsume_times: int = 0
     queue_offset: int = -1
+    flag: int = 0
+    born_host: str = ""
+    store_host: str = ""
 
     def to_message_ext(self, commit_log_offset: int) -> MessageExt:
         """The consumer view of this record."""
@@ -51,18 +69,52 @@ class AppendResult(msgspec.Struct, frozen=True):
     size: int
 
 
-class Store(abc.ABC):
-    """Commit log + consume queues + metadata. Single writer; not thread-safe except ``flush``."""
+class DiskStatus(msgspec.Struct, frozen=True):
+    """Disk usage as last measured: ``usage_ratio`` in 0..1, and whether appends are accepted."""
 
+    usage_ratio: float
+    writable: bool
+
+
+class CleanReport(msgspec.Struct, kw_only=True):
+    """What one retention round did.
+
+    Attributes:
+        deleted_segments: base offsets of the commit log segments deleted.
+        freed_bytes: their total size.
+        min_offset: the commit log's first offset afterwards.
+        held: hooks that kept expired segments, name → the offset they need.
+        deleted_needed: hooks whose needed records were deleted under disk pressure, name → offset.
+        usage_ratio: disk usage measured before the round.
+    """
+
+    deleted_segments: list[int] = msgspec.field(default_factory=list)
+    freed_bytes: int = 0
+    min_offset: int = 0
+    held: dict[str, int] = msgspec.field(default_factory=dict)
+    deleted_needed: dict[str, int] = msgspec.field(default_factory=dict)
+    usage_ratio: float = 0.0
+
+
+class Store(abc.ABC):
+    """Commit log + consume queues + index + metadata. Single writer (see the module docstring)."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config.validate()
+        """Layout, retention and disk-space settings."""
+        self._hooks: dict[str, RetentionHook] = {}
+
+    # -- writing ----------------------------------------------------------------------------------
     @abc.abstractmethod
     def append(self, records: list[Record]) -> list[AppendResult]:
-        """Append records in order, assigning each its queue offset.
+        """Append records in order, assigning each its queue offset and commit log offset.
 
         Either every record is appended or none is.
 
         Raises:
-            DiskFull: no room; nothing was appended.
-            StoreError: any other write failure; nothing was appended.
+            DiskFull: the disk is above ``disk_space_warning_level_ratio`` or a write ran out of
+                space; nothing was appended. Retriable once space returns.
+            StoreError: any other write failure (or an earlier failed fsync); nothing was appended.
         """
 
     @property
@@ -75,20 +127,60 @@ class Store(abc.ABC):
     def flushed_offset(self) -> int:
         """Commit log offset up to which appended records are durable (fsynced)."""
 
+    @property
+    @abc.abstractmethod
+    def min_offset(self) -> int:
+        """First commit log offset still stored (retention moves it up)."""
+
+    @property
+    @abc.abstractmethod
+    def recovery_offset(self) -> int:
+        """Commit log offset from which this store, when opened, re-dispatched records because no
+        checkpoint covered them (0 for a store that persists no derived state). Records before
+        it were covered by the checkpoint; callers that rebuild their own state from the log
+        (the transaction index) only need to re-scan from here."""
+
     @abc.abstractmethod
     def flush(self) -> int:
         """Make everything appended so far durable; return the new ``flushed_offset``.
 
-        Safe to call from a thread other than the writer's (the group-commit flusher does).
+        Safe to call from one thread other than the writer's (the group-commit flusher).
+
+        Raises:
+            StoreError: fsync failed; the store refuses appends from then on (a failed fsync may
+                have dropped written pages, so only a restart's recovery can say what is on disk).
         """
 
     @abc.abstractmethod
-    def read_at(self, commit_log_offset: int) -> MessageExt:
-        """The record at a commit log offset.
+    def checkpoint(self) -> Callable[[], None]:
+        """Write consume queue and index entries of flushed records (writer thread) and return the
+        step that makes them durable and records how far they go (fsyncs and the checkpoint file).
+
+        The returned function may run in the flusher's thread; call it once. A store that
+        persists no derived state returns a function that does nothing. Never raises: a failure is
+        logged and only means a longer recovery.
+        """
+
+    @abc.abstractmethod
+    def save_meta(self, name: str, data: bytes) -> None:
+        """Durably replace a named metadata blob (atomic: old or new, never torn).
 
         Raises:
-            CorruptRecord: the record fails its length or CRC32C check, or the offset is not a
-                record boundary.
+            DiskFull: no room. StoreError: another write failure.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Flush, checkpoint and release files."""
+
+    # -- reading ----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def read_at(self, commit_log_offset: int) -> MessageExt:
+        """The record at a commit log offset (flushed or not).
+
+        Raises:
+            CorruptRecord: the record fails its length, offset or CRC32C check, the offset is not
+                a record boundary, or it was deleted by retention.
         """
 
     @abc.abstractmethod
@@ -96,7 +188,8 @@ class Store(abc.ABC):
                    max_bytes: int) -> list[MessageExt]:
         """Up to ``max_count`` durable records from ``offset`` on (at least one if any, whatever
         its size, and never one above ``flushed_offset``: a reader never sees a record that a crash
-        could still take back, so an offset always names the same message).
+        could still take back, so an offset always names the same message). ``max_bytes`` bounds
+        the body bytes. An offset below the queue's minimum returns nothing.
 
         Raises:
             CorruptRecord: a record in range fails its check.
@@ -108,20 +201,74 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def queue_ids(self, topic: str) -> list[int]:
-        """Queue ids of ``topic`` that hold at least one record."""
+        """Queue ids of ``topic`` that hold at least one record (now or before retention)."""
 
     @abc.abstractmethod
-    def iter_records(self) -> Iterator[tuple[int, Record]]:
-        """Every record in commit log order as ``(commit_log_offset, record)`` (recovery scans)."""
+    def commit_log_offset_at(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        """Commit log offset of the entry at ``queue_offset``, or None if there is none (yet)."""
+
+    @abc.abstractmethod
+    def iter_records(self, start_offset: int = 0,
+                     topics: Collection[str] | None = None) -> Iterator[tuple[int, Record]]:
+        """Stored records as ``(commit_log_offset, record)`` in commit log order, from
+        ``start_offset`` (at least ``min_offset``) to ``write_offset``; with ``topics``, only those
+        topics' records, found through their consume queues instead of a scan of the log.
+
+        Raises:
+            CorruptRecord: a record in range fails its check (only when ``topics`` is given: a
+                scan stops at the first bad record, like recovery).
+        """
+
+    @abc.abstractmethod
+    def query_by_key(self, topic: str, key: str, begin_ms: int, end_ms: int,
+                     max_count: int) -> list[MessageExt]:
+        """Durable messages of ``topic`` whose keys include ``key`` and whose store timestamp lies in
+        ``[begin_ms, end_ms]``, newest first, at most ``max_count`` (RocketMQ ``queryMessage``).
+        Empty if the index is disabled."""
+
+    @abc.abstractmethod
+    def query_by_msg_id(self, msg_id: str, max_count: int) -> list[MessageExt]:
+        """Durable messages whose ``UNIQ_KEY`` is ``msg_id`` (the message and its half, retry or
+        DLQ copies), newest first (RocketMQ ``viewMessage`` by unique key)."""
 
     @abc.abstractmethod
     def load_meta(self, name: str) -> bytes | None:
         """A metadata blob saved with :meth:`save_meta`, or None."""
 
-    @abc.abstractmethod
-    def save_meta(self, name: str, data: bytes) -> None:
-        """Durably replace a named metadata blob (atomic: old or new, never torn)."""
+    # -- retention and disk space -----------------------------------------------------------------
+    def set_retention_hook(self, name: str, hook: RetentionHook | None) -> None:
+        """Register (or with None remove) what ``name`` still needs: retention never deletes a
+        segment at or above the offset a hook returns, except under disk pressure when
+        ``clean_needed_under_pressure`` allows it, and then it logs an error naming the hook."""
+        if hook is None:
+            self._hooks.pop(name, None)
+        else:
+            self._hooks[name] = hook
+
+    def retention_needs(self) -> dict[str, int]:
+        """What each hook needs now: name → lowest needed commit log offset (hooks that need
+        nothing, or fail, are left out; a failing hook is logged and holds everything)."""
+        out: dict[str, int] = {}
+        for name, hook in self._hooks.items():
+            try:
+                off = hook()
+            except Exception:  # a hook bug must not delete data: hold everything
+                log.exception("retention hook %r failed; holding all segments", name)
+                off = 0
+            if off is not None:
+                out[name] = off
+        return out
 
     @abc.abstractmethod
-    def close(self) -> None:
-        """Flush and release files."""
+    def clean(self, now_ms: int, *, delete_hour: bool) -> CleanReport:
+        """One retention round (RocketMQ ``CleanCommitLogService``): delete whole segments older
+        than ``file_reserved_time_ms`` when ``delete_hour`` is true or the disk is above
+        ``disk_max_used_space_ratio``; above ``disk_space_clean_forcibly_ratio`` delete the oldest
+        even if younger. The active segment is never deleted; retention hooks are honoured as
+        described in :meth:`set_retention_hook`. Derived files (consume queues, index) follow."""
+
+    @abc.abstractmethod
+    def check_disk(self) -> DiskStatus:
+        """Measure disk usage now and update whether appends are accepted: refused above
+        ``disk_space_warning_level_ratio``, accepted again at or below
+        ``disk_space_clean_forcibly_ratio`` (RocketMQ's hysteresis)."""

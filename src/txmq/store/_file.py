@@ -1,156 +1,211 @@
-"""A file-backed store: one commit log file of CRC-checked records, consume queues rebuilt on open.
+"""The file store: segmented commit log, persisted consume queues, index, checkpoint, retention.
 
-Commit log record layout (one after another, no padding)::
+Layout under ``root`` (RocketMQ's store layout)::
 
-     0          4          8                          8+N
-     +----------+----------+--------------------------+
-     | N: u32   | crc: u32 | payload: msgpack Record  |
-     +----------+----------+--------------------------+
-     crc = CRC32C(payload), big-endian fields
+    commitlog/<20-digit base offset>                 segment files (txmq.store._commitlog)
+    consumequeue/<topic>/<queue id>/<20-digit>       20-byte entries (txmq.store._consumequeue)
+    index/<20-digit first offset>                    key / message id hash index (txmq.store._index)
+    checkpoint                                       what derived state is on disk (txmq.store._codec)
+    meta/<name>                                      the broker's metadata blobs
 
-On open the log is scanned from the start; each record's length and CRC32C are verified, and the file
-is truncated at the first record that does not check out (a torn or corrupt tail), which is logged.
-Consume queues are rebuilt in memory from the scan. (Segment files, persisted consume queues and a
-checkpoint are the storage engine's own work; this layout is the simple first version.)
+Appends write the commit log (one ``pwrite`` per batch) and dispatch each record to its consume
+queue and the index in memory. :meth:`FileStore.flush` fsyncs the commit log (group commit: the
+broker calls it from one thread while appends go on). :meth:`FileStore.checkpoint` writes the
+entries of flushed records to their files and returns the step that fsyncs them and replaces the
+checkpoint file. Opening runs :func:`txmq.store._recovery.recover`.
+
+File descriptors of deleted files are closed only by a later checkpoint step (or :meth:`close`),
+so the flusher thread never syncs a descriptor that was closed and reused.
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
-import struct
-from array import array
-from bisect import bisect_left
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
-import crc32c
-import msgspec
-
+from txmq import limits
 from txmq.errors import CorruptRecord, DiskFull, StoreError
-from txmq.protocol import MessageExt
-from txmq.store._base import AppendResult, Record, Store
+from txmq.protocol import PROPERTY_UNIQ_KEY, MessageExt
+from txmq.store._base import AppendResult, CleanReport, DiskStatus, Record, Store
+from txmq.store._codec import (
+    RECORD_HEAD_SIZE,
+    Checkpoint,
+    decode_checkpoint,
+    decode_message,
+    decode_record,
+    encode_checkpoint,
+    encode_record,
+    host_bytes,
+    record_tail,
+    tag_hash,
+)
+from txmq.store._commitlog import CommitLog, fsync_dir
+from txmq.store._config import StoreConfig
+from txmq.store._consumequeue import ConsumeQueue
+from txmq.store._index import Index, id_key, key_key
+from txmq.store._recovery import recover
+from txmq.store._retention import SegmentInfo, log_report, plan_clean
 
 __all__ = ["FileStore"]
 
 log = logging.getLogger("txmq.store")
 
-_HEAD = struct.Struct(">II")  # N: u32 payload length, crc: u32 CRC32C of payload
-_SEGMENT_NAME = f"{0:020d}"  # RocketMQ names segments by their 20-digit base offset
-_enc = msgspec.msgpack.Encoder()
-_dec = msgspec.msgpack.Decoder(Record)
-_SCAN_CHUNK_BYTES = 4 * 1024 * 1024
+_CHECKPOINT = "checkpoint"
+_NOOP: Callable[[], None] = lambda: None  # noqa: E731
+
+
+def _disk_full(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the directory. Raises OSError
+    (the temp file is removed)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
 
 
 class FileStore(Store):
-    """Commit log in ``<root>/commitlog/00000000000000000000``; metadata in ``<root>/meta/``.
+    """The durable store (see the module docstring).
 
     Args:
         root: data directory (created if missing).
+        config: layout, retention and disk-space settings; :class:`StoreConfig` defaults if None.
+        disk_usage: returns the used fraction of the disk (tests); ``statvfs(root)`` if None.
+
+    Attributes:
+        recovery: what opening did (:class:`~txmq.store._recovery.RecoveryReport`).
 
     Raises:
-        StoreError: the directory cannot be created or the log cannot be opened.
+        StoreError: the directory cannot be created or a file cannot be opened or repaired.
     """
 
-    def __init__(self, root: Path | str) -> None:
+    def __init__(self, root: Path | str, config: StoreConfig | None = None, *,
+                 disk_usage: Callable[[], float] | None = None) -> None:
+        super().__init__(config or StoreConfig())
         self.root = Path(root)
+        self._disk_usage = disk_usage
+        self._lock = threading.Lock()  # the segment list (shared with the flusher), retired fds
+        self._sync_lock = threading.Lock()  # one fsync step at a time
+        self._retired: list[tuple[int, int]] = []  # (checkpoint generation, fd)
+        self._gen = 0
+        self._failed = ""
+        self._closed = False
+        self._writable, self._usage, self._since_check = True, 0.0, 0
         try:
-            (self.root / "commitlog").mkdir(parents=True, exist_ok=True)
             (self.root / "meta").mkdir(parents=True, exist_ok=True)
-            self._path = self.root / "commitlog" / _SEGMENT_NAME
-            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._log = CommitLog(self.root / "commitlog", self.config.mapped_file_size_commit_log,
+                                  self._lock)
+            self._index = Index(self.root / "index", self.config.max_hash_slot_num,
+                                self.config.max_index_num) if self.config.message_index_enable else None
+            self._queues, self.recovery = recover(self._log, self.root / "consumequeue",
+                                                  self._make_queue, self._index,
+                                                  self._load_checkpoint())
         except OSError as exc:
             raise StoreError(f"cannot open store at {self.root}: {exc}") from exc
-        self._queues: dict[tuple[str, int], array[int]] = {}
-        self._write = 0
-        self.recovered_records = 0
-        self.truncated_bytes = 0
-        self._recover()
-        self._flushed = self._write
+        self._write = self._flushed = self._log.end
+        self._tail = self._flushed_tail = (self._write, self.recovery.last_record)
+        self._store_host = host_bytes(self.config.store_host)
+        """(log end, start of the last record): written together, read together by the flusher."""
+        self.recovered_records = self.recovery.records
+        self.truncated_bytes = self.recovery.truncated_bytes
+        self.check_disk()
+        self.checkpoint()()
 
-    # -- recovery ---------------------------------------------------------------------------------
-    def _recover(self) -> None:
-        size = os.fstat(self._fd).st_size
-        end = 0
-        for offset, rec in self._scan(size):
-            self._index(offset, rec)
-            self.recovered_records += 1
-            end = self._end_of
-        if end < size:
-            self.truncated_bytes = size - end
-            log.warning("commit log %s: truncated %d bytes of torn or corrupt tail at offset %d",
-                        self._path, size - end, end)
-            os.ftruncate(self._fd, end)
-            os.fsync(self._fd)
-        self._write = end
-        log.info("commit log %s: recovered %d records, %d bytes", self._path,
-                 self.recovered_records, end)
+    def _make_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return ConsumeQueue(self.root / "consumequeue" / topic / str(queue_id),
+                            self.config.mapped_file_size_consume_queue)
 
-    def _scan(self, size: int) -> Iterator[tuple[int, Record]]:
-        """Valid records from offset 0 up to the first bad one; sets ``_end_of`` after each."""
-        self._end_of = 0
-        pos = 0
-        with open(self._path, "rb", buffering=_SCAN_CHUNK_BYTES) as f:
-            while pos + _HEAD.size <= size:
-                n, crc = _HEAD.unpack(f.read(_HEAD.size))
-                if n == 0 or pos + _HEAD.size + n > size:
-                    return
-                payload = f.read(n)
-                if len(payload) < n or crc32c.crc32c(payload) != crc:
-                    return
-                try:
-                    rec = _dec.decode(payload)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    return
-                self._end_of = pos + _HEAD.size + n
-                yield pos, rec
-                pos = self._end_of
-
-    def _index(self, offset: int, rec: Record) -> None:
-        q = self._queues.get((rec.topic, rec.queue_id))
-        if q is None:
-            q = self._queues[(rec.topic, rec.queue_id)] = array("q")
-        assert rec.queue_offset == len(q), "queue offsets in the log must be dense"
-        q.append(offset)
+    def _load_checkpoint(self) -> Checkpoint | None:
+        path = self.root / _CHECKPOINT
+        try:
+            return decode_checkpoint(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except CorruptRecord as exc:
+            log.warning("store %s: %s; rebuilding consume queues and index from the commit log",
+                        self.root, exc)
+            return None
 
     # -- writing ----------------------------------------------------------------------------------
+    def _refuse(self) -> None:
+        if self._failed:
+            raise StoreError(self._failed)
+        if self._closed:
+            raise StoreError(f"store {self.root} is closed")
+        if not self._writable:
+            raise DiskFull(f"disk {self._usage:.1%} used at {self.root}, above "
+                           f"disk_space_warning_level_ratio "
+                           f"{self.config.disk_space_warning_level_ratio:.0%}: writes refused until "
+                           f"space is freed")
+
     def append(self, records: list[Record]) -> list[AppendResult]:
-        out: list[AppendResult] = []
-        chunks: list[bytes] = []
-        pos = self._write
+        if self._failed or self._closed or not self._writable:
+            self._refuse()
+        if len(records) == 1:
+            rec = records[0]
+            cq = self._queues.get((rec.topic, rec.queue_id))
+            rec.queue_offset = cq.max if cq is not None else 0
+        else:
+            self._assign_queue_offsets(records)
+        try:
+            tails = [record_tail(r) for r in records]
+            sizes = [RECORD_HEAD_SIZE + len(r.body) + len(t) for r, t in zip(records, tails, strict=True)]
+            pos = base = self._log.place(sum(sizes))
+            chunks, out = [], []
+            for rec, tail, size in zip(records, tails, sizes, strict=True):
+                chunks.append(encode_record(rec, pos, self._store_host, tail))
+                out.append(AppendResult(pos, rec.queue_offset, size))
+                pos += size
+            self._log.append(chunks[0] if len(chunks) == 1 else b"".join(chunks), base)
+        except ValueError as exc:
+            raise StoreError(f"record does not fit the layout: {exc}") from exc
+        except OSError as exc:
+            if _disk_full(exc):
+                raise DiskFull(f"disk full writing the commit log at {self.root}") from exc
+            raise StoreError(f"write to the commit log failed: {exc}") from exc
+        self._dispatch(records, out)
+        self._write = pos
+        self._tail = (pos, out[-1].commit_log_offset)
+        self._since_check += pos - base
+        if self._since_check >= limits.DISK_CHECK_BYTES:
+            self.check_disk()
+        return out
+
+    def _assign_queue_offsets(self, records: list[Record]) -> None:
         next_qo: dict[tuple[str, int], int] = {}
         for rec in records:
             key = (rec.topic, rec.queue_id)
             qo = next_qo.get(key)
             if qo is None:
-                qo = len(self._queues.get(key, ()))
-            rec.queue_offset = qo
-            next_qo[key] = qo + 1
-            payload = _enc.encode(rec)
-            chunks.append(_HEAD.pack(len(payload), crc32c.crc32c(payload)))
-            chunks.append(payload)
-            out.append(AppendResult(pos, qo, _HEAD.size + len(payload)))
-            pos += _HEAD.size + len(payload)
-        self._write_all(b"".join(chunks))
-        for rec, res in zip(records, out, strict=True):
-            self._index(res.commit_log_offset, rec)
-        self._write = pos
-        return out
+                cq = self._queues.get(key)
+                qo = cq.max if cq is not None else 0
+            rec.queue_offset, next_qo[key] = qo, qo + 1
 
-    def _write_all(self, data: bytes) -> None:
-        try:
-            written = 0
-            while written < len(data):
-                written += os.pwrite(self._fd, data[written:], self._write + written)
-        except OSError as exc:
-            try:
-                os.ftruncate(self._fd, self._write)
-            except OSError:
-                log.exception("could not truncate commit log after a failed write")
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFull(f"disk full writing commit log {self._path}") from exc
-            raise StoreError(f"write to commit log failed: {exc}") from exc
+    def _dispatch(self, records: list[Record], results: list[AppendResult]) -> None:
+        """Build the consume queue entries and index entries of appended records."""
+        queues, index = self._queues, self._index
+        for rec, res in zip(records, results, strict=True):
+            cq = queues.get((rec.topic, rec.queue_id))
+            if cq is None:
+                cq = queues[(rec.topic, rec.queue_id)] = self._make_queue(rec.topic, rec.queue_id)
+            cq.put(res.commit_log_offset, res.size, tag_hash(rec.tags) if rec.tags else 0)
+            if index is not None:
+                index.add(rec, res.commit_log_offset)
 
     @property
     def write_offset(self) -> int:
@@ -160,84 +215,279 @@ class FileStore(Store):
     def flushed_offset(self) -> int:
         return self._flushed
 
+    @property
+    def min_offset(self) -> int:
+        return self._log.min_offset
+
+    @property
+    def recovery_offset(self) -> int:
+        return self.recovery.scanned_from
+
     def flush(self) -> int:
-        target = self._write
-        if target > self._flushed:
-            os.fsync(self._fd)
-            self._flushed = max(self._flushed, target)
-        return self._flushed
+        with self._sync_lock:
+            if self._failed:
+                raise StoreError(self._failed)
+            tail = self._tail
+            target = tail[0]
+            if target <= self._flushed:
+                return self._flushed
+            fds = self._log.sync_fds(self._flushed, target)
+            try:
+                for fd in fds:
+                    os.fdatasync(fd)
+            except OSError as exc:
+                self._failed = (f"fsync of the commit log failed ({exc}); the store refuses writes "
+                                f"until it is reopened and recovered")
+                log.critical("store %s: %s", self.root, self._failed)
+                raise StoreError(self._failed) from exc
+            self._flushed_tail = tail
+            self._flushed = target
+            return target
+
+    def checkpoint(self) -> Callable[[], None]:
+        if self._failed or self._closed:
+            return _NOOP
+        d, last = self._flushed_tail
+        self._gen += 1
+        gen = self._gen
+        try:
+            fds: set[int] = set()
+            for cq in self._queues.values():
+                fds |= cq.persist(d)
+            if self._index is not None:
+                fds |= self._index.persist(d)
+        except OSError as exc:
+            log.warning("store %s: writing consume queues or index failed (%s); a restart will "
+                        "re-dispatch more of the commit log", self.root, exc)
+            return _NOOP
+        cp = Checkpoint(dispatched=d, last_record=last,
+                        queues=[(t, q, cq.min, cq.persisted) for (t, q), cq in self._queues.items()],
+                        index_files=self._index.metas() if self._index is not None else [])
+        data = encode_checkpoint(cp)
+
+        def sync() -> None:
+            with self._sync_lock:
+                try:
+                    for fd in fds:
+                        os.fdatasync(fd)
+                    _write_atomic(self.root / _CHECKPOINT, data)
+                except OSError as exc:
+                    log.warning("store %s: checkpoint not written (%s)", self.root, exc)
+                    return
+                self._close_retired(gen)
+
+        return sync
+
+    def _retire(self, fds: list[int]) -> None:
+        with self._lock:
+            self._retired += [(self._gen, fd) for fd in fds]
+
+    def _close_retired(self, before_gen: int) -> None:
+        with self._lock:
+            done = [fd for g, fd in self._retired if g < before_gen]
+            self._retired = [(g, fd) for g, fd in self._retired if g >= before_gen]
+        for fd in done:
+            os.close(fd)
+
+    def save_meta(self, name: str, data: bytes) -> None:
+        path = self.root / "meta" / name
+        try:
+            _write_atomic(path, data)
+        except OSError as exc:
+            if _disk_full(exc):
+                raise DiskFull(f"disk full saving {path}") from exc
+            raise StoreError(f"cannot save {path}: {exc}") from exc
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if not self._failed:
+                self.flush()
+                self.checkpoint()()
+        finally:
+            self._closed = True
+            for cq in self._queues.values():
+                cq.close()
+            if self._index is not None:
+                self._index.close()
+            self._log.close()
+            self._close_retired(self._gen + 1)
 
     # -- reading ----------------------------------------------------------------------------------
-    def _read_record(self, offset: int) -> Record:
-        head = os.pread(self._fd, _HEAD.size, offset)
-        if len(head) < _HEAD.size or offset >= self._write:
-            raise CorruptRecord(f"no record at commit log offset {offset}")
-        n, crc = _HEAD.unpack(head)
-        payload = os.pread(self._fd, n, offset + _HEAD.size)
-        if len(payload) != n or crc32c.crc32c(payload) != crc:
-            raise CorruptRecord(f"record at commit log offset {offset} fails its CRC32C check")
-        try:
-            return _dec.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise CorruptRecord(f"record at commit log offset {offset} does not decode") from exc
-
     def read_at(self, commit_log_offset: int) -> MessageExt:
-        return self._read_record(commit_log_offset).to_message_ext(commit_log_offset)
+        data = self._log.read_record_bytes(commit_log_offset)
+        return decode_message(memoryview(data), 0, commit_log_offset)
+
+    def _read_record(self, commit_log_offset: int, size: int) -> Record:
+        data = self._log.read_record_bytes(commit_log_offset, size)
+        return decode_record(memoryview(data), 0, commit_log_offset)[0]
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int,
                    max_bytes: int) -> list[MessageExt]:
-        q = self._queues.get((topic, queue_id))
-        if q is None or offset < 0:
+        cq = self._queues.get((topic, queue_id))
+        if cq is None or offset < cq.min or max_count <= 0:
             return []
+        end = min(offset + max_count, cq.visible_max(self._flushed))
+        if offset >= end:
+            return []
+        try:
+            entries = cq.entries(offset, end)
+        except OSError as exc:
+            raise CorruptRecord(f"consume queue {topic}/{queue_id} unreadable: {exc}") from exc
         out: list[MessageExt] = []
-        size = 0
-        end = min(offset + max_count, bisect_left(q, self._flushed))
-        for clo in q[offset:end]:
-            msg = self.read_at(clo)
-            size += len(msg.body)
-            if out and size > max_bytes:
-                break
-            out.append(msg)
+        body_bytes, i = 0, 0
+        while i < len(entries):
+            j, data, span_start = self._span(entries, i)
+            view = memoryview(data)
+            for clo, size in entries[i:j]:
+                if size == 0:
+                    continue  # a hole left by recovery
+                msg = decode_message(view, clo - span_start, clo)
+                body_bytes += len(msg.body)
+                if out and body_bytes > max_bytes:
+                    return out
+                out.append(msg)
+            i = j
         return out
 
+    def _span(self, entries: list[tuple[int, int]], i: int) -> tuple[int, bytes, int]:
+        """Read entries ``i..j-1`` (neighbours in one segment, within READ_SPAN_BYTES_MAX) with one
+        pread; return ``(j, bytes, commit log offset of the bytes)``."""
+        start, size = entries[i]
+        seg = self._log.segment_at(start)
+        if seg is None:
+            raise CorruptRecord(f"commit log offset {start} is not stored")
+        end, j = start + size, i + 1
+        while j < len(entries):
+            c, s = entries[j]
+            if c + s > seg.end or c + s - start > limits.READ_SPAN_BYTES_MAX:
+                break
+            end, j = max(end, c + s), j + 1
+        return j, self._log.read(start, end - start), start
+
     def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
-        q = self._queues.get((topic, queue_id))
-        return (0, bisect_left(q, self._flushed)) if q is not None else (0, 0)
+        cq = self._queues.get((topic, queue_id))
+        if cq is None:
+            return 0, 0
+        return cq.min, max(cq.min, cq.visible_max(self._flushed))
 
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(qid for (t, qid) in self._queues if t == topic)
 
-    def iter_records(self) -> Iterator[tuple[int, Record]]:
-        return self._scan(self._write)
+    def commit_log_offset_at(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        cq = self._queues.get((topic, queue_id))
+        if cq is None or not cq.min <= queue_offset < cq.max:
+            return None
+        try:
+            return cq.entry(queue_offset)
+        except OSError as exc:
+            raise CorruptRecord(f"consume queue {topic}/{queue_id} unreadable: {exc}") from exc
 
-    # -- metadata ---------------------------------------------------------------------------------
+    def iter_records(self, start_offset: int = 0,
+                     topics: Collection[str] | None = None) -> Iterator[tuple[int, Record]]:
+        start_offset = max(start_offset, self.min_offset)
+        if topics is None:
+            for clo, rec, _ in self._log.scan(start_offset):
+                yield clo, rec
+            return
+        found: list[tuple[int, int]] = []
+        for (t, _), cq in self._queues.items():
+            if t in topics:
+                found += [e for e in cq.entries(cq.min, cq.max) if e[0] >= start_offset and e[1]]
+        for clo, size in sorted(found):
+            yield clo, self._read_record(clo, size)
+
+    def query_by_key(self, topic: str, key: str, begin_ms: int, end_ms: int,
+                     max_count: int) -> list[MessageExt]:
+        def match(m: MessageExt) -> bool:
+            return m.topic == topic and key in m.keys.split()
+
+        return self._query(key_key(topic, key), begin_ms, end_ms, max_count, match)
+
+    def query_by_msg_id(self, msg_id: str, max_count: int) -> list[MessageExt]:
+        def match(m: MessageExt) -> bool:
+            return m.properties.get(PROPERTY_UNIQ_KEY) == msg_id
+
+        return self._query(id_key(msg_id), -(2**63), 2**63 - 1, max_count, match)
+
+    def _query(self, key: str, begin_ms: int, end_ms: int, max_count: int,
+               match: Callable[[MessageExt], bool]) -> list[MessageExt]:
+        if self._index is None or max_count <= 0:
+            return []
+        out: list[MessageExt] = []
+        try:
+            candidates = self._index.lookup(key, begin_ms, end_ms, 2 * max_count)
+        except OSError as exc:
+            raise CorruptRecord(f"index unreadable: {exc}") from exc
+        for clo in candidates:
+            if not self.min_offset <= clo < self._flushed:
+                continue
+            m = self.read_at(clo)
+            if match(m) and begin_ms <= m.store_timestamp_ms <= end_ms:
+                out.append(m)
+                if len(out) >= max_count:
+                    break
+        return out
+
     def load_meta(self, name: str) -> bytes | None:
         try:
             return (self.root / "meta" / name).read_bytes()
         except FileNotFoundError:
             return None
-
-    def save_meta(self, name: str, data: bytes) -> None:
-        path = self.root / "meta" / name
-        tmp = path.with_suffix(".tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            dfd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFull(f"disk full saving {path}") from exc
-            raise StoreError(f"cannot save {path}: {exc}") from exc
+            raise StoreError(f"cannot read metadata {name}: {exc}") from exc
 
-    def close(self) -> None:
-        if self._fd >= 0:
-            self.flush()
-            os.close(self._fd)
-            self._fd = -1
+    # -- retention and disk space -----------------------------------------------------------------
+    def _infos(self) -> list[SegmentInfo]:
+        segs = self._log.segments
+        out = [SegmentInfo(s.base, s.end, self._log.first_ms(n)) for s, n in itertools.pairwise(segs)]
+        return [*out, SegmentInfo(segs[-1].base, segs[-1].end, None)]
+
+    def clean(self, now_ms: int, *, delete_hour: bool) -> CleanReport:
+        usage = self.check_disk().usage_ratio
+        infos = self._infos()
+        plan = plan_clean(infos, self._flushed, now_ms, self.config, usage, delete_hour,
+                          self.retention_needs())
+        report = CleanReport(held=plan.held, deleted_needed=plan.deleted_needed, usage_ratio=usage)
+        try:
+            gone = self._log.delete_oldest(plan.n_delete)
+            self._retire([s.fd for s in gone])
+            low = self._log.min_offset
+            for cq in self._queues.values():
+                self._retire(cq.clean(low))
+            if self._index is not None:
+                self._retire(self._index.clean(low))
+        except OSError as exc:
+            log.error("store %s: retention failed: %s", self.root, exc)
+            gone = []
+        report.deleted_segments = [s.base for s in gone]
+        report.freed_bytes = sum(s.size for s in gone)
+        report.min_offset = self._log.min_offset
+        log_report(report, f"store {self.root}")
+        if gone:
+            self.check_disk()
+        return report
+
+    def check_disk(self) -> DiskStatus:
+        self._since_check = 0
+        if self._disk_usage is not None:
+            usage = self._disk_usage()
+        else:
+            try:
+                st = os.statvfs(self.root)
+                usage = (st.f_blocks - st.f_bavail) / st.f_blocks if st.f_blocks else 0.0
+            except OSError as exc:
+                log.error("store %s: cannot read disk usage: %s", self.root, exc)
+                return DiskStatus(self._usage, self._writable)
+        was = self._writable
+        if usage > self.config.disk_space_warning_level_ratio:
+            self._writable = False
+        elif usage <= self.config.disk_space_clean_forcibly_ratio:
+            self._writable = True
+        self._usage = usage
+        if was != self._writable:
+            log.log(logging.INFO if self._writable else logging.ERROR,
+                    "store %s: disk %.1f%% used: writes %s", self.root, usage * 100,
+                    "accepted again" if self._writable else "refused (DiskFull)")
+        return DiskStatus(usage, self._writable)

@@ -1,45 +1,104 @@
-"""An in-memory store: the reference implementation and the simulation's disk."""
+"""An in-memory store: the reference model of the contract suite and the simulation's disk.
+
+It lays records out exactly as :class:`~txmq.store.FileStore` does (same record sizes, so the same
+commit log offsets, and the same segment rolling rule), so retention deletes the same segments.
+Nothing survives the process; ``flush`` only moves ``flushed_offset``.
+"""
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 
-import msgspec
-
-from txmq.errors import CorruptRecord
-from txmq.protocol import MessageExt
-from txmq.store._base import AppendResult, Record, Store
+from txmq.errors import CorruptRecord, DiskFull, StoreError
+from txmq.protocol import PROPERTY_UNIQ_KEY, MessageExt
+from txmq.store._base import AppendResult, CleanReport, DiskStatus, Record, Store
+from txmq.store._codec import record_size
+from txmq.store._config import StoreConfig
+from txmq.store._retention import SegmentInfo, log_report, plan_clean
 
 __all__ = ["MemoryStore"]
 
-_enc = msgspec.msgpack.Encoder()
+
+class _Segment:
+    __slots__ = ("base", "end", "offsets")
+
+    def __init__(self, base: int) -> None:
+        self.base = self.end = base
+        self.offsets: list[int] = []
+
+
+class _Queue:
+    __slots__ = ("min", "offsets")
+
+    def __init__(self) -> None:
+        self.min = 0
+        self.offsets: list[int] = []  # commit log offset of queue offset min + i
 
 
 class MemoryStore(Store):
-    """Keeps records in lists; ``flush`` is immediate. Offsets are the encoded sizes, so commit log
-    offsets look like a real log's."""
+    """Keeps records in dicts and lists.
 
-    def __init__(self) -> None:
-        self._log: list[tuple[int, Record]] = []
-        self._by_offset: dict[int, Record] = {}
-        self._queues: dict[tuple[str, int], list[int]] = {}
+    Args:
+        config: segment size and retention settings (the rest is ignored); defaults to
+            :class:`StoreConfig` defaults.
+        disk_usage: returns the "disk" usage ratio 0..1 for :meth:`check_disk` (tests); 0 if None.
+    """
+
+    def __init__(self, config: StoreConfig | None = None, *,
+                 disk_usage: Callable[[], float] | None = None) -> None:
+        super().__init__(config or StoreConfig())
+        self._disk_usage = disk_usage
+        self._segments = [_Segment(0)]
+        self._records: dict[int, Record] = {}
+        self._sizes: dict[int, int] = {}
+        self._queues: dict[tuple[str, int], _Queue] = {}
+        self._keys: dict[tuple[str, str], list[int]] = {}
+        self._ids: dict[str, list[int]] = {}
         self._meta: dict[str, bytes] = {}
         self._write = 0
         self._flushed = 0
+        self._writable = True
+        self._usage = 0.0
 
+    # -- writing ----------------------------------------------------------------------------------
     def append(self, records: list[Record]) -> list[AppendResult]:
-        out = []
+        if not self._writable:
+            raise DiskFull(f"disk {self._usage:.0%} used, above disk_space_warning_level_ratio "
+                           f"{self.config.disk_space_warning_level_ratio:.0%}: writes refused")
+        sizes = []
         for rec in records:
-            q = self._queues.setdefault((rec.topic, rec.queue_id), [])
-            rec.queue_offset = len(q)
-            size = len(_enc.encode(rec)) + 8
-            q.append(self._write)
-            self._log.append((self._write, rec))
-            self._by_offset[self._write] = rec
-            out.append(AppendResult(self._write, rec.queue_offset, size))
+            try:
+                sizes.append(record_size(rec))
+            except ValueError as exc:
+                raise StoreError(f"record does not fit the layout: {exc}") from exc
+        seg = self._segments[-1]
+        if seg.offsets and seg.end - seg.base + sum(sizes) > self.config.mapped_file_size_commit_log:
+            seg = _Segment(self._write)
+            self._segments.append(seg)
+        out = []
+        for rec, size in zip(records, sizes, strict=True):
+            q = self._queues.setdefault((rec.topic, rec.queue_id), _Queue())
+            rec.queue_offset = q.min + len(q.offsets)
+            clo = self._write
+            q.offsets.append(clo)
+            seg.offsets.append(clo)
+            self._records[clo] = rec
+            self._sizes[clo] = size
+            self._index(rec, clo)
+            out.append(AppendResult(clo, rec.queue_offset, size))
             self._write += size
+        seg.end = self._write
         return out
+
+    def _index(self, rec: Record, clo: int) -> None:
+        if not self.config.message_index_enable:
+            return
+        for key in rec.keys.split():
+            self._keys.setdefault((rec.topic, key), []).append(clo)
+        uniq = rec.properties.get(PROPERTY_UNIQ_KEY)
+        if uniq:
+            self._ids.setdefault(uniq, []).append(clo)
 
     @property
     def write_offset(self) -> int:
@@ -49,23 +108,44 @@ class MemoryStore(Store):
     def flushed_offset(self) -> int:
         return self._flushed
 
+    @property
+    def min_offset(self) -> int:
+        return self._segments[0].base
+
+    @property
+    def recovery_offset(self) -> int:
+        return self.min_offset
+
     def flush(self) -> int:
         self._flushed = self._write
         return self._flushed
 
+    def checkpoint(self) -> Callable[[], None]:
+        return lambda: None
+
+    def save_meta(self, name: str, data: bytes) -> None:
+        self._meta[name] = bytes(data)
+
+    def close(self) -> None:
+        self.flush()
+
+    # -- reading ----------------------------------------------------------------------------------
     def read_at(self, commit_log_offset: int) -> MessageExt:
-        rec = self._by_offset.get(commit_log_offset)
+        rec = self._records.get(commit_log_offset)
         if rec is None:
             raise CorruptRecord(f"no record at commit log offset {commit_log_offset}")
         return rec.to_message_ext(commit_log_offset)
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int,
                    max_bytes: int) -> list[MessageExt]:
-        q = self._queues.get((topic, queue_id), [])
+        q = self._queues.get((topic, queue_id))
+        if q is None or offset < q.min:
+            return []
+        start = offset - q.min
+        end = min(start + max_count, bisect_left(q.offsets, self._flushed))
         out: list[MessageExt] = []
         size = 0
-        end = min(offset + max_count, bisect_left(q, self._flushed))
-        for clo in q[max(offset, 0) : end]:
+        for clo in q.offsets[start:end]:
             msg = self.read_at(clo)
             size += len(msg.body)
             if out and size > max_bytes:
@@ -74,19 +154,85 @@ class MemoryStore(Store):
         return out
 
     def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
-        return 0, bisect_left(self._queues.get((topic, queue_id), []), self._flushed)
+        q = self._queues.get((topic, queue_id))
+        if q is None:
+            return 0, 0
+        return q.min, q.min + bisect_left(q.offsets, self._flushed)
 
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(qid for (t, qid) in self._queues if t == topic)
 
-    def iter_records(self) -> Iterator[tuple[int, Record]]:
-        return iter(list(self._log))
+    def commit_log_offset_at(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        q = self._queues.get((topic, queue_id))
+        if q is None or not q.min <= queue_offset < q.min + len(q.offsets):
+            return None
+        return q.offsets[queue_offset - q.min]
+
+    def iter_records(self, start_offset: int = 0,
+                     topics: Collection[str] | None = None) -> Iterator[tuple[int, Record]]:
+        offsets = sorted(o for o in self._records if o >= start_offset)
+        for clo in offsets:
+            rec = self._records.get(clo)
+            if rec is not None and (topics is None or rec.topic in topics):
+                yield clo, rec
+
+    def query_by_key(self, topic: str, key: str, begin_ms: int, end_ms: int,
+                     max_count: int) -> list[MessageExt]:
+        return self._lookup(self._keys.get((topic, key), []), begin_ms, end_ms, max_count)
+
+    def query_by_msg_id(self, msg_id: str, max_count: int) -> list[MessageExt]:
+        return self._lookup(self._ids.get(msg_id, []), -(2**63), 2**63 - 1, max_count)
+
+    def _lookup(self, offsets: list[int], begin_ms: int, end_ms: int,
+                max_count: int) -> list[MessageExt]:
+        out = []
+        for clo in reversed(offsets):
+            rec = self._records.get(clo)
+            if rec is None or clo >= self._flushed:
+                continue
+            if begin_ms <= rec.store_timestamp_ms <= end_ms:
+                out.append(rec.to_message_ext(clo))
+                if len(out) >= max_count:
+                    break
+        return out
 
     def load_meta(self, name: str) -> bytes | None:
         return self._meta.get(name)
 
-    def save_meta(self, name: str, data: bytes) -> None:
-        self._meta[name] = bytes(data)
+    # -- retention and disk space -----------------------------------------------------------------
+    def _infos(self) -> list[SegmentInfo]:
+        out = []
+        for seg, nxt in zip(self._segments, self._segments[1:], strict=False):
+            first = self._records[nxt.offsets[0]].store_timestamp_ms if nxt.offsets else None
+            out.append(SegmentInfo(seg.base, seg.end, first))
+        last = self._segments[-1]
+        return [*out, SegmentInfo(last.base, last.end, None)]
 
-    def close(self) -> None:
-        self.flush()
+    def clean(self, now_ms: int, *, delete_hour: bool) -> CleanReport:
+        usage = self.check_disk().usage_ratio
+        plan = plan_clean(self._infos(), self._flushed, now_ms, self.config, usage, delete_hour,
+                          self.retention_needs())
+        report = CleanReport(held=plan.held, deleted_needed=plan.deleted_needed, usage_ratio=usage)
+        for seg in self._segments[: plan.n_delete]:
+            for clo in seg.offsets:
+                del self._records[clo]
+                del self._sizes[clo]
+            report.deleted_segments.append(seg.base)
+            report.freed_bytes += seg.end - seg.base
+        del self._segments[: plan.n_delete]
+        low = self.min_offset
+        for q in self._queues.values():
+            cut = bisect_left(q.offsets, low)
+            q.min += cut
+            del q.offsets[:cut]
+        report.min_offset = low
+        log_report(report, "memory store")
+        return report
+
+    def check_disk(self) -> DiskStatus:
+        self._usage = self._disk_usage() if self._disk_usage is not None else 0.0
+        if self._usage > self.config.disk_space_warning_level_ratio:
+            self._writable = False
+        elif self._usage <= self.config.disk_space_clean_forcibly_ratio:
+            self._writable = True
+        return DiskStatus(self._usage, self._writable)

@@ -9,11 +9,19 @@ from txmq.broker.transaction._service import (
     EndResult,
     TransactionService,
 )
+from txmq.broker.transaction._sink import (
+    PROPERTY_TXMQ_SINK_BATCH,
+    PROPERTY_TXMQ_SINK_TASK,
+    SINK_BATCH_TOPIC,
+)
 
 __all__ = [
     "HALF_TOPIC",
     "OP_TOPIC",
+    "PROPERTY_TXMQ_SINK_BATCH",
+    "PROPERTY_TXMQ_SINK_TASK",
     "REMOVE_TAG",
+    "SINK_BATCH_TOPIC",
     "TRANS_CHECK_MAX_TIME_TOPIC",
     "EndResult",
     "HalfEntry",

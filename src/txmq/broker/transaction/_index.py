@@ -14,7 +14,7 @@ from enum import StrEnum
 
 import msgspec
 
-__all__ = ["HalfEntry", "Outcome", "TransactionIndex"]
+__all__ = ["HalfEntry", "LatencyHistogram", "Outcome", "TransactionIndex"]
 
 
 class Outcome(StrEnum):
@@ -48,6 +48,10 @@ class HalfEntry(msgspec.Struct, kw_only=True):
     first_check_ms: int
     next_check_ms: int
     check_count: int = 0
+    sink_batch: str = ""
+    """For a Spark sink's half message, ``"<sink id>/<batch id>"`` (settled by batch commit)."""
+    sink_task: str = ""
+    """For a Spark sink's half message, ``"<partition>.<attempt>"``."""
 
 
 class TransactionIndex:
@@ -56,6 +60,12 @@ class TransactionIndex:
     def __init__(self) -> None:
         self.pending: dict[int, HalfEntry] = {}
         self.settled: dict[int, Outcome] = {}
+        self.by_msg_id: dict[str, int] = {}
+        """Message id → half offset of pending and discarded transactions (operator look-ups)."""
+        self.discarded: dict[int, int] = {}
+        """Half offset → commit log offset of its copy in TRANS_CHECK_MAX_TIME_TOPIC."""
+        self.resumed: set[int] = set()
+        """Half offsets of discarded transactions an operator resumed (each resumes once)."""
         self._heap: list[tuple[int, int]] = []
 
     def add(self, entry: HalfEntry) -> None:
@@ -64,6 +74,8 @@ class TransactionIndex:
         if entry.half_offset in self.settled:
             return  # recovery met its outcome first
         self.pending[entry.half_offset] = entry
+        if entry.msg_id:
+            self.by_msg_id[entry.msg_id] = entry.half_offset
         heapq.heappush(self._heap, (entry.next_check_ms, entry.half_offset))
 
     def outcome(self, half_offset: int) -> Outcome | None:
@@ -77,8 +89,10 @@ class TransactionIndex:
         assert outcome is not Outcome.PENDING
         if half_offset in self.settled:
             return False
-        self.pending.pop(half_offset, None)
+        entry = self.pending.pop(half_offset, None)
         self.settled[half_offset] = outcome
+        if entry is not None and entry.msg_id and outcome is not Outcome.DISCARD:
+            self.by_msg_id.pop(entry.msg_id, None)
         return True
 
     def reschedule(self, entry: HalfEntry, at_ms: int) -> None:
@@ -104,4 +118,36 @@ class TransactionIndex:
         out[Outcome.PENDING.value] = len(self.pending)
         for o in self.settled.values():
             out[o.value] += 1
+        return out
+
+
+class LatencyHistogram:
+    """Cumulative-bucket histogram in seconds (Prometheus style), bounded memory.
+
+    Buckets follow RocketMQ's ``rocketmq_finish_message_latency`` spirit (RIP-46): from 5 ms to
+    1 h, since a transaction may wait for check-backs.
+    """
+
+    BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+                 900.0, 3600.0)
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(self.BUCKETS_S) + 1)
+        self.total = 0.0
+        self.n = 0
+
+    def observe(self, seconds: float) -> None:
+        i = 0
+        while i < len(self.BUCKETS_S) and seconds > self.BUCKETS_S[i]:
+            i += 1
+        self.counts[i] += 1
+        self.total += seconds
+        self.n += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``[(upper bound, count ≤ bound), …, ("+Inf", n)]``."""
+        out, acc = [], 0
+        for bound, c in zip((*map(str, self.BUCKETS_S), "+Inf"), self.counts, strict=True):
+            acc += c
+            out.append((bound, acc))
         return out

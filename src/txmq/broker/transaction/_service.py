@@ -12,11 +12,22 @@ import logging
 from collections.abc import Callable
 from itertools import count
 
+import msgspec
+
 from txmq import limits
 from txmq.broker._actions import SendTo
 from txmq.broker._clients import ClientRegistry
 from txmq.broker._config import BrokerConfig
-from txmq.broker.transaction._index import HalfEntry, Outcome, TransactionIndex
+from txmq.broker.transaction._index import HalfEntry, LatencyHistogram, Outcome, TransactionIndex
+from txmq.broker.transaction._sink import (
+    PROPERTY_TXMQ_SINK_BATCH,
+    PROPERTY_TXMQ_SINK_TASK,
+    SINK_BATCH_TOPIC,
+    BatchMarker,
+    SinkBatches,
+    decode_marker,
+    encode_marker,
+)
 from txmq.errors import CorruptRecord, ResponseCode
 from txmq.protocol import (
     FLAG_ONEWAY,
@@ -30,6 +41,7 @@ from txmq.protocol import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_TXMQ_OUTCOME,
+    PROPERTY_TXMQ_RESUMED_FROM,
     PROPERTY_TXMQ_SENDER_CLIENT_ID,
     PROPERTY_UNIQ_KEY,
     TRANSACTION_COMMIT_TYPE,
@@ -59,6 +71,10 @@ HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 REMOVE_TAG = "d"
+PROPERTY_TXMQ_OPERATOR = "TXMQ_OPERATOR"
+PROPERTY_TXMQ_REASON = "TXMQ_REASON"
+PROPERTY_TXMQ_HALF_OFFSET = "TXMQ_HALF_OFFSET"
+_SNAPSHOT_META = "transactionIndex.json"
 _TX_PROPS = (PROPERTY_TRANSACTION_PREPARED, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
              PROPERTY_TXMQ_SENDER_CLIENT_ID)
 
@@ -95,10 +111,16 @@ class TransactionService:
         self._clients = clients
         self._opaque = count(1 << 30)
         self._in_flight: dict[int, int] = {}  # half offset -> sent at ms
+        self._snapshot_nonempty = False
+        self.sinks = SinkBatches()
+        self._torn: dict[str, tuple[dict[str, int], dict[str, list[int]]]] = {}
+        """Recovery: batch → (committed tasks, halves preceding its marker), to settle once."""
         self.stats = {"commits": 0, "rollbacks": 0, "discards": 0, "checks_sent": 0,
                       "checks_answered": 0, "duplicate_ends": 0, "check_errors": 0,
-                      "checks_no_producer": 0}
-        self.finish_latency_s: list[float] = []
+                      "checks_no_producer": 0, "sink_batches": 0, "sink_duplicate_batches": 0,
+                      "sink_orphans_rolled_back": 0}
+        self.finish_latency = LatencyHistogram()
+        """Prepare-to-finish latency of settled transactions, seconds."""
 
     # -- prepare ----------------------------------------------------------------------------------
     def half_record(self, rec: Record, producer_group: str, client_id: str) -> Record:
@@ -121,14 +143,19 @@ class TransactionService:
         with contextlib.suppress(ValueError):
             immunity_ms = max(immunity_ms,
                               int(p.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, "0")) * 1000)
+        if PROPERTY_TXMQ_RESUMED_FROM in p:
+            self.index.resumed.add(int(p[PROPERTY_TXMQ_RESUMED_FROM]))
         first = rec.born_timestamp_ms + immunity_ms
+        batch, task = p.get(PROPERTY_TXMQ_SINK_BATCH, ""), p.get(PROPERTY_TXMQ_SINK_TASK, "")
+        if batch:
+            self.sinks.add(batch, task, res.queue_offset)
         self.index.add(HalfEntry(
             half_offset=res.queue_offset, commit_log_offset=res.commit_log_offset,
             producer_group=p.get(PROPERTY_PRODUCER_GROUP, ""),
             sender_client_id=p.get(PROPERTY_TXMQ_SENDER_CLIENT_ID, ""),
             msg_id=p.get(PROPERTY_UNIQ_KEY, ""), real_topic=p.get(PROPERTY_REAL_TOPIC, ""),
             keys=rec.keys, born_ms=rec.born_timestamp_ms, first_check_ms=first,
-            next_check_ms=first,
+            next_check_ms=first, sink_batch=batch, sink_task=task,
         ))
 
     # -- end transaction --------------------------------------------------------------------------
@@ -158,40 +185,80 @@ class TransactionService:
             return EndResult(ResponseCode.ILLEGAL_OPERATION,
                              remark="commit log offset does not match the half message")
         if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
-            return self._finish(entry, Outcome.COMMIT, now_ms, h.operator)
+            return self._finish(entry, Outcome.COMMIT, now_ms, h.operator, h.reason)
         if h.commit_or_rollback == TRANSACTION_ROLLBACK_TYPE:
-            return self._finish(entry, Outcome.ROLLBACK, now_ms, h.operator)
+            return self._finish(entry, Outcome.ROLLBACK, now_ms, h.operator, h.reason)
         return EndResult(ResponseCode.SUCCESS, Outcome.PENDING.value)
 
     def _finish(self, entry: HalfEntry, outcome: Outcome, now_ms: int,
-                operator: str = "") -> EndResult:
+                operator: str = "", reason: str = "") -> EndResult:
+        return self._finish_many([(entry, outcome)], now_ms, operator, reason)
+
+    def _finish_many(self, items: list[tuple[HalfEntry, Outcome]], now_ms: int,
+                     operator: str = "", reason: str = "") -> EndResult:
+        """Settle pending transactions with one append: a real (or discard) record per committed
+        (or discarded) message, then op records whose bodies list the settled half offsets per
+        outcome, at most ``limits.TRANSACTION_OP_MSG_MAX_SIZE`` characters each (RocketMQ 5.1
+        batches op messages the same way)."""
         records: list[Record] = []
-        if outcome is not Outcome.ROLLBACK:
-            half = self.store.read_at(entry.commit_log_offset)
-            records.append(self._real_or_discard_record(half, entry, outcome, now_ms))
-        op_props = {PROPERTY_TXMQ_OUTCOME: outcome.value}
-        if operator:
-            op_props["TXMQ_OPERATOR"] = operator
-        records.append(Record(topic=OP_TOPIC, queue_id=0, body=f"{entry.half_offset},".encode(),
-                              tags=REMOVE_TAG, properties=op_props, born_timestamp_ms=now_ms,
-                              store_timestamp_ms=now_ms))
+        discard_at: dict[int, int] = {}
+        for entry, outcome in items:
+            if outcome is not Outcome.ROLLBACK:
+                half = self.store.read_at(entry.commit_log_offset)
+                if outcome is Outcome.DISCARD:
+                    discard_at[entry.half_offset] = len(records)
+                records.append(self._real_or_discard_record(half, entry, outcome, now_ms))
+        records += self._op_records(items, now_ms, operator, reason)
         results = self._append(records)
+        for entry, outcome in items:
+            if entry.half_offset in discard_at:
+                self.index.discarded[entry.half_offset] = \
+                    results[discard_at[entry.half_offset]].commit_log_offset
+            self._settled(entry, outcome, now_ms)
+        last = results[-1]
+        return EndResult(ResponseCode.SUCCESS, items[-1][1].value,
+                         durable_offset=last.commit_log_offset + last.size)
+
+    @staticmethod
+    def _op_records(items: list[tuple[HalfEntry, Outcome]], now_ms: int, operator: str,
+                    reason: str) -> list[Record]:
+        by_outcome: dict[Outcome, list[str]] = {}
+        for entry, outcome in items:
+            by_outcome.setdefault(outcome, []).append(f"{entry.half_offset},")
+        out: list[Record] = []
+        for outcome, offsets in by_outcome.items():
+            props = {PROPERTY_TXMQ_OUTCOME: outcome.value}
+            if operator:
+                props[PROPERTY_TXMQ_OPERATOR] = operator
+                props[PROPERTY_TXMQ_REASON] = reason
+            body: list[str] = []
+            for i, tok in enumerate(offsets):
+                body.append(tok)
+                size = sum(map(len, body))
+                if size >= limits.TRANSACTION_OP_MSG_MAX_SIZE or i == len(offsets) - 1:
+                    out.append(Record(topic=OP_TOPIC, queue_id=0, body="".join(body).encode(),
+                                      tags=REMOVE_TAG, properties=dict(props),
+                                      born_timestamp_ms=now_ms, store_timestamp_ms=now_ms))
+                    body = []
+        return out
+
+    def _settled(self, entry: HalfEntry, outcome: Outcome, now_ms: int) -> None:
         settled = self.index.settle(entry.half_offset, outcome)
         assert settled, "a pending transaction is settled exactly once"
+        if entry.sink_batch:
+            self.sinks.remove(entry.sink_batch, entry.sink_task, entry.half_offset)
         self._in_flight.pop(entry.half_offset, None)
         key = {Outcome.COMMIT: "commits", Outcome.ROLLBACK: "rollbacks",
                Outcome.DISCARD: "discards"}[outcome]
         self.stats[key] += 1
-        self.finish_latency_s.append(max(0, now_ms - entry.born_ms) / 1000)
-        last = results[-1]
-        return EndResult(ResponseCode.SUCCESS, outcome.value,
-                         durable_offset=last.commit_log_offset + last.size)
+        self.finish_latency.observe(max(0, now_ms - entry.born_ms) / 1000)
 
     def _real_or_discard_record(self, half: MessageExt, entry: HalfEntry, outcome: Outcome,
                                 now_ms: int) -> Record:
         props = dict(half.properties)
         if outcome is Outcome.DISCARD:
             props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(entry.check_count)
+            props[PROPERTY_TXMQ_HALF_OFFSET] = str(entry.half_offset)
             return Record(topic=TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0, body=half.body,
                           tags=half.tags, keys=half.keys, properties=props,
                           born_timestamp_ms=half.born_timestamp_ms, store_timestamp_ms=now_ms)
@@ -210,10 +277,11 @@ class TransactionService:
 
         Each message is handled on its own (I6): a failure holds back only that message.
         """
+        self._finish_torn_batches(now_ms)
         for off, sent in list(self._in_flight.items()):
             if now_ms - sent > limits.TRANSACTION_CHECK_ANSWER_TIMEOUT_MS:
                 del self._in_flight[off]
-        room = limits.TRANSACTION_CHECKS_IN_FLIGHT_MAX - len(self._in_flight)
+        room = self.config.transaction_checks_in_flight_max - len(self._in_flight)
         out: list[SendTo] = []
         for entry in self.index.due(now_ms, max(room, 0)):
             try:
@@ -235,6 +303,10 @@ class TransactionService:
             self._finish(entry, Outcome.DISCARD, now_ms)
             log.warning("half message %s (offset %d) discarded after %d checks", entry.msg_id,
                         entry.half_offset, entry.check_count)
+            return None
+        if entry.sink_batch:  # nobody to ask: its batch was not committed in time (or it is an orphan)
+            self._finish(entry, Outcome.ROLLBACK, now_ms)
+            self.stats["sink_orphans_rolled_back"] += 1
             return None
         conn = self._clients.pick_producer(entry.producer_group, entry.sender_client_id)
         self.index.reschedule(entry, now_ms + cfg.transaction_check_interval_ms)
@@ -265,8 +337,15 @@ class TransactionService:
                        flags=FLAG_ONEWAY, ext=to_ext(header), body=encode_message_ext(half))
 
     # -- recovery ---------------------------------------------------------------------------------
+    @staticmethod
+    def wants(rec: Record) -> bool:
+        """Whether recovery needs this record (half, op, discard copy, or a committed message)."""
+        return rec.topic in (HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SINK_BATCH_TOPIC) or (
+            PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in rec.properties)
+
     def recover(self, records: list[tuple[Record, AppendResult]]) -> None:
-        """Rebuild the index from stored half, op and committed records (commit log order)."""
+        """Rebuild the index from stored half, op, discard and committed records (commit log
+        order), then apply the check counts of the last snapshot."""
         for rec, res in records:
             if rec.topic == HALF_TOPIC:
                 self.on_half_stored(rec, res)
@@ -275,6 +354,185 @@ class TransactionService:
                 for tok in rec.body.decode().split(","):
                     if tok.strip():
                         self.index.settle(int(tok), outcome)
+            elif rec.topic == SINK_BATCH_TOPIC:
+                marker = decode_marker(rec.body)
+                self.sinks.committed[marker.batch] = marker.tasks
+                # the halves before the marker are the ones this commit settles
+                self._torn[marker.batch] = (marker.tasks, self.sinks.halves(marker.batch))
+            elif rec.topic == TRANS_CHECK_MAX_TIME_TOPIC:
+                off = int(rec.properties.get(PROPERTY_TXMQ_HALF_OFFSET, "-1"))
+                self.index.discarded[off] = res.commit_log_offset
+                self.index.by_msg_id[rec.properties.get(PROPERTY_UNIQ_KEY, "")] = off
+                self.index.settle(off, Outcome.DISCARD)
             elif PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in rec.properties:
                 self.index.settle(int(rec.properties[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET]),
                                   Outcome.COMMIT)
+        for batch in list(self.sinks.pending):  # drop halves settled later in the log
+            for task, offs in self.sinks.halves(batch).items():
+                for off in offs:
+                    if off not in self.index.pending:
+                        self.sinks.remove(batch, task, off)
+        self._restore_snapshot()
+
+    def save_snapshot(self) -> None:
+        """Persist check counts of pending half messages (the broker shell calls this every few
+        seconds and at shutdown; a crash loses at most that interval's counts)."""
+        counts = {str(off): e.check_count for off, e in self.index.pending.items() if e.check_count}
+        if counts or self._snapshot_nonempty:
+            self.store.save_meta(_SNAPSHOT_META, msgspec.json.encode(counts))
+            self._snapshot_nonempty = bool(counts)
+
+    def _restore_snapshot(self) -> None:
+        raw = self.store.load_meta(_SNAPSHOT_META)
+        counts = msgspec.json.decode(raw, type=dict[str, int]) if raw else {}
+        for off, n in counts.items():
+            entry = self.index.pending.get(int(off))
+            if entry is not None:
+                entry.check_count = n
+        self._snapshot_nonempty = bool(counts)
+
+    # -- operators --------------------------------------------------------------------------------
+    def lookup(self, ident: str) -> int | None:
+        """Half offset of a transaction named by message id or ``half:<offset>``."""
+        if ident.startswith("half:"):
+            try:
+                return int(ident[5:])
+            except ValueError:
+                return None
+        return self.index.by_msg_id.get(ident)
+
+    def describe(self, half_offset: int, now_ms: int) -> dict[str, object]:
+        """State of one transaction for ``txmq tx show``; pending ones with age and checks."""
+        outcome = self.index.outcome(half_offset)
+        info: dict[str, object] = {"half_offset": half_offset,
+                                   "state": outcome.value if outcome else "UNKNOWN_OFFSET"}
+        e = self.index.pending.get(half_offset)
+        if e is not None:
+            info.update(msg_id=e.msg_id, topic=e.real_topic, keys=e.keys,
+                        producer_group=e.producer_group, sender=e.sender_client_id,
+                        age_ms=now_ms - e.born_ms, check_count=e.check_count,
+                        next_check_in_ms=max(0, e.next_check_ms - now_ms))
+        if half_offset in self.index.discarded:
+            info["discard_commit_log_offset"] = self.index.discarded[half_offset]
+            info["resumed"] = half_offset in self.index.resumed
+        return info
+
+    def pending_list(self, now_ms: int, limit: int) -> list[dict[str, object]]:
+        """Oldest pending half messages first, at most ``limit``."""
+        oldest = sorted(self.index.pending.values(), key=lambda e: (e.born_ms, e.half_offset))
+        return [self.describe(e.half_offset, now_ms) for e in oldest[:limit]]
+
+    def operator_end(self, half_offset: int, outcome: Outcome, operator: str, reason: str,
+                     now_ms: int) -> EndResult:
+        """An operator's commit or rollback of a pending transaction, recorded with who and why.
+
+        A decided transaction is answered with its recorded outcome (I4), like any end request.
+        """
+        assert outcome in (Outcome.COMMIT, Outcome.ROLLBACK)
+        if not operator:
+            return EndResult(ResponseCode.MALFORMED_REQUEST, remark="an operator name is required")
+        entry = self.index.pending.get(half_offset)
+        if entry is None:
+            recorded = self.index.settled.get(half_offset)
+            if recorded is None:
+                return EndResult(ResponseCode.TRANSACTION_NOT_FOUND, remark="no such transaction")
+            self.stats["duplicate_ends"] += 1
+            return EndResult(ResponseCode.SUCCESS, recorded.value, duplicate=True)
+        return self._finish(entry, outcome, now_ms, operator, reason)
+
+    def resume(self, half_offset: int, now_ms: int) -> tuple[ResponseCode, str, int]:
+        """Put a discarded half message back to be checked again (RocketMQ
+        RESUME_CHECK_HALF_MESSAGE, check count reset). Returns (code, remark, new half offset)."""
+        clo = self.index.discarded.get(half_offset)
+        if clo is None:
+            return ResponseCode.TRANSACTION_NOT_FOUND, "not a discarded transaction", -1
+        if half_offset in self.index.resumed:
+            return ResponseCode.ILLEGAL_OPERATION, "already resumed", -1
+        parked = self.store.read_at(clo)
+        props = dict(parked.properties)
+        props.pop(PROPERTY_TRANSACTION_CHECK_TIMES, None)
+        props.pop(PROPERTY_TXMQ_HALF_OFFSET, None)
+        props[PROPERTY_TXMQ_RESUMED_FROM] = str(half_offset)
+        rec = Record(topic=HALF_TOPIC, queue_id=0, body=parked.body, tags=parked.tags,
+                     keys=parked.keys, properties=props, born_timestamp_ms=now_ms,
+                     store_timestamp_ms=now_ms)
+        res = self._append([rec])[0]
+        self.on_half_stored(rec, res)
+        return ResponseCode.SUCCESS, "", res.queue_offset
+
+    # -- Spark sink batches -----------------------------------------------------------------------
+    def commit_batch(self, batch: str, tasks: dict[str, int], producer_group: str,
+                     now_ms: int) -> EndResult:
+        """Commit the halves of the named task attempts of ``batch`` and roll back its other
+        halves, in one append led by a batch marker (see :mod:`._sink`). Idempotent per batch.
+
+        Returns ``outcome`` "COMMIT" (or "COMMIT" with ``duplicate`` for a batch committed before).
+        Errors: TRANSACTION_NOT_FOUND when a task attempt's pending halves do not match its row
+        count (they timed out and were rolled back): nothing is written.
+        """
+        self._finish_torn_batches(now_ms)
+        pending = self.sinks.halves(batch)
+        if batch in self.sinks.committed:
+            self.stats["sink_duplicate_batches"] += 1
+            last = self._rollback_all(pending, now_ms)
+            return EndResult(ResponseCode.SUCCESS, Outcome.COMMIT.value, duplicate=True,
+                             durable_offset=last)
+        for task, n in tasks.items():
+            if len(pending.get(task, ())) != n:
+                return EndResult(ResponseCode.TRANSACTION_NOT_FOUND,
+                                 remark=f"batch {batch} task {task}: {len(pending.get(task, ()))} "
+                                        f"pending halves, expected {n}")
+            for off in pending.get(task, ()):
+                if self.index.pending[off].producer_group != producer_group:
+                    return EndResult(ResponseCode.PRODUCER_GROUP_MISMATCH,
+                                     remark=f"half {off} belongs to another producer group")
+        marker = Record(topic=SINK_BATCH_TOPIC, queue_id=0,
+                        body=encode_marker(BatchMarker(batch, dict(tasks))),
+                        born_timestamp_ms=now_ms, store_timestamp_ms=now_ms)
+        results = self._append([marker])
+        self.sinks.committed[batch] = dict(tasks)
+        self.stats["sink_batches"] += 1
+        durable = results[-1].commit_log_offset + results[-1].size
+        return EndResult(ResponseCode.SUCCESS, Outcome.COMMIT.value,
+                         durable_offset=max(durable, self._settle_batch(batch, tasks, now_ms)))
+
+    def _settle_batch(self, batch: str, tasks: dict[str, int], now_ms: int) -> int:
+        """Commit the halves of ``tasks`` and roll back the rest of ``batch`` in one append;
+        returns the durable offset to wait for (0 if nothing was pending)."""
+        items = [(self.index.pending[off], Outcome.COMMIT if task in tasks else Outcome.ROLLBACK)
+                 for task, offs in self.sinks.halves(batch).items() for off in offs]
+        return self._settle_items(items, now_ms)
+
+    def _settle_items(self, items: list[tuple[HalfEntry, Outcome]], now_ms: int) -> int:
+        if not items:
+            return 0
+        self.stats["sink_orphans_rolled_back"] += sum(o is Outcome.ROLLBACK for _, o in items)
+        return self._finish_many(items, now_ms).durable_offset
+
+    def _rollback_all(self, pending: dict[str, list[int]], now_ms: int) -> int:
+        items = [(self.index.pending[off], Outcome.ROLLBACK) for offs in pending.values()
+                 for off in offs]
+        return self._settle_items(items, now_ms)
+
+    def abort_batch(self, batch: str, now_ms: int) -> EndResult:
+        """Roll back every pending half of an uncommitted ``batch``; after a commit, change nothing
+        (Spark calls abort after a commit that raised, reference/pyspark.md §3)."""
+        self._finish_torn_batches(now_ms)
+        if batch in self.sinks.committed:
+            return EndResult(ResponseCode.SUCCESS, Outcome.COMMIT.value, duplicate=True)
+        last = self._rollback_all(self.sinks.halves(batch), now_ms)
+        return EndResult(ResponseCode.SUCCESS, Outcome.ROLLBACK.value, durable_offset=last)
+
+    def _finish_torn_batches(self, now_ms: int) -> None:
+        """After recovery: settle the halves that preceded a batch marker but were still pending
+        (the crash cut the commit short). Runs once, before anything else can settle them."""
+        torn, self._torn = self._torn, {}
+        for batch, (tasks, halves) in torn.items():
+            for task, offs in halves.items():
+                outcome = Outcome.COMMIT if task in tasks else Outcome.ROLLBACK
+                for off in offs:
+                    entry = self.index.pending.get(off)
+                    if entry is not None:
+                        log.warning("sink batch %s: completing %s of half %d after a crash",
+                                    batch, outcome.value, off)
+                        self._finish(entry, outcome, now_ms)

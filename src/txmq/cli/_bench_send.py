@@ -1,0 +1,344 @@
+"""``txmq bench send``: the send path against its ceiling, and pull throughput.
+
+All on loopback, in one run (the figures are compared as ratios; this machine is shared):
+
+1. **ceiling**: a bare framed echo server, a child process with the broker's I/O shell (asyncio
+   streams on uvloop, 256 KiB reads, :class:`~txmq.protocol.FrameDecoder`, one
+   write of all the replies to one read, as the broker does) that answers each SEND_MESSAGE with a
+   SendMessageResponseHeader but no broker logic, store or fsync;
+2. **send, sync flush**: a real ``txmq broker`` process (SYNC_FLUSH, group commit);
+3. **send, async flush**: the same with ASYNC_FLUSH;
+4. **batch send** (extra): SEND_BATCH_MESSAGE of ``--batch`` messages, sync flush;
+5. **pull**: the messages stored in 2., read back by offset, one connection per queue.
+
+The load generator is the same for every run: ``--producers`` connections in this process, each
+keeping ``--in-flight`` requests outstanding (a new request goes out as soon as an answer comes
+back), every message ``--message-bytes`` of body with its own ``UNIQ_KEY``; requests are encoded
+with :func:`~txmq.protocol.encode_command` and answers decoded with the FrameDecoder. Each run warms
+up for 1 s, then counts acknowledged messages for ``--seconds``. It also reads the server process's
+CPU time (``/proc``) over the same window: CPU µs per message shifts far less than a rate when other
+work shares the machine, so the two ratios together say whether a change helped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from txmq.cli._bench import bench_app
+from txmq.client._sync import new_event_loop
+from txmq.errors import ResponseCode
+from txmq.protocol import (
+    Command,
+    FrameDecoder,
+    Message,
+    PullMessageRequestHeader,
+    RequestCode,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    decode_messages,
+    encode_command,
+    to_ext,
+)
+from txmq.testing import BrokerProcess
+
+__all__ = ["bench_send", "send"]
+
+TOPIC = "bench"
+QUEUES = 4
+_WARMUP_S = 1.0
+_READ_BYTES = 256 * 1024
+
+
+# -- the echo server (ceiling) ----------------------------------------------------------------------
+async def _echo_serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    decoder, offset = FrameDecoder(), 0
+    while data := await reader.read(_READ_BYTES):
+        out = []
+        for cmd in decoder.feed(data):
+            props = cmd.ext.get("properties", {})
+            uniq = props.get("UNIQ_KEY", "") if isinstance(props, dict) else ""
+            offset += 1
+            ext = to_ext(SendMessageResponseHeader(msg_id=uniq, queue_id=0, queue_offset=offset,
+                                                   commit_log_offset=offset * 1200,
+                                                   transaction_id=uniq))
+            out.append(encode_command(cmd.response(ResponseCode.SUCCESS, "", ext)))
+        writer.write(b"".join(out))
+        await writer.drain()
+    writer.close()
+
+
+def echo_main(port_file: str) -> None:
+    """Run the echo server on a free loopback port (written to ``port_file``) until killed."""
+
+    async def main() -> None:
+        server = await asyncio.start_server(_echo_serve, "127.0.0.1", 0)
+        Path(port_file + ".tmp").write_text(str(server.sockets[0].getsockname()[1]))
+        os.replace(port_file + ".tmp", port_file)
+        await asyncio.Event().wait()
+
+    loop = new_event_loop()
+    loop.run_until_complete(main())
+
+
+# -- the load generator -----------------------------------------------------------------------------
+class _Counter:
+    def __init__(self) -> None:
+        self.ok = 0
+        self.errors = 0
+        self.stop = False
+
+
+class _Pipeline(asyncio.Protocol):
+    """One connection keeping ``in_flight`` requests outstanding; ``make(i)`` builds request i and
+    says how many messages it carries."""
+
+    def __init__(self, make: Callable[[int], tuple[bytes, int]], in_flight: int,
+                 counter: _Counter) -> None:
+        self.make, self.in_flight, self.counter = make, in_flight, counter
+        self.decoder = FrameDecoder()
+        self.sent = 0
+        self.carried: dict[int, int] = {}
+        self.transport: Any = None  # uvloop's transports are not asyncio.Transport subclasses
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def _next(self) -> bytes:
+        self.sent += 1
+        frame, n = self.make(self.sent)
+        self.carried[self.sent] = n
+        return frame
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.transport.write(b"".join(self._next() for _ in range(self.in_flight)))
+
+    def data_received(self, data: bytes) -> None:
+        out = []
+        for cmd in self.decoder.feed(data):
+            n = self.carried.pop(cmd.opaque, 0)
+            if cmd.code == ResponseCode.SUCCESS:
+                self.counter.ok += n
+            else:
+                self.counter.errors += 1
+            if not self.counter.stop:
+                out.append(self._next())
+        if out and self.transport is not None:
+            self.transport.write(b"".join(out))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+
+def _send_maker(producer: int, body: bytes, batch: int) -> Callable[[int], tuple[bytes, int]]:
+    prefix = f"{os.getpid() & 0xFFFF:04X}{producer:04X}"
+    base = to_ext(SendMessageRequestHeader(producer_group="bench", topic=TOPIC, queue_id=0,
+                                           born_timestamp_ms=1))
+
+    def make(i: int) -> tuple[bytes, int]:
+        ext = dict(base, queue_id=i % QUEUES)
+        if batch <= 1:
+            ext["properties"] = {"UNIQ_KEY": f"{prefix}{i:024X}"}
+            return encode_command(Command(code=RequestCode.SEND_MESSAGE, opaque=i, ext=ext,
+                                          body=body)), 1
+        msgs = [Message(topic=TOPIC, body=body, properties={"UNIQ_KEY": f"{prefix}{i:016X}{k:08X}"})
+                for k in range(batch)]
+        return encode_command(Command(code=RequestCode.SEND_BATCH_MESSAGE, opaque=i, ext=ext,
+                                      body=msgspec.msgpack.encode(msgs))), batch
+
+    return make
+
+
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (Linux ``/proc``; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+async def _drive(port: int, makers: list[Callable[[int], tuple[bytes, int]]], in_flight: int,
+                 seconds: float, pid: int) -> tuple[float, float | None]:
+    """Run one pipeline per maker; return acknowledged messages per second after the warm-up and
+    the server process's CPU time per message in µs (a figure that other load on the machine
+    disturbs much less than a rate)."""
+    loop = asyncio.get_running_loop()
+    counter = _Counter()
+    conns = [await loop.create_connection(lambda m=m: _Pipeline(m, in_flight, counter),  # type: ignore[misc]
+                                          "127.0.0.1", port) for m in makers]
+    await asyncio.sleep(_WARMUP_S)
+    ok0, t0, c0 = counter.ok, time.perf_counter(), _cpu_s(pid)
+    await asyncio.sleep(seconds)
+    ok1, t1, c1 = counter.ok, time.perf_counter(), _cpu_s(pid)
+    counter.stop = True
+    for transport, _ in conns:
+        transport.close()
+    if counter.errors or ok1 == ok0:
+        raise RuntimeError(f"{counter.errors} requests failed, {ok1 - ok0} acknowledged")
+    cpu = (c1 - c0) / (ok1 - ok0) * 1e6 if c0 is not None and c1 is not None else None
+    return (ok1 - ok0) / (t1 - t0), cpu
+
+
+async def _pull_all(port: int, seconds: float, batch: int) -> float:
+    """Read every queue from offset 0, one connection per queue; messages per second."""
+    total = 0
+
+    async def one(qid: int) -> None:
+        nonlocal total
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        decoder, offset, opaque = FrameDecoder(), 0, 0
+        while time.perf_counter() < deadline:
+            opaque += 1
+            h = PullMessageRequestHeader(consumer_group="bench-pull", topic=TOPIC, queue_id=qid,
+                                         queue_offset=offset, max_msg_nums=batch)
+            writer.write(encode_command(Command(code=RequestCode.PULL_MESSAGE, opaque=opaque,
+                                                ext=to_ext(h))))
+            cmds: list[Command] = []
+            while not cmds:
+                cmds = decoder.feed(await reader.read(_READ_BYTES))
+            if cmds[0].code != ResponseCode.SUCCESS:
+                break
+            msgs = decode_messages(cmds[0].body)
+            total += len(msgs)
+            offset = int(cmds[0].ext["next_begin_offset"])
+        writer.close()
+
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    await asyncio.gather(*(one(q) for q in range(QUEUES)))
+    return total / (time.perf_counter() - t0)
+
+
+# -- the runs -------------------------------------------------------------------------------------------
+def _run(coro: Any) -> Any:
+    loop = new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def _echo_ceiling(makers: list[Callable[[int], tuple[bytes, int]]], in_flight: int,
+                  seconds: float, tmp: Path) -> tuple[float, float | None]:
+    port_file = tmp / "echo.port"
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from txmq.cli._bench_send import "
+                             "echo_main; echo_main(sys.argv[1])", str(port_file)])
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("echo server did not start")
+            time.sleep(0.02)
+        return _run(_drive(int(port_file.read_text()), makers, in_flight, seconds,  # type: ignore[no-any-return]
+                           proc.pid))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _broker_send(flush: str, makers: list[Callable[[int], tuple[bytes, int]]], in_flight: int,
+                 seconds: float, data: Path, pull: tuple[float, int] | None = None
+                 ) -> tuple[tuple[float, float | None], float]:
+    bp = BrokerProcess(data, {"topics": {TOPIC: QUEUES}, "flush_disk_type": flush})
+    bp.start()
+    try:
+        assert bp.proc is not None
+        rate = _run(_drive(bp.port, makers, in_flight, seconds, bp.proc.pid))
+        pulled = float(_run(_pull_all(bp.port, *pull))) if pull is not None else 0.0
+        return rate, pulled
+    finally:
+        bp.stop()
+
+
+def bench_send(seconds: float = 5.0, producers: int = 4, in_flight: int = 64,
+               message_bytes: int = 1024, batch: int = 16, pull_batch: int = 256,
+               data_dir: Path | None = None) -> dict[str, Any]:
+    """Run the four measurements (plus batch send); return the figures (JSON keys)."""
+    body = os.urandom(message_bytes)
+    singles = [_send_maker(p, body, 1) for p in range(producers)]
+    batches = [_send_maker(p, body, batch) for p in range(producers)]
+    with tempfile.TemporaryDirectory(prefix="txmq-bench-send-", dir=data_dir) as tmp:
+        root = Path(tmp)
+        echo = _echo_ceiling(singles, in_flight, seconds, root)
+        sync, pull = _broker_send("SYNC_FLUSH", singles, in_flight, seconds, root / "sync",
+                                  pull=(seconds, pull_batch))
+        async_, _ = _broker_send("ASYNC_FLUSH", singles, in_flight, seconds, root / "async")
+        batched, _ = _broker_send("SYNC_FLUSH", batches, max(1, in_flight // batch), seconds,
+                                  root / "batch")
+    def cpu(run: tuple[float, float | None]) -> float | None:
+        return None if run[1] is None else round(run[1], 1)
+
+    return {
+        "echo_ceiling_msgs_per_s": round(echo[0]),
+        "send_sync_flush_msgs_per_s": round(sync[0]),
+        "send_async_flush_msgs_per_s": round(async_[0]),
+        "pull_msgs_per_s": round(pull),
+        "send_batch_sync_flush_msgs_per_s": round(batched[0]),
+        "sync_flush_vs_ceiling": round(sync[0] / echo[0], 3) if echo[0] else 0.0,
+        "echo_ceiling_server_cpu_us_per_msg": cpu(echo),
+        "send_sync_flush_server_cpu_us_per_msg": cpu(sync),
+        "send_async_flush_server_cpu_us_per_msg": cpu(async_),
+        "send_batch_sync_flush_server_cpu_us_per_msg": cpu(batched),
+        "message_bytes": message_bytes,
+        "producers": producers,
+        "in_flight_per_producer": in_flight,
+        "batch_messages": batch,
+        "pull_batch": pull_batch,
+        "seconds": seconds,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+    }
+
+
+@bench_app.command("send")
+def send(
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    seconds: Annotated[float, typer.Option(min=0.5, help="Measured time per run.")] = 5.0,
+    producers: Annotated[int, typer.Option(min=1, help="Connections sending at once.")] = 4,
+    in_flight: Annotated[int, typer.Option(min=1, help="Requests outstanding per producer.")] = 64,
+    message_bytes: Annotated[int, typer.Option(min=1, help="Body size.")] = 1024,
+    batch: Annotated[int, typer.Option(min=2, help="Messages per batch send request.")] = 16,
+    pull_batch: Annotated[int, typer.Option(min=1, help="max_msg_nums of each pull.")] = 256,
+    data_dir: Annotated[Path | None, typer.Option(help="Where the brokers store (a temp dir "
+                                                       "inside it).")] = None,
+) -> None:
+    """Send throughput vs a bare framed echo ceiling (sync and async flush), batch send, pull."""
+    console = Console()
+    with console.status("measuring (about 5 runs of warm-up + --seconds)…"):
+        r = bench_send(seconds, producers, in_flight, message_bytes, batch, pull_batch, data_dir)
+    echo = r["echo_ceiling_msgs_per_s"] or 1
+    table = Table("run", "msgs/s", "MiB/s", "vs ceiling", "server CPU µs/msg",
+                  title=f"txmq bench send: {message_bytes} B messages, {producers} producers × "
+                        f"{in_flight} in flight, {seconds:g} s per run")
+    rows = [("framed echo (ceiling)", "echo_ceiling"),
+            ("send, sync flush (group commit)", "send_sync_flush"),
+            ("send, async flush", "send_async_flush"),
+            (f"batch send ×{batch}, sync flush", "send_batch_sync_flush"),
+            (f"pull by offset ({pull_batch}/pull)", "pull")]
+    for name, key in rows:
+        v = r[f"{key}_msgs_per_s"]
+        cpu = r.get(f"{key}_server_cpu_us_per_msg") if key != "pull" else None
+        table.add_row(name, f"{v:,}", f"{v * message_bytes / 2**20:,.1f}", f"{v / echo:.2f}",
+                      "" if cpu is None else f"{cpu:.1f}")
+    console.print(table)
+    console.print(f"machine: {r['machine']}")
+    text = json.dumps(r, indent=2)
+    if json_path is not None:
+        json_path.write_text(text + "\n")
+        console.print(f"JSON written to {json_path}")
+    else:
+        print(text)

@@ -1,0 +1,225 @@
+"""``txmq group`` and ``txmq dlq``: consumer groups, lag, offset reset, dead-letter queues."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from txmq.cli._app import app
+from txmq.client import Admin
+from txmq.errors import TxmqError
+from txmq.protocol import PROPERTY_RETRY_TOPIC, MessageExt
+
+__all__ = ["dlq_app", "dlq_row", "group_app", "parse_timestamp_ms"]
+
+group_app = typer.Typer(help="Consumer groups: members, lag per queue, offset reset.",
+                        no_args_is_help=True)
+dlq_app = typer.Typer(help="Dead-letter queues (%DLQ%<group>): list, show, resend, export.",
+                      no_args_is_help=True)
+app.add_typer(group_app, name="group")
+app.add_typer(dlq_app, name="dlq")
+
+Endpoints = Annotated[str, typer.Option(help="Broker host:port.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+Group = Annotated[str, typer.Argument(help="Consumer group.")]
+_out = Console()
+_err = Console(stderr=True)
+T = TypeVar("T")
+
+
+@contextmanager
+def _admin(endpoints: str) -> Iterator[Admin]:
+    try:
+        with Admin(endpoints) as adm:
+            yield adm
+    except TxmqError as exc:
+        _err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
+
+
+def _run(endpoints: str, fn: Callable[[Admin], T]) -> T:
+    with _admin(endpoints) as adm:
+        return fn(adm)
+
+
+def _table(rows: list[dict[str, Any]], title: str, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        _out.print(f"{title}: none")
+        return
+    table = Table(*rows[0].keys(), title=title)
+    for r in rows:
+        table.add_row(*(str(v) for v in r.values()))
+    _out.print(table)
+
+
+def parse_timestamp_ms(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO 8601 date-time (local time when it has no zone).
+
+    Raises:
+        typer.BadParameter: neither.
+    """
+    if text.isdigit():
+        return int(text)
+    try:
+        return int(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r} is neither ms since the epoch nor ISO 8601") from exc
+
+
+# -- group ------------------------------------------------------------------------------------------
+@group_app.command("list")
+def group_list(endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
+    """Every consumer group the broker knows: model, online members, topics."""
+    groups = _run(endpoints, lambda a: a.groups())
+    rows = [{"group": g.group, "model": g.message_model or "-", "members": len(g.client_ids),
+             "subscriptions": ", ".join(f"{t} ({e})" for t, e in sorted(g.subscriptions.items())),
+             "offset_topics": ", ".join(g.offset_topics)} for g in groups]
+    if as_json:
+        rows = [msgspec.to_builtins(g) for g in groups]
+    _table(rows, "consumer groups", as_json)
+
+
+@group_app.command("lag")
+def group_lag(group: Group, topic: Annotated[str, typer.Option(help="Only this topic.")] = "",
+              endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
+    """Per queue: broker offset, consumer offset, lag (and the orderly lock holder)."""
+    stats = _run(endpoints, lambda a: a.consume_stats(group, topic))
+    rows: list[dict[str, Any]] = [msgspec.to_builtins(s) for s in stats]
+    if not as_json and rows:
+        rows.append({k: "" for k in rows[0]} | {"topic": "total", "lag": sum(s.lag for s in stats)})
+    _table(rows, f"lag of {group}", as_json)
+
+
+@group_app.command("reset-offset")
+def group_reset_offset(
+    group: Group,
+    topic: Annotated[str, typer.Option(help="Topic whose offsets move.")],
+    to_timestamp: Annotated[str | None, typer.Option(
+        help="First message stored at or after this time (ms since the epoch or ISO 8601).")] = None,
+    to_offset: Annotated[int | None, typer.Option(help="This queue offset (clamped per queue).")] = None,
+    queue: Annotated[int | None, typer.Option(help="Only this queue id.")] = None,
+    endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False,
+) -> None:
+    """Move a group's offsets; online members restart the queues there."""
+    if (to_timestamp is None) == (to_offset is None):
+        raise typer.BadParameter("give exactly one of --to-timestamp and --to-offset")
+    ts = parse_timestamp_ms(to_timestamp) if to_timestamp is not None else None
+    entries = _run(endpoints, lambda a: a.reset_offset(group, topic, timestamp_ms=ts, offset=to_offset,
+                                                        queue_id=queue))
+    _table([msgspec.to_builtins(e) for e in entries], f"offsets of {group} on {topic}", as_json)
+
+
+# -- dlq --------------------------------------------------------------------------------------------
+def dlq_row(m: MessageExt) -> dict[str, Any]:
+    """One DLQ message as a flat record (export, ``--json``): the body as UTF-8 text when it is,
+    else base64 (``body_encoding`` says which)."""
+    try:
+        body, encoding = m.body.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        body, encoding = base64.b64encode(m.body).decode(), "base64"
+    return {"msg_id": m.msg_id, "dlq_queue_offset": m.queue_offset,
+            "original_topic": m.properties.get(PROPERTY_RETRY_TOPIC, ""), "tags": m.tags,
+            "keys": m.keys, "reconsume_times": m.reconsume_times,
+            "born_timestamp_ms": m.born_timestamp_ms, "dlq_timestamp_ms": m.store_timestamp_ms,
+            "properties": dict(m.properties), "body_encoding": encoding, "body": body}
+
+
+@dlq_app.command("list")
+def dlq_list(group: Group, limit: Annotated[int, typer.Option(help="Most messages shown.")] = 1000,
+             endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
+    """Messages in the group's DLQ, oldest first (the DLQ is append-only)."""
+    msgs = _run(endpoints, lambda a: a.dlq_messages(group, limit))
+    if as_json:
+        _table([dlq_row(m) for m in msgs], "", True)
+        return
+    rows = [{"offset": m.queue_offset, "msg_id": m.msg_id,
+             "original_topic": m.properties.get(PROPERTY_RETRY_TOPIC, ""), "keys": m.keys,
+             "tags": m.tags, "reconsume_times": m.reconsume_times,
+             "dlq_time": datetime.fromtimestamp(m.store_timestamp_ms / 1000).isoformat(" ", "seconds"),
+             "bytes": len(m.body)} for m in msgs]
+    _table(rows, f"%DLQ%{group}", False)
+
+
+@dlq_app.command("show")
+def dlq_show(group: Group, msg_id: Annotated[str, typer.Argument(help="Message id (UNIQ_KEY).")],
+             endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
+    """Every DLQ entry of one message id, with properties and body."""
+    found = [dlq_row(m) for m in _run(endpoints, lambda a: a.dlq_messages(group)) if m.msg_id == msg_id]
+    if not found:
+        _err.print(f"[red]{msg_id} is not in %DLQ%{group}[/red]")
+        raise typer.Exit(1)
+    if as_json:
+        print(json.dumps(found, indent=2))
+        return
+    for row in found:
+        table = Table("field", "value", title=f"{msg_id} (DLQ offset {row['dlq_queue_offset']})")
+        for k, v in row.items():
+            table.add_row(k, json.dumps(v) if isinstance(v, dict) else str(v))
+        _out.print(table)
+
+
+@dlq_app.command("resend")
+def dlq_resend(
+    group: Group,
+    msg_id: Annotated[list[str] | None, typer.Option("--msg-id", help="Resend this id (repeatable).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Resend every message id in the DLQ.")] = False,
+    endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False,
+) -> None:
+    """Put messages back in %RETRY%<group> with a fresh retry count; one result per message.
+    Exits 1 when any message was not found or not resent."""
+    if bool(msg_id) == all_:
+        raise typer.BadParameter("give --msg-id (one or more) or --all")
+    results = _run(endpoints, lambda a: a.resend_dlq(group, None if all_ else list(msg_id or [])))
+    _table([msgspec.to_builtins(r) for r in results], f"resend from %DLQ%{group}", as_json)
+    if any(r.status != "OK" for r in results):
+        raise typer.Exit(1)
+
+
+class ExportFormat(StrEnum):
+    json = "json"
+    csv = "csv"
+
+
+@dlq_app.command("export")
+def dlq_export(
+    group: Group,
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="json or csv.")] = ExportFormat.json,
+    output: Annotated[Path | None, typer.Option(help="File to write; stdout when omitted.")] = None,
+    limit: Annotated[int, typer.Option(help="Most messages exported.")] = 100_000,
+    endpoints: Endpoints = "127.0.0.1:10911",
+) -> None:
+    """Write the group's DLQ as JSON (a list of records) or CSV (properties as a JSON column)."""
+    rows = [dlq_row(m) for m in _run(endpoints, lambda a: a.dlq_messages(group, limit))]
+    text = json.dumps(rows, indent=2) + "\n" if fmt is ExportFormat.json else _csv(rows)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+        _err.print(f"{len(rows)} messages written to {output}")
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    fields = list(dlq_row(MessageExt(topic="", body=b"")))
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    for r in rows:
+        w.writerow({**r, "properties": json.dumps(r["properties"], sort_keys=True)})
+    return buf.getvalue()

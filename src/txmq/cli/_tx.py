@@ -1,0 +1,103 @@
+"""``txmq tx``: operators' view of transactions — list, show, commit, rollback, resume, stats."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from typing import Annotated, Any
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from txmq.client import PullConsumer
+from txmq.errors import TxmqError
+from txmq.protocol import RequestCode
+
+tx_app = typer.Typer(help="Transactional messages: inspect and settle half messages.",
+                     no_args_is_help=True)
+Endpoints = Annotated[str, typer.Option(help="Broker host:port.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+_console = Console()
+
+
+def _call(endpoints: str, code: RequestCode, ext: dict[str, Any] | None = None) -> Any:
+    with PullConsumer(endpoints, "txmq-admin") as pc:
+        try:
+            return pc.request(code, ext)
+        except TxmqError as exc:
+            _console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(1) from exc
+
+
+def _print(obj: Any, as_json: bool, title: str) -> None:
+    if as_json:
+        print(json.dumps(obj, indent=2))
+        return
+    rows = obj if isinstance(obj, list) else [obj]
+    if not rows:
+        _console.print(f"{title}: none")
+        return
+    table = Table(*rows[0].keys(), title=title)
+    for r in rows:
+        table.add_row(*(str(r.get(k, "")) for k in rows[0]))
+    _console.print(table)
+
+
+@tx_app.command("stats")
+def stats(endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
+    """Counts of the transaction state index: pending, committed, rolled back, discarded, checks."""
+    r = _call(endpoints, RequestCode.GET_TRANSACTION_STATS)
+    _print(dict(r.ext), as_json, "transactions")
+
+
+@tx_app.command("list")
+def list_pending(endpoints: Endpoints = "127.0.0.1:10911", limit: int = 100,
+                 as_json: AsJson = False) -> None:
+    """Pending half messages, oldest first: age, check count, group, topic, key."""
+    r = _call(endpoints, RequestCode.GET_PENDING_TRANSACTIONS, {"limit": limit})
+    rows = msgspec.json.decode(r.body)
+    _print(rows, as_json, f"pending half messages ({r.ext['pending']} in all)")
+
+
+@tx_app.command("show")
+def show(ident: Annotated[str, typer.Argument(help="Message id, or half:<offset>.")],
+         endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
+    """One transaction's state."""
+    r = _call(endpoints, RequestCode.QUERY_TRANSACTION, {"id": ident})
+    _print(msgspec.json.decode(r.body), as_json, ident)
+
+
+def _end(ident: str, outcome: str, endpoints: str, reason: str, operator: str | None) -> None:
+    r = _call(endpoints, RequestCode.ADMIN_END_TRANSACTION,
+              {"id": ident, "outcome": outcome, "operator": operator or getpass.getuser(),
+               "reason": reason})
+    dup = " (already decided)" if r.ext.get("duplicate") else ""
+    _console.print(f"{ident}: {r.ext['outcome']}{dup}")
+
+
+@tx_app.command("commit")
+def commit(ident: Annotated[str, typer.Argument(help="Message id, or half:<offset>.")],
+           reason: Annotated[str, typer.Option(help="Why (recorded).")],
+           endpoints: Endpoints = "127.0.0.1:10911",
+           operator: Annotated[str | None, typer.Option(help="Who (default: login).")] = None) -> None:
+    """Commit a pending transaction as an operator (recorded with who and why)."""
+    _end(ident, "COMMIT", endpoints, reason, operator)
+
+
+@tx_app.command("rollback")
+def rollback(ident: Annotated[str, typer.Argument(help="Message id, or half:<offset>.")],
+             reason: Annotated[str, typer.Option(help="Why (recorded).")],
+             endpoints: Endpoints = "127.0.0.1:10911",
+             operator: Annotated[str | None, typer.Option(help="Who (default: login).")] = None) -> None:
+    """Roll back a pending transaction as an operator (recorded with who and why)."""
+    _end(ident, "ROLLBACK", endpoints, reason, operator)
+
+
+@tx_app.command("resume")
+def resume(ident: Annotated[str, typer.Argument(help="Message id, or half:<offset>.")],
+           endpoints: Endpoints = "127.0.0.1:10911") -> None:
+    """Put a half message discarded after transactionCheckMax back to be checked again."""
+    r = _call(endpoints, RequestCode.RESUME_CHECK_HALF_MESSAGE, {"id": ident})
+    _console.print(f"{ident}: resumed as half offset {r.ext['half_offset']}")

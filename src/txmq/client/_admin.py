@@ -1,0 +1,181 @@
+"""Operator requests on consumer groups and dead-letter queues, asyncio API.
+
+What ``txmq group …`` and ``txmq dlq …`` call: list groups, per-queue lag, offset reset (the broker
+tells online members to restart from the new offsets), and reading and resending ``%DLQ%<group>``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+
+from txmq import limits
+from txmq.client._core import PullStatus, check_response
+from txmq.client._pull import _PullMixin, validate_group
+from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, RequestTimeout, ResponseCode
+from txmq.protocol import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
+    ConsumerGroupInfo,
+    ConsumeStatsRequestHeader,
+    MessageExt,
+    QueueConsumeStats,
+    RequestCode,
+    ResetOffsetEntry,
+    ResetOffsetRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    decode_body,
+    from_ext,
+    to_ext,
+)
+
+__all__ = ["AsyncAdmin", "ResendResult", "dlq_topic", "retry_topic"]
+
+log = logging.getLogger("txmq.client.admin")
+
+ADMIN_GROUP = "TXMQ_ADMIN"
+_DROPPED_ON_RESEND = (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
+                      PROPERTY_TRANSACTION_PREPARED)
+
+
+def retry_topic(group: str) -> str:
+    """``%RETRY%<group>``."""
+    return f"%RETRY%{group}"
+
+
+def dlq_topic(group: str) -> str:
+    """``%DLQ%<group>``."""
+    return f"%DLQ%{group}"
+
+
+class ResendResult(msgspec.Struct, frozen=True):
+    """What happened to one message of a DLQ resend.
+
+    Attributes:
+        msg_id: the message id (``UNIQ_KEY``) asked for.
+        status: ``OK`` (stored in ``%RETRY%<group>``), ``NOT_FOUND`` (no such id in the DLQ) or
+            ``FAILED`` (the broker refused or could not be reached; ``detail`` says why).
+        dlq_queue_offset: where it was in the DLQ (-1 when not found).
+        retry_queue_offset: where the resent copy was stored (-1 unless OK).
+    """
+
+    msg_id: str
+    status: str
+    dlq_queue_offset: int = -1
+    retry_queue_offset: int = -1
+    detail: str = ""
+
+
+class AsyncAdmin(_PullMixin):
+    """Inspect and steer consumer groups.
+
+    Args:
+        endpoints: broker address ``host:port``.
+        timeout_ms: request timeout.
+    """
+
+    def __init__(self, endpoints: str, *, timeout_ms: int = limits.REQUEST_TIMEOUT_MS) -> None:
+        super().__init__(endpoints, timeout_ms)
+        self.group = ADMIN_GROUP
+
+    async def groups(self) -> list[ConsumerGroupInfo]:
+        """Every consumer group that is online or has offsets on the broker."""
+        r = check_response(await self.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        return decode_body(r.body, list[ConsumerGroupInfo])
+
+    async def consume_stats(self, group: str, topic: str = "") -> list[QueueConsumeStats]:
+        """Per queue of the group's topics (or of ``topic``): broker offset, consumer offset, lag.
+
+        Raises:
+            RemoteError: TOPIC_NOT_EXIST for an unknown ``topic``.
+        """
+        h = ConsumeStatsRequestHeader(consumer_group=group, topic=topic)
+        r = check_response(await self.call(RequestCode.GET_CONSUME_STATS, to_ext(h)))
+        return decode_body(r.body, list[QueueConsumeStats])
+
+    async def reset_offset(self, group: str, topic: str, *, timestamp_ms: int | None = None,
+                           offset: int | None = None, queue_id: int | None = None
+                           ) -> list[ResetOffsetEntry]:
+        """Move the group's offsets of ``topic`` to the first message stored at or after
+        ``timestamp_ms``, or to ``offset`` (clamped to each queue's bounds); all queues unless
+        ``queue_id``. Online members restart those queues from the new offsets.
+
+        Raises:
+            ConfigError: not exactly one of ``timestamp_ms`` and ``offset``, or a negative one.
+            RemoteError: unknown topic or queue.
+        """
+        validate_group(group)
+        if (timestamp_ms is None) == (offset is None) or (timestamp_ms or 0) < 0 or (offset or 0) < 0:
+            raise ConfigError("give exactly one of timestamp_ms and offset, not negative")
+        h = ResetOffsetRequestHeader(
+            consumer_group=group, topic=topic,
+            timestamp_ms=-1 if timestamp_ms is None else timestamp_ms,
+            offset=-1 if offset is None else offset, queue_id=-1 if queue_id is None else queue_id)
+        r = check_response(await self.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, to_ext(h)))
+        return decode_body(r.body, list[ResetOffsetEntry])
+
+    async def dlq_messages(self, group: str, limit: int = 100_000) -> list[MessageExt]:
+        """The messages in ``%DLQ%<group>`` (oldest first, at most ``limit``); [] if it has none.
+
+        The DLQ is append-only: a message resent and dead again appears twice, with the same id.
+        Its original topic is in property ``RETRY_TOPIC``.
+        """
+        topic = dlq_topic(group)
+        try:
+            n = await self.queue_nums(topic, refresh=True)
+        except RemoteError as exc:
+            if exc.response_code == ResponseCode.TOPIC_NOT_EXIST:
+                return []
+            raise
+        out: list[MessageExt] = []
+        for qid in range(n):
+            off = await self.min_offset(topic, qid)
+            while len(out) < limit:
+                r = await self._pull(topic, qid, off, limits.PULL_BATCH_MAX)
+                if r.status is not PullStatus.FOUND and r.next_begin_offset == off:
+                    break
+                out += r.messages
+                off = r.next_begin_offset
+        return out[:limit]
+
+    async def resend_dlq(self, group: str, msg_ids: list[str] | None = None) -> list[ResendResult]:
+        """Put DLQ messages back in ``%RETRY%<group>`` with their retry count reset, so the group
+        (and only it) consumes them again; the listener sees the original topic.
+
+        Args:
+            msg_ids: ids to resend (the latest DLQ entry of each); None resends the latest entry
+                of every id in the DLQ.
+
+        Returns:
+            One result per id, in the order asked (DLQ order for all).
+        """
+        validate_group(group)
+        latest: dict[str, MessageExt] = {}
+        for m in await self.dlq_messages(group):
+            latest.pop(m.msg_id, None)
+            latest[m.msg_id] = m
+        wanted = list(latest) if msg_ids is None else list(dict.fromkeys(msg_ids))
+        if any(i in latest for i in wanted):
+            await self.create_topic(retry_topic(group), 1)
+        out = []
+        for mid in wanted:
+            found = latest.get(mid)
+            out.append(ResendResult(mid, "NOT_FOUND") if found is None else await self._resend(group, found))
+        return out
+
+    async def _resend(self, group: str, m: MessageExt) -> ResendResult:
+        props = {k: v for k, v in m.properties.items() if k not in _DROPPED_ON_RESEND}
+        h = SendMessageRequestHeader(producer_group=ADMIN_GROUP, topic=retry_topic(group), queue_id=0,
+                                     tags=m.tags, keys=m.keys, properties=props,
+                                     born_timestamp_ms=m.born_timestamp_ms, reconsume_times=0)
+        try:
+            r = check_response(await self.call(RequestCode.SEND_MESSAGE, to_ext(h), m.body))
+        except (BrokerUnavailable, RequestTimeout, RemoteError) as exc:
+            return ResendResult(m.msg_id, "FAILED", m.queue_offset, detail=str(exc))
+        stored = from_ext(r.ext, SendMessageResponseHeader)
+        log.info("resent %s from %s to %s", m.msg_id, dlq_topic(group), retry_topic(group))
+        return ResendResult(m.msg_id, "OK", m.queue_offset, stored.queue_offset)

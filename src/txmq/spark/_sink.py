@@ -1,0 +1,224 @@
+"""The transactional Spark sink: ``df.writeStream.format("txmq")``, exactly once per micro-batch.
+
+What Spark really does (reference/pyspark.md §2–3, PySpark 4.3.0): ``write`` runs in executor tasks
+and may run more than once per partition (retries, speculation, re-runs after a failure) leaving
+orphan output no callback reports; ``commit(messages, batchId)`` runs on the driver in a fresh
+process, may run twice for one batch id across a failure and restart, and may be followed by
+``abort`` for the same batch if it raised. So:
+
+* each task attempt stores its rows as **half messages** tagged with the sink id, the batch id and a
+  task key ``<partition>.<attempt>.<nonce>`` (the nonce tells apart attempts of different runs of the
+  same batch), and returns ``(task key, rows)``;
+* ``commit`` sends ``COMMIT_SINK_BATCH(sink/batch, {task: rows})``: the broker writes a batch marker,
+  commits those attempts' halves and rolls back every other half of the batch — atomically and
+  idempotently per (sink id, batch id) (:mod:`txmq.broker.transaction._sink`);
+* ``abort`` rolls back an uncommitted batch and is a no-op after a commit;
+* halves of a driver that died are rolled back by the broker when the sink timeout passes, without
+  calling back into Spark.
+
+Options (strings; keys are case-insensitive): ``endpoints`` (required), ``topic`` (required),
+``sinkId`` (default: derived from ``checkpointLocation``, so a new checkpoint — whose batch ids restart
+at 0 — is a new sink), ``bodyColumn`` (``body``; BINARY or STRING), ``keyColumn`` (``key``, optional),
+``tagColumn`` (optional), ``producerGroup`` (``txmq-spark-sink``), ``timeoutSeconds`` (600: how long
+halves wait for their batch commit), ``maxInFlight`` (8 batch requests in flight per task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
+
+from txmq.broker.transaction import PROPERTY_TXMQ_SINK_BATCH, PROPERTY_TXMQ_SINK_TASK
+from txmq.client import AsyncTransactionProducer, LocalTransactionState, Message, Producer
+from txmq.errors import ConfigError
+from txmq.protocol import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, RequestCode
+
+__all__ = ["SinkOptions", "TaskCommit", "TxmqStreamWriter"]
+
+log = logging.getLogger("txmq.spark.sink")
+
+SEND_BATCH_ROWS = 256
+"""Rows per half-message batch request (≤ ``limits.BATCH_MESSAGES_MAX``)."""
+SEND_BATCH_BYTES = 2 * 1024 * 1024
+"""Body bytes per half-message batch request (well under ``limits.FRAME_SIZE_MAX_BYTES``)."""
+
+
+class SinkOptions(msgspec.Struct, frozen=True):
+    """Parsed sink options (see the module docstring)."""
+
+    endpoints: str
+    topic: str
+    sink_id: str
+    body_column: str = "body"
+    key_column: str = "key"
+    tag_column: str = ""
+    producer_group: str = "txmq-spark-sink"
+    timeout_s: int = 600
+    max_in_flight: int = 8
+    faults: str = ""
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> SinkOptions:
+        """Raises ConfigError for a missing endpoint, topic or sink identity, or a bad number."""
+        o = {k.lower(): v for k, v in options.items()}
+        for required in ("endpoints", "topic"):
+            if not o.get(required):
+                raise ConfigError(f"txmq sink: option {required!r} is required")
+        sink_id = o.get("sinkid") or _sink_id_of(o.get("checkpointlocation", ""))
+        try:
+            return cls(endpoints=o["endpoints"], topic=o["topic"], sink_id=sink_id,
+                       body_column=o.get("bodycolumn", "body"), key_column=o.get("keycolumn", "key"),
+                       tag_column=o.get("tagcolumn", ""),
+                       producer_group=o.get("producergroup", "txmq-spark-sink"),
+                       timeout_s=int(o.get("timeoutseconds", "600")),
+                       max_in_flight=int(o.get("maxinflight", "8")),
+                       faults=o.get("txmq.test.faults", ""))
+        except ValueError as exc:
+            raise ConfigError(f"txmq sink: {exc}") from exc
+
+
+def _sink_id_of(checkpoint: str) -> str:
+    if not checkpoint:
+        raise ConfigError("txmq sink: set option sinkId or checkpointLocation (the sink's identity)")
+    return "ckpt-" + hashlib.sha256(checkpoint.rstrip("/").encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class TaskCommit(WriterCommitMessage):
+    """What one successful task attempt wrote: its task key and row count."""
+
+    task: str
+    rows: int
+
+
+class _NoChecks:
+    """Sink halves are settled by the broker (batch commit or timeout), never checked back."""
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        return LocalTransactionState.UNKNOWN
+
+    def check_local_transaction(self, msg: Any) -> LocalTransactionState:
+        return LocalTransactionState.UNKNOWN
+
+
+def _fault(opts: SinkOptions, point: str) -> None:
+    """Test hook: the JSON list in file ``txmq.test.faults`` names points to fail at, each once."""
+    if not opts.faults or not os.path.exists(opts.faults):
+        return
+    path = Path(opts.faults)
+    faults: list[str] = json.loads(path.read_text() or "[]")
+    if point not in faults:
+        return
+    faults.remove(point)
+    path.write_text(json.dumps(faults))
+    if point.startswith("hang-"):  # stand still until killed
+        time.sleep(3600)
+    raise RuntimeError(f"injected fault at {point}")
+
+
+def _chunks(msgs: list[Message]) -> Iterator[list[Message]]:
+    """Batches of at most ``SEND_BATCH_ROWS`` messages and ``SEND_BATCH_BYTES`` of bodies."""
+    chunk: list[Message] = []
+    size = 0
+    for m in msgs:
+        if chunk and (len(chunk) >= SEND_BATCH_ROWS or size + len(m.body) > SEND_BATCH_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(m)
+        size += len(m.body)
+    if chunk:
+        yield chunk
+
+
+class TxmqStreamWriter(DataSourceStreamWriter):
+    """Writes rows as half messages; commits or aborts whole micro-batches on the broker."""
+
+    def __init__(self, options: SinkOptions, columns: list[str]) -> None:
+        self.opts = options
+        self.columns = columns
+        if options.body_column not in columns:
+            raise ConfigError(f"txmq sink: no column {options.body_column!r} in {columns}")
+
+    def _batch(self, batch_id: int | str) -> str:
+        return f"{self.opts.sink_id}/{batch_id}"
+
+    # -- executors --------------------------------------------------------------------------------
+    def write(self, iterator: Iterator[Any]) -> TaskCommit:
+        """Store this task's rows as half messages; returns its task key and row count."""
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None, "write runs in a Spark task"
+        batch_id = ctx.getLocalProperty("streaming.sql.batchId")
+        task = f"{ctx.partitionId()}.{ctx.attemptNumber()}.{os.urandom(4).hex()}"
+        _fault(self.opts, f"write:{batch_id}:{ctx.partitionId()}:{ctx.attemptNumber()}")
+        msgs = [self._message(row, self._batch(str(batch_id)), task) for row in iterator]
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self._send(msgs, ctx.partitionId(), ctx.attemptNumber(), batch_id))
+        finally:
+            loop.close()
+        return TaskCommit(task, len(msgs))
+
+    def _message(self, row: Any, batch: str, task: str) -> Message:
+        body = row[self.opts.body_column]
+        if isinstance(body, str):
+            body = body.encode()
+        elif body is None:
+            body = b""
+        key = row[self.opts.key_column] if self.opts.key_column in self.columns else None
+        tag = row[self.opts.tag_column] if self.opts.tag_column in self.columns else None
+        props = {PROPERTY_TXMQ_SINK_BATCH: batch, PROPERTY_TXMQ_SINK_TASK: task,
+                 PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: str(self.opts.timeout_s)}
+        return Message(topic=self.opts.topic, body=bytes(body), keys="" if key is None else str(key),
+                       tags="" if tag is None else str(tag), properties=props)
+
+    async def _send(self, msgs: list[Message], partition: int, attempt: int, batch_id: Any) -> None:
+        producer = AsyncTransactionProducer(self.opts.producer_group, self.opts.endpoints, _NoChecks())
+        await producer.start()
+        sem = asyncio.Semaphore(self.opts.max_in_flight)
+        chunks = list(_chunks(msgs))
+        done = 0
+
+        async def one(chunk: list[Message]) -> None:
+            nonlocal done
+            async with sem:
+                await producer.send_half_batch(chunk)
+                done += 1
+                if done == max(1, len(chunks) // 2):
+                    _fault(self.opts, f"write-half:{batch_id}:{partition}:{attempt}")
+
+        try:
+            await asyncio.gather(*(one(c) for c in chunks))
+        finally:
+            await producer.shutdown()
+
+    # -- driver -----------------------------------------------------------------------------------
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Commit the batch on the broker (idempotent). Raises on a refused commit."""
+        tasks = {m.task: m.rows for m in messages if isinstance(m, TaskCommit)}
+        _fault(self.opts, f"hang-commit-before:{batchId}")
+        with Producer(self.opts.producer_group, self.opts.endpoints) as p:
+            r = p.request(RequestCode.COMMIT_SINK_BATCH,
+                          {"batch": self._batch(batchId), "producer_group": self.opts.producer_group},
+                          msgspec.msgpack.encode(tasks))
+        log.info("txmq sink %s batch %d: %s%s", self.opts.sink_id, batchId, r.ext.get("outcome"),
+                 " (committed before)" if r.ext.get("duplicate") else "")
+        _fault(self.opts, f"commit-after:{batchId}")
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Roll back the batch's halves unless it was committed."""
+        with Producer(self.opts.producer_group, self.opts.endpoints) as p:
+            r = p.request(RequestCode.ABORT_SINK_BATCH, {"batch": self._batch(batchId)})
+        log.info("txmq sink %s batch %d aborted: %s", self.opts.sink_id, batchId, r.ext.get("outcome"))

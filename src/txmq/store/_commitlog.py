@@ -1,0 +1,275 @@
+"""The commit log: ordered segment files named by their 20-digit base offset.
+
+Segments are contiguous: each starts where the previous one ends (a segment ends at its last record,
+no end-of-file filler), so a commit log offset is a plain byte position in the concatenation. A new
+segment starts when the next append batch would push the current one past the segment size; one
+batch always lands in one segment (one ``pwrite``), which keeps "all of a batch or none" true.
+
+Nothing here knows about queues; :mod:`txmq.store._file` composes it with the consume queues.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from bisect import bisect_right
+from collections.abc import Iterator
+from pathlib import Path
+
+from txmq.errors import CorruptRecord, StoreError
+from txmq.store._base import Record
+from txmq.store._codec import (
+    RECORD_HEAD_SIZE,
+    RECORD_SIZE_MAX,
+    decode_record,
+    peek_size,
+    store_timestamp,
+)
+
+__all__ = ["CommitLog", "Segment"]
+
+log = logging.getLogger("txmq.store")
+
+_SCAN_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (created, renamed, deleted files) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Segment:
+    """One segment file: ``[base, base + size)`` of the commit log."""
+
+    __slots__ = ("base", "fd", "first_ms", "path", "size")
+
+    def __init__(self, base: int, path: Path, fd: int, size: int) -> None:
+        self.base, self.path, self.fd, self.size = base, path, fd, size
+        self.first_ms: int | None = None  # store timestamp of its first record, read lazily
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+class CommitLog:
+    """Segment files in ``directory``.
+
+    Args:
+        directory: where the segments live (created if missing).
+        segment_bytes: nominal segment size (``mapped_file_size_commit_log``).
+        lock: held while the segment list changes or is copied (the flusher thread reads it).
+
+    Raises:
+        StoreError: the directory or a segment cannot be opened, or a file name is not a
+            20-digit offset.
+    """
+
+    def __init__(self, directory: Path, segment_bytes: int, lock: threading.Lock) -> None:
+        self.dir = directory
+        self._lock = lock
+        self.segment_bytes = segment_bytes
+        self.segments: list[Segment] = []
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for path in sorted(directory.iterdir()):
+                if path.name.endswith(".tmp"):
+                    continue
+                if len(path.name) != 20 or not path.name.isdigit():
+                    raise StoreError(f"unexpected file in commit log directory: {path}")
+                fd = os.open(path, os.O_RDWR)
+                self.segments.append(Segment(int(path.name), path, fd, os.fstat(fd).st_size))
+        except OSError as exc:
+            raise StoreError(f"cannot open commit log {directory}: {exc}") from exc
+        if not self.segments:
+            self.segments.append(self._create(0))
+        self._bases = [s.base for s in self.segments]
+
+    # -- layout -----------------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        return self.segments[0].base
+
+    @property
+    def end(self) -> int:
+        return self.segments[-1].end
+
+    def _create(self, base: int) -> Segment:
+        path = self.dir / f"{base:020d}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fsync_dir(self.dir)
+        return Segment(base, path, fd, 0)
+
+    def segment_at(self, offset: int) -> Segment | None:
+        """The segment holding ``offset`` (None if below the first or at/after the end)."""
+        i = bisect_right(self._bases, offset) - 1
+        if i < 0:
+            return None
+        seg = self.segments[i]
+        return seg if offset < seg.end else None
+
+    def first_gap(self) -> int | None:
+        """Offset where segment ``i`` ends but segment ``i+1`` does not start (a lost tail)."""
+        for a, b in zip(self.segments, self.segments[1:], strict=False):
+            if a.end != b.base:
+                return a.end
+        return None
+
+    # -- writing ----------------------------------------------------------------------------------
+    def append(self, data: bytes, base_offset: int) -> None:
+        """Write one batch at ``base_offset`` (== :attr:`end`, which :meth:`place` returned).
+
+        Raises:
+            OSError: the write failed; the segment was truncated back, nothing was appended.
+        """
+        seg = self.segments[-1]
+        assert base_offset == seg.end
+        written = 0
+        try:
+            while written < len(data):
+                written += os.pwrite(seg.fd, data[written:] if written else data,
+                                     seg.size + written)
+        except OSError:
+            try:
+                os.ftruncate(seg.fd, seg.size)
+            except OSError:
+                log.exception("could not truncate commit log segment %s after a failed write",
+                              seg.path)
+            raise
+        seg.size += len(data)
+
+    def place(self, nbytes: int) -> int:
+        """Where a batch of ``nbytes`` goes: the current end, after rolling to a new segment if the
+        current one is not empty and would pass the segment size. Raises OSError."""
+        seg = self.segments[-1]
+        if seg.size and seg.size + nbytes > self.segment_bytes:
+            new = self._create(seg.end)
+            with self._lock:
+                self.segments.append(new)
+                self._bases.append(new.base)
+        return self.segments[-1].end
+
+    def sync_fds(self, start: int, end: int) -> list[int]:
+        """File descriptors of the segments overlapping ``[start, end)`` (any thread)."""
+        with self._lock:
+            return [s.fd for s in self.segments if s.end > start and s.base < end]
+
+    def truncate(self, offset: int) -> int:
+        """Cut everything at and after ``offset``: shorten its segment, delete later ones.
+        Returns the bytes removed. Raises OSError."""
+        removed = 0
+        while len(self.segments) > 1 and self.segments[-1].base >= offset:
+            with self._lock:
+                seg = self.segments.pop()
+                self._bases.pop()
+            removed += seg.size
+            os.close(seg.fd)
+            seg.path.unlink()
+        seg = self.segments[-1]
+        keep = max(0, offset - seg.base)
+        if keep < seg.size:
+            removed += seg.size - keep
+            os.ftruncate(seg.fd, keep)
+            os.fsync(seg.fd)
+            seg.size = keep
+        fsync_dir(self.dir)
+        return removed
+
+    def delete_oldest(self, count: int) -> list[Segment]:
+        """Unlink the ``count`` oldest segments (never the last); return them so their fds can be
+        closed once no flush uses them. Raises OSError."""
+        count = min(count, len(self.segments) - 1)
+        gone = self.segments[:count]
+        for seg in gone:
+            seg.path.unlink()
+        with self._lock:
+            del self.segments[:count]
+            del self._bases[:count]
+        if gone:
+            fsync_dir(self.dir)
+        return gone
+
+    # -- reading ----------------------------------------------------------------------------------
+    def read(self, offset: int, nbytes: int) -> bytes:
+        """Up to ``nbytes`` from ``offset``, never past the end of its segment.
+
+        Raises:
+            CorruptRecord: ``offset`` is not stored (below the first segment or past the end).
+        """
+        seg = self.segment_at(offset)
+        if seg is None:
+            raise CorruptRecord(f"commit log offset {offset} is not stored (log holds "
+                                f"[{self.min_offset}, {self.end}))")
+        n = min(nbytes, seg.end - offset)
+        try:
+            return os.pread(seg.fd, n, offset - seg.base)
+        except OSError as exc:
+            raise CorruptRecord(f"cannot read commit log offset {offset}: {exc}") from exc
+
+    def read_record_bytes(self, offset: int, size_hint: int = 0) -> bytes:
+        """The bytes of the record at ``offset`` (its declared size; checked by the decoder)."""
+        data = self.read(offset, max(size_hint, 4096))
+        size = peek_size(data)
+        if RECORD_HEAD_SIZE <= size <= RECORD_SIZE_MAX and size > len(data):
+            data = self.read(offset, size)
+        return data
+
+    def _first_ms(self, seg: Segment) -> int | None:
+        if seg.size < RECORD_HEAD_SIZE:
+            return None
+        return store_timestamp(os.pread(seg.fd, RECORD_HEAD_SIZE, 0))
+
+    def first_ms(self, seg: Segment) -> int | None:
+        """Store timestamp of a segment's first record (cached; None if empty)."""
+        if seg.first_ms is None:
+            seg.first_ms = self._first_ms(seg)
+        return seg.first_ms
+
+    def scan(self, start: int) -> Iterator[tuple[int, Record, int]]:
+        """Valid records from ``start`` (a record boundary) as ``(offset, record, size)``, across
+        segments, stopping at the first record that fails its check or at a gap between
+        segments. Afterwards :attr:`scan_end` is the end of the last good record and
+        :attr:`scan_error` says why the scan stopped early ("" at the clean end)."""
+        self.scan_end, self.scan_error = start, ""
+        i = max(0, bisect_right(self._bases, start) - 1)
+        for seg in self.segments[i:]:
+            if start < seg.base:
+                self.scan_error = f"gap in the commit log: segment {seg.base} after offset {start}"
+                return
+            yield from self._scan_segment(seg, start)
+            if self.scan_error:
+                return
+            start = self.scan_end
+
+    def _scan_segment(self, seg: Segment, start: int) -> Iterator[tuple[int, Record, int]]:
+        pos = start
+        buf, buf_at = b"", start
+        while pos < seg.end:
+            rel = pos - buf_at
+            need = peek_size(buf, rel) if len(buf) - rel >= 4 else RECORD_HEAD_SIZE
+            need = max(need, RECORD_HEAD_SIZE)
+            if len(buf) - rel < need:
+                if need > RECORD_SIZE_MAX or pos + need > seg.end:
+                    self.scan_error = f"torn or bad record at commit log offset {pos}"
+                    return
+                buf = os.pread(seg.fd, max(need, _SCAN_CHUNK_BYTES), pos - seg.base)
+                buf_at, rel = pos, 0
+            try:
+                rec, size = decode_record(memoryview(buf), rel, pos)
+            except CorruptRecord as exc:
+                self.scan_error = str(exc)
+                return
+            yield pos, rec, size
+            pos += size
+            self.scan_end = pos
+
+    def close(self) -> None:
+        for seg in self.segments:
+            os.close(seg.fd)
+        self.segments = []
+        self._bases = []

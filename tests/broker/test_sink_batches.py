@@ -126,3 +126,20 @@ def test_a_commit_torn_by_a_crash_is_completed_on_recovery() -> None:
     h2.tick(0)
     assert bodies(h2) == [b"0.0:0", b"0.0:1"]
     assert h2.broker.tx.index.pending == {}
+
+
+def test_committed_batches_survive_a_clean_restart_of_a_file_store(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """After a checkpoint the broker recovers without rescanning the log: the batch markers must
+    still be found (through their topic), or a re-run would be committed a second time."""
+    from txmq.store import FileStore
+
+    h = BrokerHarness(store=FileStore(tmp_path / "s"), topics={"out": 2})
+    write(h, "0.0", 2)
+    commit(h, {"0.0": 2})
+    h.store.close()  # flush + checkpoint
+    h2 = BrokerHarness(store=FileStore(tmp_path / "s"), now_ms=h.now_ms, topics={"out": 2})
+    assert BATCH in h2.broker.tx.sinks.committed
+    write(h2, "0.0", 2)
+    assert commit(h2, {"0.0": 2}).ext["duplicate"] is True
+    assert bodies(h2) == [b"0.0:0", b"0.0:1"]
+    h2.store.close()

@@ -150,10 +150,11 @@ class Broker:
     def _recover(self) -> None:
         """Rebuild the transaction index without reading the whole commit log.
 
-        Half, op, discard and sink batch marker records come through their topics' consume queues. A committed real
-        message (it carries ``TRAN_PREPARED_QUEUE_OFFSET``) is appended in one batch with its op
-        record, so only where a crash could have torn that batch, the part of the log the store
-        re-dispatched on open (from ``store.recovery_offset``), is scanned for them.
+        Half, op, discard and sink batch marker records come through their topics' consume
+        queues. A committed real message (it carries ``TRAN_PREPARED_QUEUE_OFFSET``) is appended
+        in one batch with its op record, so only where a crash could have torn that batch, the
+        part of the log the store re-dispatched on open (from ``store.recovery_offset``), is
+        scanned for them.
         """
         tx_topics = (HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SINK_BATCH_TOPIC)
         found = dict(self.store.iter_records(topics=tx_topics))

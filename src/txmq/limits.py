@@ -128,6 +128,11 @@ TRANSACTION_OP_MSG_MAX_SIZE = 4_096
 """Characters of half offsets in one op message body. RocketMQ BrokerConfig
 ``transactionOpMsgMaxSize``."""
 
+TRANSACTION_HALF_CACHE_BYTES = 16 * 1024 * 1024
+"""Bodies of the most recently prepared half messages kept in memory, so a commit that follows
+its prepare soon (the common case) builds the real message without reading the half back from the
+commit log (txmq; RocketMQ reads it back through the page cache). Oldest evicted first."""
+
 TRANSACTION_CHECKS_IN_FLIGHT_MAX = 2_000
 """Most check-back requests outstanding at once (back-pressure). RocketMQ's check executor queue is
 2000 (AbstractTransactionalMessageCheckListener)."""

@@ -300,3 +300,59 @@ def test_resume_puts_a_discarded_message_back_once() -> None:
     assert [m.body for m in h.all_messages("t")] == [b"x"]
     h2 = BrokerHarness(store=h.store, now_ms=h.now_ms)
     assert h2.broker.tx.index.resumed == {int(half.ext["queue_offset"])}
+
+
+def _end_ext(half: object, outcome: str, group: str = "pg") -> dict[str, object]:
+    from txmq.protocol import EndTransactionRequestHeader, to_ext
+    from txmq.testing import END_TYPES
+
+    ext = half.ext  # type: ignore[attr-defined]
+    return to_ext(EndTransactionRequestHeader(
+        producer_group=group, tran_state_table_offset=int(ext["queue_offset"]),
+        commit_log_offset=int(ext["commit_log_offset"]), commit_or_rollback=END_TYPES[outcome]))
+
+
+def test_end_batch_settles_with_one_op_record_and_first_writer_wins_inside_the_batch() -> None:
+    import msgspec
+
+    h = harness()
+    halves = [h.send(1, "t", f"m{i}".encode(), transactional=True) for i in range(6)]
+    ops_before = len(h.pull(OP_TOPIC))
+    ends = [_end_ext(halves[0], "COMMIT"), _end_ext(halves[0], "ROLLBACK"),  # same half twice
+            _end_ext(halves[1], "ROLLBACK"), _end_ext(halves[2], "COMMIT"),
+            _end_ext(halves[3], "UNKNOWN"), _end_ext(halves[4], "COMMIT", group="other")]
+    r = h.request(1, RequestCode.END_TRANSACTION_BATCH, body=msgspec.msgpack.encode(ends))
+    items = msgspec.msgpack.decode(r.body)
+    assert [(i["code"], i.get("outcome"), i.get("duplicate")) for i in items] == [
+        (ResponseCode.SUCCESS, "COMMIT", False), (ResponseCode.SUCCESS, "COMMIT", True),
+        (ResponseCode.SUCCESS, "ROLLBACK", False), (ResponseCode.SUCCESS, "COMMIT", False),
+        (ResponseCode.SUCCESS, "PENDING", False),
+        (ResponseCode.PRODUCER_GROUP_MISMATCH, "", False)]
+    assert sorted(m.body for m in h.all_messages("t")) == [b"m0", b"m2"]
+    ops = h.pull(OP_TOPIC)[ops_before:]
+    assert len(ops) == 2  # one op record per outcome, not one per end
+    assert sorted(op.body for op in ops) == [b"0,2,", b"1,"]
+    assert h.broker.tx.stats["duplicate_ends"] == 1
+    assert set(h.broker.tx.index.pending) == {3, 4, 5}
+
+
+def test_a_commit_builds_the_real_message_from_the_log_when_the_half_left_the_cache(
+        monkeypatch: object) -> None:
+    from txmq import limits
+
+    monkeypatch.setattr(limits, "TRANSACTION_HALF_CACHE_BYTES", 12)  # type: ignore[attr-defined]
+    h = harness()
+    a = h.send(1, "t", b"first-body", transactional=True, keys="ka")
+    b = h.send(1, "t", b"second-body", transactional=True, keys="kb")  # evicts a
+    assert len(h.broker.tx._half_cache) == 1
+    h.end(1, a, "COMMIT")
+    h.end(1, b, "COMMIT")
+    got = {m.body: m for m in h.all_messages("t")}
+    assert set(got) == {b"first-body", b"second-body"}
+    assert (got[b"first-body"].keys, got[b"second-body"].keys) == ("ka", "kb")
+    for body, half in ((b"first-body", a), (b"second-body", b)):  # read back vs cached: same shape
+        props = got[body].properties
+        assert PROPERTY_TRANSACTION_PREPARED not in props and "REAL_TOPIC" not in props
+        assert props["TRAN_PREPARED_QUEUE_OFFSET"] == str(half.ext["queue_offset"])
+    assert set(got[b"first-body"].properties) == set(got[b"second-body"].properties)
+    assert h.broker.tx._half_cache == {} and h.broker.tx._half_cache_bytes == 0

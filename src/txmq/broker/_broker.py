@@ -474,13 +474,19 @@ class Broker:
             raise _Fail(ResponseCode.MALFORMED_REQUEST, f"end batch body: {exc}") from exc
         if len(exts) > limits.BATCH_MESSAGES_MAX:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"more than {limits.BATCH_MESSAGES_MAX} ends")
-        items, durable = [], 0
+        parsed: list[EndTransactionRequestHeader | str] = []
         for ext in exts:
             try:
-                r = self.tx.end(from_ext(ext, EndTransactionRequestHeader), now)
+                parsed.append(from_ext(ext, EndTransactionRequestHeader))
             except MalformedFrame as exc:
-                items.append({"code": int(ResponseCode.MALFORMED_REQUEST), "remark": str(exc)})
+                parsed.append(str(exc))
+        decided = iter(self.tx.end_many([h for h in parsed if not isinstance(h, str)], now))
+        items, durable = [], 0
+        for h in parsed:
+            if isinstance(h, str):
+                items.append({"code": int(ResponseCode.MALFORMED_REQUEST), "remark": h})
                 continue
+            r = next(decided)
             durable = max(durable, r.durable_offset)
             items.append({"code": int(r.code), "remark": r.remark, "outcome": r.outcome,
                           "duplicate": r.duplicate})

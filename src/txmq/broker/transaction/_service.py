@@ -75,6 +75,7 @@ PROPERTY_TXMQ_OPERATOR = "TXMQ_OPERATOR"
 PROPERTY_TXMQ_REASON = "TXMQ_REASON"
 PROPERTY_TXMQ_HALF_OFFSET = "TXMQ_HALF_OFFSET"
 _SNAPSHOT_META = "transactionIndex.json"
+_DECISIONS = (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE)
 _TX_PROPS = (PROPERTY_TRANSACTION_PREPARED, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
              PROPERTY_TXMQ_SENDER_CLIENT_ID)
 
@@ -113,6 +114,9 @@ class TransactionService:
         self._in_flight: dict[int, int] = {}  # half offset -> sent at ms
         self._snapshot_nonempty = False
         self.sinks = SinkBatches()
+        self._half_cache: dict[int, Record] = {}
+        """Recently prepared half records by commit log offset (``TRANSACTION_HALF_CACHE_BYTES``)."""
+        self._half_cache_bytes = 0
         self._torn: dict[str, tuple[dict[str, int], dict[str, list[int]]]] = {}
         """Recovery: batch → (committed tasks, halves preceding its marker), to settle once."""
         self.stats = {"commits": 0, "rollbacks": 0, "discards": 0, "checks_sent": 0,
@@ -136,8 +140,11 @@ class TransactionService:
                       properties=props, born_timestamp_ms=rec.born_timestamp_ms,
                       store_timestamp_ms=rec.store_timestamp_ms)
 
-    def on_half_stored(self, rec: Record, res: AppendResult) -> None:
-        """Index a half message once appended (also used by recovery)."""
+    def on_half_stored(self, rec: Record, res: AppendResult, *, cache: bool = True) -> None:
+        """Index a half message once appended (also used by recovery, with ``cache=False``); keep
+        the record in memory for its commit (bounded by ``TRANSACTION_HALF_CACHE_BYTES``)."""
+        if cache:
+            self._cache_half(rec, res.commit_log_offset)
         p = rec.properties
         immunity_ms = self.config.transaction_timeout_ms
         with contextlib.suppress(ValueError):
@@ -165,6 +172,38 @@ class TransactionService:
         A repeated or conflicting end is answered with the recorded outcome, writes nothing and is
         counted in ``duplicate_ends``. UNKNOWN changes nothing.
         """
+        return self.end_many([h], now_ms)[0]
+
+    def end_many(self, headers: list[EndTransactionRequestHeader], now_ms: int) -> list[EndResult]:
+        """:meth:`end` for several requests at once, settled with one append: the real records of
+        every commit and one op record per outcome (RocketMQ 5.1 batches op messages the same
+        way). One result per header, in order; a second end of the same half message in the
+        list is answered like a second end request (the first one's outcome, ``duplicate``)."""
+        results: list[EndResult | None] = []
+        decided: dict[tuple[str, str], list[tuple[HalfEntry, Outcome]]] = {}
+        first: dict[int, Outcome] = {}
+        for h in headers:
+            if h.tran_state_table_offset in first and h.commit_or_rollback in _DECISIONS:
+                self.stats["duplicate_ends"] += 1
+                results.append(EndResult(ResponseCode.SUCCESS, first[h.tran_state_table_offset].value,
+                                         duplicate=True))
+                continue
+            r = self._decide(h)
+            if isinstance(r, EndResult):
+                results.append(r)
+            else:
+                decided.setdefault((h.operator, h.reason), []).append(r)
+                first[h.tran_state_table_offset] = r[1]
+                results.append(None)
+        durable = 0
+        for (operator, reason), items in decided.items():  # one group unless operators differ
+            durable = self._finish_many(items, now_ms, operator, reason).durable_offset
+        return [EndResult(ResponseCode.SUCCESS, first[h.tran_state_table_offset].value,
+                          durable_offset=durable) if r is None else r
+                for h, r in zip(headers, results, strict=True)]
+
+    def _decide(self, h: EndTransactionRequestHeader) -> EndResult | tuple[HalfEntry, Outcome]:
+        """Validate one end request: a final answer, or the pending entry and its outcome."""
         if h.from_transaction_check:
             self._in_flight.pop(h.tran_state_table_offset, None)
             self.stats["checks_answered"] += 1
@@ -174,7 +213,7 @@ class TransactionService:
             if recorded is None:
                 return EndResult(ResponseCode.TRANSACTION_NOT_FOUND,
                                  remark=f"no half message at offset {h.tran_state_table_offset}")
-            if h.commit_or_rollback in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            if h.commit_or_rollback in _DECISIONS:
                 self.stats["duplicate_ends"] += 1
             return EndResult(ResponseCode.SUCCESS, recorded.value, duplicate=True)
         if h.producer_group != entry.producer_group:
@@ -185,9 +224,9 @@ class TransactionService:
             return EndResult(ResponseCode.ILLEGAL_OPERATION,
                              remark="commit log offset does not match the half message")
         if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
-            return self._finish(entry, Outcome.COMMIT, now_ms, h.operator, h.reason)
+            return entry, Outcome.COMMIT
         if h.commit_or_rollback == TRANSACTION_ROLLBACK_TYPE:
-            return self._finish(entry, Outcome.ROLLBACK, now_ms, h.operator, h.reason)
+            return entry, Outcome.ROLLBACK
         return EndResult(ResponseCode.SUCCESS, Outcome.PENDING.value)
 
     def _finish(self, entry: HalfEntry, outcome: Outcome, now_ms: int,
@@ -203,8 +242,9 @@ class TransactionService:
         records: list[Record] = []
         discard_at: dict[int, int] = {}
         for entry, outcome in items:
+            cached = self._uncache_half(entry.commit_log_offset)
             if outcome is not Outcome.ROLLBACK:
-                half = self.store.read_at(entry.commit_log_offset)
+                half = cached or self.store.read_at(entry.commit_log_offset)
                 if outcome is Outcome.DISCARD:
                     discard_at[entry.half_offset] = len(records)
                 records.append(self._real_or_discard_record(half, entry, outcome, now_ms))
@@ -218,6 +258,19 @@ class TransactionService:
         last = results[-1]
         return EndResult(ResponseCode.SUCCESS, items[-1][1].value,
                          durable_offset=last.commit_log_offset + last.size)
+
+    def _cache_half(self, rec: Record, commit_log_offset: int) -> None:
+        self._half_cache[commit_log_offset] = rec
+        self._half_cache_bytes += len(rec.body)
+        while self._half_cache_bytes > limits.TRANSACTION_HALF_CACHE_BYTES:
+            oldest = next(iter(self._half_cache))
+            self._half_cache_bytes -= len(self._half_cache.pop(oldest).body)
+
+    def _uncache_half(self, commit_log_offset: int) -> Record | None:
+        rec = self._half_cache.pop(commit_log_offset, None)
+        if rec is not None:
+            self._half_cache_bytes -= len(rec.body)
+        return rec
 
     @staticmethod
     def _op_records(items: list[tuple[HalfEntry, Outcome]], now_ms: int, operator: str,
@@ -253,7 +306,7 @@ class TransactionService:
         self.stats[key] += 1
         self.finish_latency.observe(max(0, now_ms - entry.born_ms) / 1000)
 
-    def _real_or_discard_record(self, half: MessageExt, entry: HalfEntry, outcome: Outcome,
+    def _real_or_discard_record(self, half: MessageExt | Record, entry: HalfEntry, outcome: Outcome,
                                 now_ms: int) -> Record:
         props = dict(half.properties)
         if outcome is Outcome.DISCARD:
@@ -348,7 +401,7 @@ class TransactionService:
         order), then apply the check counts of the last snapshot."""
         for rec, res in records:
             if rec.topic == HALF_TOPIC:
-                self.on_half_stored(rec, res)
+                self.on_half_stored(rec, res, cache=False)
             elif rec.topic == OP_TOPIC and rec.tags == REMOVE_TAG:
                 outcome = Outcome(rec.properties.get(PROPERTY_TXMQ_OUTCOME, "ROLLBACK"))
                 for tok in rec.body.decode().split(","):

@@ -222,6 +222,39 @@ def test_async_api_with_an_async_listener(broker: BrokerProcess) -> None:
         assert sum(pc.max_offset("t", q) for q in pc.queue_ids("t")) == 15
 
 
+def test_oneway_ends_of_one_loop_turn_settle_without_check_back(broker: BrokerProcess) -> None:
+    """One-way ends (RocketMQ ``endTransactionOneway``) go out as one-way batches; each commit and
+    rollback is applied by the broker without any check-back."""
+    checked: list[str] = []
+
+    class Listener:
+        def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+            return LocalTransactionState.COMMIT_MESSAGE if arg else LocalTransactionState.ROLLBACK_MESSAGE
+
+        def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+            checked.append(msg.keys)
+            return LocalTransactionState.UNKNOWN
+
+    async def main() -> list[str]:
+        tp = AsyncTransactionProducer("pg", broker.endpoints, Listener(), oneway_end=True)
+        await tp.start()
+        try:
+            results = await asyncio.gather(*(tp.send_message_in_transaction(
+                Message(topic="t", body=b"%d" % i, keys=str(i)), i % 3 != 0) for i in range(30)))
+            return [r.outcome for r in results]
+        finally:
+            await tp.shutdown()
+
+    assert asyncio.run(main()) == ["SENT"] * 30
+    with PullConsumer(broker.endpoints) as pc:
+        wait_for(lambda: pc.transaction_stats()["COMMIT"] == 20)
+        assert pc.transaction_stats()["ROLLBACK"] == 10
+        bodies = sorted(int(m.body) for q in pc.queue_ids("t")
+                        for m in pc.pull("t", q, 0, 100).messages)
+    assert bodies == [i for i in range(30) if i % 3 != 0]
+    assert checked == []
+
+
 def test_clustering_splits_queues_between_members(broker: BrokerProcess) -> None:
     with Producer("p", broker.endpoints) as p:
         for i in range(40):

@@ -285,14 +285,15 @@ class TransactionService:
                 props[PROPERTY_TXMQ_OPERATOR] = operator
                 props[PROPERTY_TXMQ_REASON] = reason
             body: list[str] = []
+            size = 0
             for i, tok in enumerate(offsets):
                 body.append(tok)
-                size = sum(map(len, body))
+                size += len(tok)
                 if size >= limits.TRANSACTION_OP_MSG_MAX_SIZE or i == len(offsets) - 1:
                     out.append(Record(topic=OP_TOPIC, queue_id=0, body="".join(body).encode(),
                                       tags=REMOVE_TAG, properties=dict(props),
                                       born_timestamp_ms=now_ms, store_timestamp_ms=now_ms))
-                    body = []
+                    body, size = [], 0
         return out
 
     def _settled(self, entry: HalfEntry, outcome: Outcome, now_ms: int) -> None:

@@ -53,22 +53,21 @@ class SinkBatches:
     """Pending sink halves grouped by batch and task attempt, and the committed batches."""
 
     def __init__(self) -> None:
-        self.pending: dict[str, dict[str, list[int]]] = {}
-        """batch key → task key → pending half offsets (in append order)."""
+        self.pending: dict[str, dict[str, dict[int, None]]] = {}
+        """batch key → task key → pending half offsets (an ordered set, in append order)."""
         self.committed: dict[str, dict[str, int]] = {}
         """batch key → the task attempts its marker committed."""
 
     def add(self, batch: str, task: str, half_offset: int) -> None:
-        self.pending.setdefault(batch, {}).setdefault(task, []).append(half_offset)
+        self.pending.setdefault(batch, {}).setdefault(task, {})[half_offset] = None
 
     def remove(self, batch: str, task: str, half_offset: int) -> None:
         tasks = self.pending.get(batch)
         if tasks is None or task not in tasks:
             return
-        lst = tasks[task]
-        if half_offset in lst:
-            lst.remove(half_offset)
-        if not lst:
+        offsets = tasks[task]
+        offsets.pop(half_offset, None)
+        if not offsets:
             del tasks[task]
         if not tasks:
             del self.pending[batch]

@@ -127,3 +127,25 @@ def test_a_driver_killed_between_write_and_commit(spark: SparkSession, broker: B
     start(spark, broker.endpoints, ckpt).awaitTermination()
     assert_exactly_once(broker.endpoints)
     assert stats(broker.endpoints)["sink_orphans_rolled_back"] == 50
+
+
+def test_arrow_batches_become_half_messages_column_by_column() -> None:
+    import pyarrow as pa
+
+    from txmq.spark._sink import SinkOptions, TxmqStreamWriter
+
+    opts = SinkOptions.parse({"endpoints": "127.0.0.1:1", "topic": "out", "sinkId": "s",
+                              "tagColumn": "tag"})
+    w = TxmqStreamWriter(opts, ["key", "body", "tag"])
+    rb = pa.record_batch({"key": pa.array(["k1", None, "k3"]),
+                          "body": pa.array(["text", None, "é"], pa.string()),
+                          "tag": pa.array([None, "TagB", "TagC"])})
+    props = {"P": "1"}
+    msgs = w._messages(rb, props)
+    assert [(m.topic, m.body, m.keys, m.tags) for m in msgs] == [
+        ("out", b"text", "k1", ""), ("out", b"", "", "TagB"), ("out", "é".encode(), "k3", "TagC")]
+    assert all(m.properties == props for m in msgs)
+    binary = pa.record_batch({"body": pa.array([b"\x00\x01"], pa.binary())})
+    only_body = TxmqStreamWriter(SinkOptions.parse({"endpoints": "h:1", "topic": "t", "sinkId": "s"}),
+                                 ["body"])
+    assert [(m.body, m.keys, m.tags) for m in only_body._messages(binary, {})] == [(b"\x00\x01", "", "")]

@@ -144,7 +144,10 @@ class Broker:
     def append(self, records: list[Record]) -> list[AppendResult]:
         """Append through the store and remember which queues got data (to wake long polls)."""
         results = self.store.append(records)
-        self.touched.update((r.topic, r.queue_id) for r in records)
+        if len(records) == 1:
+            self.touched.add((records[0].topic, records[0].queue_id))
+        else:
+            self.touched.update((r.topic, r.queue_id) for r in records)
         return results
 
     def _recover(self) -> None:

@@ -157,11 +157,8 @@ class FileStore(Store):
         if self._failed or self._closed or not self._writable:
             self._refuse()
         if len(records) == 1:
-            rec = records[0]
-            cq = self._queues.get((rec.topic, rec.queue_id))
-            rec.queue_offset = cq.max if cq is not None else 0
-        else:
-            self._assign_queue_offsets(records)
+            return [self._append_one(records[0])]
+        self._assign_queue_offsets(records)
         try:
             tails = [record_tail(r) for r in records]
             sizes = [RECORD_HEAD_SIZE + len(r.body) + len(t) for r, t in zip(records, tails, strict=True)]
@@ -171,20 +168,45 @@ class FileStore(Store):
                 chunks.append(encode_record(rec, pos, self._store_host, tail))
                 out.append(AppendResult(pos, rec.queue_offset, size))
                 pos += size
-            self._log.append(chunks[0] if len(chunks) == 1 else b"".join(chunks), base)
-        except ValueError as exc:
-            raise StoreError(f"record does not fit the layout: {exc}") from exc
-        except OSError as exc:
-            if _disk_full(exc):
-                raise DiskFull(f"disk full writing the commit log at {self.root}") from exc
-            raise StoreError(f"write to the commit log failed: {exc}") from exc
+            self._log.append(b"".join(chunks), base)
+        except (ValueError, OSError) as exc:
+            raise self._append_error(exc) from exc
         self._dispatch(records, out)
-        self._write = pos
-        self._tail = (pos, out[-1].commit_log_offset)
-        self._since_check += pos - base
+        self._appended(base, pos, out[-1].commit_log_offset)
+        return out
+
+    def _append_one(self, rec: Record) -> AppendResult:
+        """:meth:`append` of one record (the common send), without the batch bookkeeping."""
+        cq = self._queues.get((rec.topic, rec.queue_id))
+        rec.queue_offset = cq.max if cq is not None else 0
+        try:
+            tail = record_tail(rec)
+            size = RECORD_HEAD_SIZE + len(rec.body) + len(tail)
+            base = self._log.place(size)
+            self._log.append(encode_record(rec, base, self._store_host, tail), base)
+        except (ValueError, OSError) as exc:
+            raise self._append_error(exc) from exc
+        if cq is None:
+            cq = self._queues[(rec.topic, rec.queue_id)] = self._make_queue(rec.topic, rec.queue_id)
+        cq.put(base, size, tag_hash(rec.tags) if rec.tags else 0)
+        if self._index is not None:
+            self._index.add(rec, base)
+        self._appended(base, base + size, base)
+        return AppendResult(base, rec.queue_offset, size)
+
+    def _append_error(self, exc: ValueError | OSError) -> StoreError:
+        if isinstance(exc, ValueError):
+            return StoreError(f"record does not fit the layout: {exc}")
+        if _disk_full(exc):
+            return DiskFull(f"disk full writing the commit log at {self.root}")
+        return StoreError(f"write to the commit log failed: {exc}")
+
+    def _appended(self, base: int, end: int, last: int) -> None:
+        self._write = end
+        self._tail = (end, last)
+        self._since_check += end - base
         if self._since_check >= limits.DISK_CHECK_BYTES:
             self.check_disk()
-        return out
 
     def _assign_queue_offsets(self, records: list[Record]) -> None:
         next_qo: dict[tuple[str, int], int] = {}

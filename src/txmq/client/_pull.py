@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import cast
 
 from txmq import limits
 from txmq.client._async import _Client
@@ -75,10 +76,9 @@ class _PullMixin(_Client):
                               ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED)
         r = from_ext(resp.ext, PullMessageResponseHeader)
         if resp.code == ResponseCode.SUCCESS:
-            msgs = decode_messages(resp.body)
-            assert all(isinstance(m, MessageExt) for m in msgs)
-            return PullResult(PullStatus.FOUND, msgs, r.next_begin_offset, r.min_offset,  # type: ignore[arg-type]
-                              r.max_offset)
+            # decode_messages(ext=True) yields MessageExt only (msgspec checks every field)
+            msgs = cast("list[MessageExt]", decode_messages(resp.body))
+            return PullResult(PullStatus.FOUND, msgs, r.next_begin_offset, r.min_offset, r.max_offset)
         status = PullStatus.OFFSET_ILLEGAL if resp.code == ResponseCode.PULL_OFFSET_MOVED else (
             PullStatus.NO_MATCHED_MSG if r.next_begin_offset != offset else PullStatus.NO_NEW_MSG)
         return PullResult(status, [], r.next_begin_offset, r.min_offset, r.max_offset)

@@ -63,10 +63,10 @@ What Spark guarantees and what this source adds (facts from reference/pyspark.md
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
@@ -81,7 +81,6 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
-    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
@@ -98,8 +97,24 @@ from pyspark.sql.types import (
 from txmq import limits
 from txmq.errors import ConfigError, TxmqError
 from txmq.protocol import MessageExt
+from txmq.spark._arrow import ARROW_SCHEMA, messages_to_record_batch
+from txmq.spark._offsets import (
+    EARLIEST,
+    LATEST,
+    DataLossError,
+    OffsetSpec,
+    QueueKey,
+    advance_offsets,
+    apply_read_limit,
+    fair_shares,
+    offsets_from_json,
+    offsets_to_json,
+    parse_offset_spec,
+    range_start,
+)
 
 __all__ = [
+    "ARROW_BATCH_BYTES_MAX",
     "ARROW_SCHEMA",
     "DEFAULT_CONSUMER_GROUP",
     "EARLIEST",
@@ -114,30 +129,27 @@ __all__ = [
     "TxmqBatchReader",
     "TxmqDataSource",
     "TxmqStreamReader",
+    "advance_offsets",
+    "apply_read_limit",
     "fair_shares",
     "messages_to_record_batch",
     "offsets_from_json",
     "offsets_to_json",
+    "range_start",
     "read_queue_range",
 ]
 
 _log = logging.getLogger(__name__)
-
-QueueKey = tuple[str, int]
-"""(topic, queue_id): one message queue."""
-
-_K = TypeVar("_K")
-
-EARLIEST = -2
-"""Offset sentinel in ``startingOffsets``/``endingOffsets`` JSON: the queue's ``min_offset``."""
-LATEST = -1
-"""Offset sentinel in ``startingOffsets``/``endingOffsets`` JSON: the queue's ``max_offset``."""
 
 DEFAULT_CONSUMER_GROUP = "txmq-spark"
 """Consumer group the source identifies itself with when ``consumerGroup`` is not set."""
 
 ROWS_PER_ARROW_BATCH = 4096
 """Most rows in one ``pyarrow.RecordBatch`` yielded by ``read``."""
+
+ARROW_BATCH_BYTES_MAX = 32 * 1024 * 1024
+"""A batch yielded by ``read`` is closed once its bodies reach this many bytes (so a batch of large
+messages stays far below Arrow's 2 GiB per column; one message alone may exceed it)."""
 
 PULL_MAX_NUMS = limits.PULL_BATCH_MAX
 """Most messages asked for in one pull while reading a range (the broker may return fewer)."""
@@ -164,35 +176,6 @@ SCHEMA = StructType(
     ]
 )
 """The source's fixed schema as a ``StructType`` (same as :data:`SCHEMA_DDL`)."""
-
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.string()),
-        pa.field("tags", pa.string()),
-        pa.field("body", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("queue_id", pa.int32()),
-        pa.field("queue_offset", pa.int64()),
-        pa.field("message_id", pa.string()),
-        pa.field("born_timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("store_timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("properties", pa.map_(pa.string(), pa.string())),
-    ]
-)
-"""Arrow schema of the batches ``read`` yields. PySpark 4.3.0 compares it with
-``to_arrow_schema(SCHEMA, timezone="UTC")`` and fails the task on any difference
-(``DATA_SOURCE_RETURN_SCHEMA_MISMATCH``), so every column has an explicit type."""
-
-
-class DataLossError(TxmqError):
-    """A planned offset range cannot be read completely.
-
-    Raised when a range starts below the queue's ``min_offset`` or a queue's ``max_offset`` went
-    backwards (both only with ``failOnDataLoss=true``), and always when the broker skips an offset
-    inside ``[min_offset, max_offset)`` or returns a message of another queue.
-    """
-
-    code = "DATA_LOSS"
 
 
 # --- the client shape this module relies on (txmq.client.PullConsumer) ---------------------------
@@ -226,92 +209,7 @@ def _new_consumer(endpoints: str, consumer_group: str) -> _PullConsumer:
     return consumer
 
 
-# --- options and offsets -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OffsetSpec:
-    """Where to start or end in every queue.
-
-    Attributes:
-        default: :data:`EARLIEST`, :data:`LATEST` or an offset, for queues not in ``explicit``.
-        explicit: per-queue offsets (or sentinels) from a JSON map.
-    """
-
-    default: int
-    explicit: Mapping[QueueKey, int] = field(default_factory=dict)
-
-    def resolve(self, bounds: Mapping[QueueKey, tuple[int, int]]) -> dict[QueueKey, int]:
-        """Offsets for every queue in ``bounds`` (``{queue: (min_offset, max_offset)}``).
-
-        Raises:
-            txmq.errors.ConfigError: ``explicit`` names a queue that is not in ``bounds``.
-        """
-        unknown = sorted(set(self.explicit) - set(bounds))
-        if unknown:
-            names = ", ".join(f"{t}/{q}" for t, q in unknown)
-            raise ConfigError(f"offsets given for queues the broker does not have: {names}")
-        out: dict[QueueKey, int] = {}
-        for key in sorted(bounds):
-            low, high = bounds[key]
-            value = self.explicit.get(key, self.default)
-            out[key] = low if value == EARLIEST else high if value == LATEST else value
-        return out
-
-
-def _parse_offset_spec(raw: str | None, default: int, option: str) -> OffsetSpec:
-    text = (raw or "").strip()
-    if not text:
-        return OffsetSpec(default)
-    if text.lower() in ("earliest", "latest"):
-        return OffsetSpec(EARLIEST if text.lower() == "earliest" else LATEST)
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{option}: expected earliest, latest or JSON, got {raw!r}") from exc
-    if not isinstance(parsed, dict):
-        raise ConfigError(f"{option}: a JSON map is needed, got {raw!r}")
-    explicit: dict[QueueKey, int] = {}
-    for name, value in parsed.items():
-        if isinstance(value, dict):  # nested {"topic": {"0": 5}}
-            for queue, offset in value.items():
-                key = _parse_queue_key(f"{name}/{queue}", option)
-                explicit[key] = _check_offset(offset, option)
-        else:
-            explicit[_parse_queue_key(name, option)] = _check_offset(value, option)
-    return OffsetSpec(default, explicit)
-
-
-def _check_offset(value: object, option: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < EARLIEST:
-        raise ConfigError(f"{option}: offsets are integers >= -2, got {value!r}")
-    return value
-
-
-def _parse_queue_key(text: str, option: str) -> QueueKey:
-    topic, sep, queue = text.rpartition("/")
-    if not sep or not topic or not queue.isdigit():
-        raise ConfigError(f"{option}: expected '<topic>/<queue_id>', got {text!r}")
-    return topic, int(queue)
-
-
-def offsets_to_json(offsets: Mapping[QueueKey, int]) -> dict[str, int]:
-    """``{(topic, queue): offset}`` → the checkpointed form ``{"topic/queue": offset}``.
-
-    Keys are in (topic, queue id) order, so equal offsets always serialise to the same JSON
-    (Spark decides "no new data" by comparing the serialised end with the start).
-    """
-    return {f"{topic}/{queue}": offsets[(topic, queue)] for topic, queue in sorted(offsets)}
-
-
-def offsets_from_json(data: Mapping[str, Any]) -> dict[QueueKey, int]:
-    """Inverse of :func:`offsets_to_json`. Raises :class:`ConfigError` on a malformed offset."""
-    out: dict[QueueKey, int] = {}
-    for text, value in data.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ConfigError(f"offset of {text!r} must be an integer >= 0, got {value!r}")
-        out[_parse_queue_key(text, "offset")] = value
-    return out
+# --- options ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -343,8 +241,8 @@ class SourceOptions:
             raise ConfigError("option 'topic' is required (one topic or a comma-separated list)")
         if any("/" in t for t in topics):
             raise ConfigError(f"option 'topic': topic names cannot contain '/': {topics!r}")
-        start = _parse_offset_spec(opts.get("startingoffsets"), EARLIEST, "startingOffsets")
-        end = _parse_offset_spec(opts.get("endingoffsets"), LATEST, "endingOffsets")
+        start = parse_offset_spec(opts.get("startingoffsets"), EARLIEST, "startingOffsets")
+        end = parse_offset_spec(opts.get("endingoffsets"), LATEST, "endingOffsets")
         for spec, option in ((start, "startingOffsets"), (end, "endingOffsets")):
             unknown = sorted({t for t, _ in spec.explicit} - set(topics))
             if unknown:
@@ -378,108 +276,6 @@ def _parse_bool(raw: str, option: str) -> bool:
     if value not in ("true", "false"):
         raise ConfigError(f"{option}: expected true or false, got {raw!r}")
     return value == "true"
-
-
-# --- offset arithmetic (driver) ------------------------------------------------------------------
-
-
-def fair_shares(backlogs: Mapping[_K, int], budget: int, rotation: int = 0) -> dict[_K, int]:
-    """Split ``budget`` rows over queues with ``backlogs`` rows waiting (max-min fairness).
-
-    Every queue gets an equal share; a queue needing less than its share gets all it needs and the
-    rest is shared again among the others. Rows that do not divide evenly go one each to queues
-    in key order starting at ``rotation % n``, so that a caller passing a rotation that changes as
-    offsets advance (the source passes the sum of the start offsets) serves every queue in turn
-    even when ``budget`` is smaller than the number of queues.
-
-    Returns:
-        ``{key: rows}`` for every key of ``backlogs``; ``0 <= rows <= backlog`` and the total is
-        ``min(budget, sum of backlogs)``. Deterministic for equal arguments.
-
-    Raises:
-        ValueError: ``budget`` is negative.
-    """
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
-    keys = sorted(backlogs)  # type: ignore[type-var]
-    shares = dict.fromkeys(keys, 0)
-    pending = [k for k in keys if backlogs[k] > 0]
-    remaining = budget
-    while pending:
-        share = remaining // len(pending)
-        small = [k for k in pending if backlogs[k] <= share]
-        if not small:
-            break
-        for k in small:
-            shares[k] = backlogs[k]
-            remaining -= backlogs[k]
-        pending = [k for k in pending if backlogs[k] > share]
-    if pending:
-        base, extra = divmod(remaining, len(pending))
-        first = rotation % len(pending)
-        for i, k in enumerate(pending):
-            shares[k] = base + (1 if (i - first) % len(pending) < extra else 0)
-    return shares
-
-
-def advance_offsets(
-    start: Mapping[QueueKey, int],
-    latest: Mapping[QueueKey, int],
-    *,
-    fail_on_data_loss: bool,
-) -> dict[QueueKey, int]:
-    """The end offsets reading everything up to ``latest`` (before any read limit).
-
-    A queue only in ``start`` (gone from the broker or the topic list) keeps its offset; a queue
-    only in ``latest`` is new and is read from offset 0 (see :func:`range_start`).
-
-    Raises:
-        DataLossError: with ``fail_on_data_loss``, a queue's ``latest`` is below its start (the
-            broker lost or reset the queue). Otherwise the end follows the broker backwards, that
-            range reads nothing, and the next batch starts from the broker's offset.
-    """
-    end = dict(start)
-    for key, high in latest.items():
-        low = start.get(key, 0)
-        if high < low:
-            message = (
-                f"txmq queue {key[0]}/{key[1]}: max_offset {high} is below the checkpointed "
-                f"offset {low}; the broker lost or reset this queue"
-            )
-            if fail_on_data_loss:
-                raise DataLossError(message + " (set failOnDataLoss=false to continue from there)")
-            _log.warning("%s; continuing from %d (failOnDataLoss=false)", message, high)
-        end[key] = high
-    return end
-
-
-def range_start(start: Mapping[QueueKey, int], key: QueueKey) -> int:
-    """Where reading ``key`` begins: its start offset, or 0 for a queue that appeared later."""
-    return start.get(key, 0)
-
-
-def apply_read_limit(
-    start: Mapping[QueueKey, int], end: Mapping[QueueKey, int], limit: ReadLimit
-) -> dict[QueueKey, int]:
-    """Clamp ``end`` so the batch ``(start, end]`` honours ``limit``.
-
-    ``ReadAllAvailable`` keeps ``end``; ``ReadMaxRows(n)`` admits at most ``n`` rows spread with
-    :func:`fair_shares`; ``ReadMinRows(n)`` returns ``start`` (no batch) until ``n`` rows wait.
-
-    Raises:
-        txmq.errors.ConfigError: any other limit (the source never asks for one).
-    """
-    backlogs = {k: max(0, e - range_start(start, k)) for k, e in end.items()}
-    if isinstance(limit, ReadAllAvailable):
-        return dict(end)
-    if isinstance(limit, ReadMinRows):
-        return dict(end) if sum(backlogs.values()) >= limit.min_rows else dict(start)
-    if not isinstance(limit, ReadMaxRows):
-        raise ConfigError(f"the txmq source does not support read limit {limit!r}")
-    if sum(backlogs.values()) <= limit.max_rows:
-        return dict(end)
-    shares = fair_shares(backlogs, limit.max_rows, rotation=sum(start.values()))
-    return {k: (range_start(start, k) + shares[k]) if backlogs[k] > 0 else e for k, e in end.items()}
 
 
 # --- broker access (driver side) -----------------------------------------------------------------
@@ -593,8 +389,9 @@ def read_queue_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     """Read offsets ``[part.start, part.end)`` of one queue as :data:`ARROW_SCHEMA` batches.
 
     Opens its own consumer (this runs on an executor) and yields batches of at most
-    :data:`ROWS_PER_ARROW_BATCH` rows in queue order: exactly ``end - start`` rows, one per offset,
-    so the same range always yields the same rows.
+    :data:`ROWS_PER_ARROW_BATCH` rows (closed early at :data:`ARROW_BATCH_BYTES_MAX` body bytes) in
+    queue order: exactly ``end - start`` rows, one per offset, so the same range always yields the
+    same rows. The next pull is in flight while a batch is converted and handed to Spark.
 
     Raises:
         DataLossError: an offset in the range cannot be read (see :class:`DataLossError`); with
@@ -604,40 +401,124 @@ def read_queue_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
             refuses the pull (Spark retries the task up to ``spark.task.maxFailures``).
     """
     consumer = _new_consumer(part.endpoints, part.consumer_group)
+    pulls = _Pulls(consumer, part)
     try:
-        chunk: list[MessageExt] = []
-        for message in _messages_in_range(consumer, part):
-            chunk.append(message)
-            if len(chunk) == ROWS_PER_ARROW_BATCH:
-                yield messages_to_record_batch(chunk)
-                chunk = []
-        if chunk:
-            yield messages_to_record_batch(chunk)
+        yield from _record_batches(_runs_in_range(pulls, part))
     finally:
+        pulls.close()
         consumer.shutdown()
 
 
-def _messages_in_range(consumer: _PullConsumer, part: QueueRange) -> Iterator[MessageExt]:
+def _record_batches(runs: Iterator[Sequence[MessageExt]]) -> Iterator[pa.RecordBatch]:
+    """Regroup runs of messages into batches of :data:`ROWS_PER_ARROW_BATCH` rows at most, each
+    closed once its bodies reach :data:`ARROW_BATCH_BYTES_MAX` bytes."""
+    pending: list[MessageExt] = []
+    size = 0
+    for run in runs:
+        for message in run:
+            pending.append(message)
+            size += len(message.body)
+            if len(pending) >= ROWS_PER_ARROW_BATCH or size >= ARROW_BATCH_BYTES_MAX:
+                yield messages_to_record_batch(pending)
+                pending, size = [], 0
+    if pending:
+        yield messages_to_record_batch(pending)
+
+
+class _Pulls:
+    """The pulls reading one range, with the next one requested ahead on a helper thread.
+
+    :meth:`prefetch` starts the pull the reader will most likely need next, so the broker reads and
+    sends it while the reader converts the previous one; :meth:`get` returns it if it is for the
+    wanted offset and pulls directly otherwise. Every request is
+    ``pull(topic, queue_id, offset, min(PULL_MAX_NUMS, end - offset))``, prefetched or not.
+    """
+
+    def __init__(self, consumer: _PullConsumer, part: QueueRange) -> None:
+        self.consumer = consumer
+        self._part = part
+        self._pool: ThreadPoolExecutor | None = None
+        self._ahead: tuple[int, Future[_PullResult]] | None = None
+
+    def _pull(self, offset: int) -> _PullResult:
+        part = self._part
+        want = min(PULL_MAX_NUMS, part.end - offset)
+        return self.consumer.pull(part.topic, part.queue_id, offset, max_nums=want)
+
+    def get(self, offset: int) -> _PullResult:
+        """The pull at ``offset``. Raises what the consumer's ``pull`` raises."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            if ahead[0] == offset:
+                return ahead[1].result()
+            ahead[1].exception()  # wait: one request at a time besides the prefetch
+        return self._pull(offset)
+
+    def prefetch(self, offset: int) -> None:
+        """Start the pull at ``offset`` unless it is outside the range or one is in flight."""
+        if self._ahead is not None or not self._part.start < offset < self._part.end:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txmq-source-pull")
+        self._ahead = (offset, self._pool.submit(self._pull, offset))
+
+    def close(self) -> None:
+        """Wait for a pull still in flight (its result or error is dropped); stop the thread."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead[1].exception()
+        if self._pool is not None:
+            self._pool.shutdown()
+
+
+def _runs_in_range(pulls: _Pulls, part: QueueRange) -> Iterator[Sequence[MessageExt]]:
+    """The messages of ``[part.start, part.end)`` in offset order, as runs of pulled messages."""
     offset = part.start
     while offset < part.end:
-        want = min(PULL_MAX_NUMS, part.end - offset)
-        result = consumer.pull(part.topic, part.queue_id, offset, max_nums=want)
+        result = pulls.get(offset)
         messages = result.messages if result.status.name == "FOUND" else ()
         if not messages:
-            offset = _after_missing(consumer, part, offset, result.status.name)
+            offset = _after_missing(pulls.consumer, part, offset, result.status.name)
             continue
-        for message in messages:
-            if message.queue_offset != offset:
-                offset = _after_gap(consumer, part, offset, message.queue_offset)
-            if offset >= part.end:
-                return
-            if message.topic != part.topic or message.queue_id != part.queue_id:
-                raise DataLossError(
-                    f"txmq {_where(part)}: pull at offset {offset} returned a message of "
-                    f"{message.topic}/{message.queue_id}"
-                )
-            yield message
-            offset += 1
+        pulls.prefetch(messages[-1].queue_offset + 1)
+        if _is_dense(messages, part, offset):
+            run = messages[: part.end - offset]
+            offset += len(run)
+        else:
+            run, offset = _checked_run(pulls.consumer, part, offset, messages)
+        if run:
+            yield run
+
+
+def _is_dense(messages: Sequence[MessageExt], part: QueueRange, offset: int) -> bool:
+    """Whether ``messages`` are the queue's offsets ``offset, offset + 1, ...`` (the usual case)."""
+    topic, queue_id = part.topic, part.queue_id
+    return all(
+        m.queue_offset == o and m.queue_id == queue_id and m.topic == topic
+        for o, m in enumerate(messages, offset)
+    )
+
+
+def _checked_run(
+    consumer: _PullConsumer, part: QueueRange, offset: int, messages: Sequence[MessageExt]
+) -> tuple[list[MessageExt], int]:
+    """Check a pull at ``offset`` message by message: skip offsets deleted by retention (with
+    ``failOnDataLoss=false``) or raise :class:`DataLossError`. Returns the messages to keep and the
+    next offset to read (``>= part.end`` when the range is done)."""
+    run: list[MessageExt] = []
+    for message in messages:
+        if message.queue_offset != offset:
+            offset = _after_gap(consumer, part, offset, message.queue_offset)
+        if offset >= part.end:
+            break
+        if message.topic != part.topic or message.queue_id != part.queue_id:
+            raise DataLossError(
+                f"txmq {_where(part)}: pull at offset {offset} returned a message of "
+                f"{message.topic}/{message.queue_id}"
+            )
+        run.append(message)
+        offset += 1
+    return run, offset
 
 
 def _where(part: QueueRange) -> str:
@@ -679,30 +560,6 @@ def _after_gap(consumer: _PullConsumer, part: QueueRange, offset: int, found: in
         f"txmq {_where(part)}: the broker returned offset {found} where {offset} was expected "
         f"(min_offset {low}); offsets must be dense"
     )
-
-
-def messages_to_record_batch(messages: Sequence[MessageExt]) -> pa.RecordBatch:
-    """Convert messages to one Arrow batch of :data:`ARROW_SCHEMA` (explicit types throughout).
-
-    ``key`` is the first of the space-separated ``keys``; empty ``keys``, ``tags`` and message id
-    become NULL; millisecond timestamps become ``timestamp[us, UTC]``; ``properties`` entries are
-    sorted by name so equal messages give equal rows.
-    """
-    first_keys = [m.keys.split(maxsplit=1) for m in messages]
-    columns: list[list[Any]] = [
-        [k[0] if k else None for k in first_keys],
-        [m.tags or None for m in messages],
-        [m.body for m in messages],
-        [m.topic for m in messages],
-        [m.queue_id for m in messages],
-        [m.queue_offset for m in messages],
-        [m.msg_id or None for m in messages],
-        [m.born_timestamp_ms * 1000 for m in messages],
-        [m.store_timestamp_ms * 1000 for m in messages],
-        [sorted(m.properties.items()) for m in messages],
-    ]
-    arrays = [pa.array(col, type=f.type) for col, f in zip(columns, ARROW_SCHEMA, strict=True)]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 # --- Spark classes -------------------------------------------------------------------------------

@@ -1,0 +1,248 @@
+"""Offsets of the ``txmq`` Spark source: JSON forms, start/end specs and micro-batch arithmetic.
+
+Pure functions on ``{(topic, queue_id): offset}`` maps, used on the driver (see
+:mod:`txmq.spark._source` for the options and guarantees they implement).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
+
+from txmq.errors import ConfigError, TxmqError
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "DataLossError",
+    "OffsetSpec",
+    "QueueKey",
+    "advance_offsets",
+    "apply_read_limit",
+    "fair_shares",
+    "offsets_from_json",
+    "offsets_to_json",
+    "parse_offset_spec",
+    "parse_queue_key",
+    "range_start",
+]
+
+_log = logging.getLogger("txmq.spark._source")
+
+QueueKey = tuple[str, int]
+"""(topic, queue_id): one message queue."""
+
+_K = TypeVar("_K")
+
+EARLIEST = -2
+"""Offset sentinel in ``startingOffsets``/``endingOffsets`` JSON: the queue's ``min_offset``."""
+LATEST = -1
+"""Offset sentinel in ``startingOffsets``/``endingOffsets`` JSON: the queue's ``max_offset``."""
+
+
+class DataLossError(TxmqError):
+    """A planned offset range cannot be read completely.
+
+    Raised when a range starts below the queue's ``min_offset`` or a queue's ``max_offset`` went
+    backwards (both only with ``failOnDataLoss=true``), and always when the broker skips an offset
+    inside ``[min_offset, max_offset)`` or returns a message of another queue.
+    """
+
+    code = "DATA_LOSS"
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where to start or end in every queue.
+
+    Attributes:
+        default: :data:`EARLIEST`, :data:`LATEST` or an offset, for queues not in ``explicit``.
+        explicit: per-queue offsets (or sentinels) from a JSON map.
+    """
+
+    default: int
+    explicit: Mapping[QueueKey, int] = field(default_factory=dict)
+
+    def resolve(self, bounds: Mapping[QueueKey, tuple[int, int]]) -> dict[QueueKey, int]:
+        """Offsets for every queue in ``bounds`` (``{queue: (min_offset, max_offset)}``).
+
+        Raises:
+            txmq.errors.ConfigError: ``explicit`` names a queue that is not in ``bounds``.
+        """
+        unknown = sorted(set(self.explicit) - set(bounds))
+        if unknown:
+            names = ", ".join(f"{t}/{q}" for t, q in unknown)
+            raise ConfigError(f"offsets given for queues the broker does not have: {names}")
+        out: dict[QueueKey, int] = {}
+        for key in sorted(bounds):
+            low, high = bounds[key]
+            value = self.explicit.get(key, self.default)
+            out[key] = low if value == EARLIEST else high if value == LATEST else value
+        return out
+
+
+def parse_offset_spec(raw: str | None, default: int, option: str) -> OffsetSpec:
+    """Parse a ``startingOffsets``/``endingOffsets`` value: empty (→ ``default``), ``earliest``,
+    ``latest``, or a flat or nested JSON map (see :mod:`txmq.spark._source`).
+
+    Raises:
+        txmq.errors.ConfigError: malformed JSON, a bad ``<topic>/<queue_id>`` key or an offset
+            that is not an integer >= -2; ``option`` names the option in the message.
+    """
+    text = (raw or "").strip()
+    if not text:
+        return OffsetSpec(default)
+    if text.lower() in ("earliest", "latest"):
+        return OffsetSpec(EARLIEST if text.lower() == "earliest" else LATEST)
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{option}: expected earliest, latest or JSON, got {raw!r}") from exc
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"{option}: a JSON map is needed, got {raw!r}")
+    explicit: dict[QueueKey, int] = {}
+    for name, value in parsed.items():
+        if isinstance(value, dict):  # nested {"topic": {"0": 5}}
+            for queue, offset in value.items():
+                key = parse_queue_key(f"{name}/{queue}", option)
+                explicit[key] = _check_offset(offset, option)
+        else:
+            explicit[parse_queue_key(name, option)] = _check_offset(value, option)
+    return OffsetSpec(default, explicit)
+
+
+def _check_offset(value: object, option: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < EARLIEST:
+        raise ConfigError(f"{option}: offsets are integers >= -2, got {value!r}")
+    return value
+
+
+def parse_queue_key(text: str, option: str) -> QueueKey:
+    """``"<topic>/<queue_id>"`` → ``(topic, queue_id)``. Raises ConfigError naming ``option``."""
+    topic, sep, queue = text.rpartition("/")
+    if not sep or not topic or not queue.isdigit():
+        raise ConfigError(f"{option}: expected '<topic>/<queue_id>', got {text!r}")
+    return topic, int(queue)
+
+
+def offsets_to_json(offsets: Mapping[QueueKey, int]) -> dict[str, int]:
+    """``{(topic, queue): offset}`` → the checkpointed form ``{"topic/queue": offset}``.
+
+    Keys are in (topic, queue id) order, so equal offsets always serialise to the same JSON
+    (Spark decides "no new data" by comparing the serialised end with the start).
+    """
+    return {f"{topic}/{queue}": offsets[(topic, queue)] for topic, queue in sorted(offsets)}
+
+
+def offsets_from_json(data: Mapping[str, Any]) -> dict[QueueKey, int]:
+    """Inverse of :func:`offsets_to_json`. Raises :class:`ConfigError` on a malformed offset."""
+    out: dict[QueueKey, int] = {}
+    for text, value in data.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"offset of {text!r} must be an integer >= 0, got {value!r}")
+        out[parse_queue_key(text, "offset")] = value
+    return out
+
+
+def fair_shares(backlogs: Mapping[_K, int], budget: int, rotation: int = 0) -> dict[_K, int]:
+    """Split ``budget`` rows over queues with ``backlogs`` rows waiting (max-min fairness).
+
+    Every queue gets an equal share; a queue needing less than its share gets all it needs and the
+    rest is shared again among the others. Rows that do not divide evenly go one each to queues
+    in key order starting at ``rotation % n``, so that a caller passing a rotation that changes as
+    offsets advance (the source passes the sum of the start offsets) serves every queue in turn
+    even when ``budget`` is smaller than the number of queues.
+
+    Returns:
+        ``{key: rows}`` for every key of ``backlogs``; ``0 <= rows <= backlog`` and the total is
+        ``min(budget, sum of backlogs)``. Deterministic for equal arguments.
+
+    Raises:
+        ValueError: ``budget`` is negative.
+    """
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    keys = sorted(backlogs)  # type: ignore[type-var]
+    shares = dict.fromkeys(keys, 0)
+    pending = [k for k in keys if backlogs[k] > 0]
+    remaining = budget
+    while pending:
+        share = remaining // len(pending)
+        small = [k for k in pending if backlogs[k] <= share]
+        if not small:
+            break
+        for k in small:
+            shares[k] = backlogs[k]
+            remaining -= backlogs[k]
+        pending = [k for k in pending if backlogs[k] > share]
+    if pending:
+        base, extra = divmod(remaining, len(pending))
+        first = rotation % len(pending)
+        for i, k in enumerate(pending):
+            shares[k] = base + (1 if (i - first) % len(pending) < extra else 0)
+    return shares
+
+
+def advance_offsets(
+    start: Mapping[QueueKey, int],
+    latest: Mapping[QueueKey, int],
+    *,
+    fail_on_data_loss: bool,
+) -> dict[QueueKey, int]:
+    """The end offsets reading everything up to ``latest`` (before any read limit).
+
+    A queue only in ``start`` (gone from the broker or the topic list) keeps its offset; a queue
+    only in ``latest`` is new and is read from offset 0 (see :func:`range_start`).
+
+    Raises:
+        DataLossError: with ``fail_on_data_loss``, a queue's ``latest`` is below its start (the
+            broker lost or reset the queue). Otherwise the end follows the broker backwards, that
+            range reads nothing, and the next batch starts from the broker's offset.
+    """
+    end = dict(start)
+    for key, high in latest.items():
+        low = start.get(key, 0)
+        if high < low:
+            message = (
+                f"txmq queue {key[0]}/{key[1]}: max_offset {high} is below the checkpointed "
+                f"offset {low}; the broker lost or reset this queue"
+            )
+            if fail_on_data_loss:
+                raise DataLossError(message + " (set failOnDataLoss=false to continue from there)")
+            _log.warning("%s; continuing from %d (failOnDataLoss=false)", message, high)
+        end[key] = high
+    return end
+
+
+def range_start(start: Mapping[QueueKey, int], key: QueueKey) -> int:
+    """Where reading ``key`` begins: its start offset, or 0 for a queue that appeared later."""
+    return start.get(key, 0)
+
+
+def apply_read_limit(
+    start: Mapping[QueueKey, int], end: Mapping[QueueKey, int], limit: ReadLimit
+) -> dict[QueueKey, int]:
+    """Clamp ``end`` so the batch ``(start, end]`` honours ``limit``.
+
+    ``ReadAllAvailable`` keeps ``end``; ``ReadMaxRows(n)`` admits at most ``n`` rows spread with
+    :func:`fair_shares`; ``ReadMinRows(n)`` returns ``start`` (no batch) until ``n`` rows wait.
+
+    Raises:
+        txmq.errors.ConfigError: any other limit (the source never asks for one).
+    """
+    backlogs = {k: max(0, e - range_start(start, k)) for k, e in end.items()}
+    if isinstance(limit, ReadAllAvailable):
+        return dict(end)
+    if isinstance(limit, ReadMinRows):
+        return dict(end) if sum(backlogs.values()) >= limit.min_rows else dict(start)
+    if not isinstance(limit, ReadMaxRows):
+        raise ConfigError(f"the txmq source does not support read limit {limit!r}")
+    if sum(backlogs.values()) <= limit.max_rows:
+        return dict(end)
+    shares = fair_shares(backlogs, limit.max_rows, rotation=sum(start.values()))
+    return {k: (range_start(start, k) + shares[k]) if backlogs[k] > 0 else e for k, e in end.items()}

@@ -5,8 +5,8 @@
 - sink: rows/s written through the transactional sink (half messages + batch commit), vs the broker's
   plain send rate of the same rows from one client with the same number of requests in flight.
 
-Spark start-up is excluded: warm-up queries first start Spark's Python workers on each path (the
-source reader, Parquet, and a 100-row run of the sink into a topic of its own). JSON keys:
+Spark start-up is excluded: warm-up queries first start Spark's Python workers and streaming
+machinery on each timed path (see ``_warm_up``). JSON keys:
 ``source_rows_per_s``, ``parquet_rows_per_s``, ``sink_rows_per_s``, ``plain_send_msgs_per_s`` (+ ratios).
 """
 
@@ -61,6 +61,25 @@ def _timed_available_now(writer: Any) -> float:
     return time.perf_counter() - t0
 
 
+def _warm_up(spark_: Any, endpoints: str, work: Path, schema: Any) -> None:
+    """Start Spark's Python workers and streaming machinery on every timed path, so no timing pays
+    for them: full reads of both inputs (``limit(n).collect()`` would stop reading a worker's output
+    part-way and Spark would kill that worker), then a 100-row streaming run of each timed query
+    shape: sink into topic ``warm``, txmq source from it, Parquet source."""
+    spark_.read.format("txmq").option("endpoints", endpoints).option("topic", "src").load().count()
+    spark_.read.parquet(str(work / "parquet")).count()
+    spark_.read.parquet(str(work / "parquet")).limit(100).write.parquet(str(work / "warm"))
+    _timed_available_now(
+        spark_.readStream.schema(schema).parquet(str(work / "warm")).select("key", "body")
+        .writeStream.format("txmq").option("endpoints", endpoints).option("topic", "warm")
+        .option("checkpointLocation", str(work / "w0")))
+    _timed_available_now(
+        spark_.readStream.format("txmq").option("endpoints", endpoints).option("topic", "warm").load()
+        .writeStream.format("noop").option("checkpointLocation", str(work / "w1")))
+    _timed_available_now(spark_.readStream.schema(schema).parquet(str(work / "warm"))
+                         .writeStream.format("noop").option("checkpointLocation", str(work / "w2")))
+
+
 def _measure(spark_: Any, endpoints: str, work: Path, rows: int) -> dict[str, float]:
     import txmq.spark
 
@@ -69,15 +88,7 @@ def _measure(spark_: Any, endpoints: str, work: Path, rows: int) -> dict[str, fl
     spark_.read.format("txmq").option("endpoints", endpoints).option("topic", "src").load() \
         .write.parquet(str(work / "parquet"))
     schema = spark_.read.parquet(str(work / "parquet")).schema
-    # warm-up: start Spark's Python workers, so neither side pays for them in its timing
-    spark_.read.format("txmq").option("endpoints", endpoints).option("topic", "src").load() \
-        .limit(10).collect()
-    spark_.read.parquet(str(work / "parquet")).limit(10).collect()
-    spark_.read.parquet(str(work / "parquet")).limit(100).write.parquet(str(work / "warm"))
-    _timed_available_now(  # and the sink's Arrow writer path, into a topic of its own
-        spark_.readStream.schema(schema).parquet(str(work / "warm")).select("key", "body")
-        .writeStream.format("txmq").option("endpoints", endpoints).option("topic", "warm")
-        .option("checkpointLocation", str(work / "c0")))
+    _warm_up(spark_, endpoints, work, schema)
     t_src = _timed_available_now(src.load().writeStream.format("noop")
                                  .option("checkpointLocation", str(work / "c1")))
     t_pq = _timed_available_now(spark_.readStream.schema(schema).parquet(str(work / "parquet"))

@@ -1,7 +1,9 @@
 """``txmq bench tx``: the price of a transaction, and the cost of a check-back round.
 
 1. Plain send vs transactional send (half + empty local transaction + commit) of 1 KiB messages,
-   synchronous flush, the same number of requests in flight, against one real broker process.
+   synchronous flush, the same number of requests in flight, against one real broker process;
+   ``--rounds`` alternating runs of each kind, medians reported (one run lasts about a second, and
+   load from other work on a shared machine drifts).
 2. One check-back round that checks every pending half message, with {1k, 10k, 100k} pending and
    {0, 1M} settled transactions in the index, on the sans-IO broker (MemoryStore): the round must not
    depend on settled history and must write no bytes.
@@ -13,6 +15,7 @@ import asyncio
 import gc
 import json
 import logging
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -53,7 +56,8 @@ async def _drive(send: Any, n: int, in_flight: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-async def _send_vs_tx(endpoints: str, n: int, in_flight: int, producers: int) -> dict[str, float]:
+async def _send_vs_tx(endpoints: str, n: int, in_flight: int, producers: int,
+                      rounds: int) -> dict[str, Any]:
     plain = [AsyncProducer("bench-plain", endpoints) for _ in range(producers)]
     txp = [AsyncTransactionProducer("bench-tx", endpoints, _EmptyLocalTransaction())
            for _ in range(producers)]
@@ -61,35 +65,38 @@ async def _send_vs_tx(endpoints: str, n: int, in_flight: int, producers: int) ->
            for _ in range(producers)]
     for p in (*plain, *txp, *txo):
         await p.start()
+    per = n // producers
+    runs: dict[str, list[float]] = {"plain": [], "tx": [], "oneway": []}
     try:
-        per = n // producers
         await asyncio.gather(*(_drive(p.send, 200, in_flight) for p in plain))  # warm-up
-        t0 = time.perf_counter()
-        await asyncio.gather(*(_drive(p.send, per, in_flight) for p in plain))
-        plain_rate = per * producers / (time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        await asyncio.gather(*(_drive(p.send_message_in_transaction, per, in_flight) for p in txp))
-        tx_rate = per * producers / (time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        await asyncio.gather(*(_drive(p.send_message_in_transaction, per, in_flight) for p in txo))
-        oneway_rate = per * producers / (time.perf_counter() - t0)
+        for _ in range(rounds):  # alternate, so drifting load on the machine hits all three alike
+            for kind, clients, send in (("plain", plain, "send"),
+                                        ("tx", txp, "send_message_in_transaction"),
+                                        ("oneway", txo, "send_message_in_transaction")):
+                t0 = time.perf_counter()
+                await asyncio.gather(*(_drive(getattr(p, send), per, in_flight) for p in clients))
+                runs[kind].append(per * producers / (time.perf_counter() - t0))
     finally:
         for p in (*plain, *txp, *txo):
             await p.shutdown()
+    plain_rate, tx_rate, oneway_rate = (statistics.median(runs[k]) for k in ("plain", "tx", "oneway"))
     return {"plain_send_msgs_per_s": round(plain_rate, 1), "tx_commit_msgs_per_s": round(tx_rate, 1),
             "tx_to_plain_ratio": round(tx_rate / plain_rate, 3),
             "tx_oneway_end_msgs_per_s": round(oneway_rate, 1),
-            "tx_oneway_end_to_plain_ratio": round(oneway_rate / plain_rate, 3)}
+            "tx_oneway_end_to_plain_ratio": round(oneway_rate / plain_rate, 3),
+            "rounds": rounds, "runs_msgs_per_s": {k: [round(v) for v in vs] for k, vs in runs.items()}}
 
 
-def bench_send_vs_tx(n: int = 20_000, in_flight: int = 32, producers: int = 4) -> dict[str, float]:
-    """Plain vs transactional send through a real broker process (SYNC_FLUSH, group commit)."""
+def bench_send_vs_tx(n: int = 20_000, in_flight: int = 32, producers: int = 4,
+                     rounds: int = 3) -> dict[str, Any]:
+    """Plain vs transactional send through a real broker process (SYNC_FLUSH, group commit):
+    ``rounds`` alternating runs of ``n`` messages each; the figures are the medians."""
     with tempfile.TemporaryDirectory(prefix="txmq-bench-") as d:
         bp = BrokerProcess(Path(d), {"topics": {"bench": 8}})
         bp.start()
         loop = new_event_loop()
         try:
-            return loop.run_until_complete(_send_vs_tx(bp.endpoints, n, in_flight, producers))
+            return loop.run_until_complete(_send_vs_tx(bp.endpoints, n, in_flight, producers, rounds))
         finally:
             loop.close()
             bp.stop()
@@ -131,16 +138,17 @@ def tx(json_path: Annotated[Path | None, typer.Option("--json", help="Write figu
        messages: Annotated[int, typer.Option(help="Messages per send run.")] = 20_000,
        in_flight: Annotated[int, typer.Option(help="Requests in flight per producer.")] = 32,
        producers: Annotated[int, typer.Option(help="Producer clients.")] = 4,
+       rounds: Annotated[int, typer.Option(min=1, help="Alternating runs of each kind (median).")] = 3,
        max_pending: Annotated[int, typer.Option(help="Largest pending count.")] = 100_000) -> None:
     """Plain vs transactional send, and check-round cost vs pending and settled history."""
     logging.disable(logging.WARNING)
     console = Console()
-    figures: dict[str, Any] = bench_send_vs_tx(messages, in_flight, producers)
+    figures: dict[str, Any] = bench_send_vs_tx(messages, in_flight, producers, rounds)
     pendings = tuple(p for p in (1_000, 10_000, 100_000) if p <= max_pending)
-    rounds = bench_check_rounds(pendings)
-    figures["check_round_ms"] = [{k: r[k] for k in ("pending", "settled", "ms")} for r in rounds]
-    figures["bytes_written_per_check"] = max(r["bytes_written"] / r["pending"] for r in rounds)
-    ratio = max(r["ms"] for r in rounds if r["settled"]) / max(r["ms"] for r in rounds if not r["settled"])
+    checks = bench_check_rounds(pendings)
+    figures["check_round_ms"] = [{k: r[k] for k in ("pending", "settled", "ms")} for r in checks]
+    figures["bytes_written_per_check"] = max(r["bytes_written"] / r["pending"] for r in checks)
+    ratio = max(r["ms"] for r in checks if r["settled"]) / max(r["ms"] for r in checks if not r["settled"])
     figures["check_round_settled_1m_vs_0_ratio_at_max_pending"] = round(ratio, 3)
     table = Table("measure", "value", title="txmq bench tx (1 KiB, SYNC_FLUSH)")
     for k in ("plain_send_msgs_per_s", "tx_commit_msgs_per_s", "tx_to_plain_ratio",

@@ -10,6 +10,7 @@ import msgspec
 
 from txmq import limits
 from txmq.errors import ConfigError
+from txmq.store import StoreConfig
 
 __all__ = ["BrokerConfig", "load_config", "parse_delay_levels"]
 
@@ -46,6 +47,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     message_delay_level: str = limits.MESSAGE_DELAY_LEVELS
     metrics_port: int = 0
     """Prometheus endpoint port; 0 turns it off."""
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    """The ``[store]`` table: :class:`~txmq.store.StoreConfig` (RocketMQ MessageStoreConfig names:
+    segment size, retention hour, disk ratios, index). ``file_reserved_time_ms`` is set at the top
+    level (the transaction checker uses it too) and ``store_host`` defaults to ``host:port``."""
 
     def validate(self) -> BrokerConfig:
         """Check ranges. Raises ConfigError."""
@@ -61,6 +66,11 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             if not 0 < n <= 1024:
                 raise ConfigError(f"topic {topic!r}: queue count {n} not in 1..1024")
         parse_delay_levels(self.message_delay_level)
+        if self.store.file_reserved_time_ms not in (limits.FILE_RESERVED_TIME_MS,
+                                                    self.file_reserved_time_ms):
+            raise ConfigError("set file_reserved_time_ms at the top level, not in [store]: the "
+                              "transaction checker uses it too")
+        self.store.validate()
         return self
 
 

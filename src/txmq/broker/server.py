@@ -26,6 +26,8 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from itertools import count
 
+import msgspec
+
 from txmq import limits
 from txmq.broker._actions import Action, Close, Hold, Reply, SendTo
 from txmq.broker._broker import Broker
@@ -46,12 +48,11 @@ def _now_ms() -> int:
 
 
 def store_config(config: BrokerConfig) -> StoreConfig:
-    """The store settings of a broker: every :class:`StoreConfig` field that :class:`BrokerConfig`
-    also has (same snake_case RocketMQ name, e.g. ``file_reserved_time_ms``) is taken from it, the
-    rest keep their defaults; the store host is the listen address."""
-    fields = {f: getattr(config, f) for f in StoreConfig.__struct_fields__ if hasattr(config, f)}
-    fields.setdefault("store_host", f"{config.host}:{config.port}")
-    return StoreConfig(**fields).validate()
+    """The store settings of a broker: its ``[store]`` table, with the top-level
+    ``file_reserved_time_ms`` and, unless the table sets one, the listen address as store host."""
+    host = config.store.store_host or f"{config.host}:{config.port}"
+    return msgspec.structs.replace(config.store, file_reserved_time_ms=config.file_reserved_time_ms,
+                                   store_host=host).validate()
 
 
 class BrokerServer:

@@ -113,6 +113,10 @@ CONSUME_SHUTDOWN_WAIT_MS = 30_000
 DEFAULT_QUEUE_NUMS = 4
 """Queues of a new topic. RocketMQ BrokerConfig ``defaultTopicQueueNums`` 4 (8 in some versions)."""
 
+QUERY_MESSAGE_MAX_NUM = 64
+"""Most messages one QUERY_MESSAGE or VIEW_MESSAGE_BY_ID answers. RocketMQ MessageStoreConfig
+``maxMsgsNumBatch`` 64 (its clients ask for ``defaultQueryMaxNum`` 32)."""
+
 TRANSACTION_TIMEOUT_MS = 6_000
 """Minimum age before a half message is first checked. RocketMQ BrokerConfig ``transactionTimeOut``."""
 

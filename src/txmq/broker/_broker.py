@@ -28,7 +28,7 @@ from txmq.broker.transaction import (
     Outcome,
     TransactionService,
 )
-from txmq.errors import DiskFull, MalformedFrame, ResponseCode, StoreError
+from txmq.errors import CorruptRecord, DiskFull, MalformedFrame, ResponseCode, StoreError
 from txmq.protocol import (
     FLAG_ONEWAY,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -45,15 +45,18 @@ from txmq.protocol import (
     GroupRequestHeader,
     HeartbeatData,
     Message,
+    MessageExt,
     OffsetRequestHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
+    QueryMessageRequestHeader,
     QueueRequestHeader,
     RequestCode,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
     TopicRequestHeader,
     TransactionIdRequestHeader,
+    ViewMessageRequestHeader,
     decode_messages,
     encode_messages,
     from_ext,
@@ -138,6 +141,8 @@ class Broker:
             RequestCode.END_TRANSACTION_BATCH: self._end_transaction_batch,
             RequestCode.COMMIT_SINK_BATCH: self._sink_commit,
             RequestCode.ABORT_SINK_BATCH: self._sink_abort,
+            RequestCode.QUERY_MESSAGE: self._query_message,
+            RequestCode.VIEW_MESSAGE_BY_ID: self._view_message,
         }
 
     # -- storage helpers --------------------------------------------------------------------------
@@ -379,6 +384,38 @@ class Broker:
                     body: bytes = b"") -> list[Action]:
         ext = to_ext(PullMessageResponseHeader(next_begin_offset=nxt, min_offset=lo, max_offset=hi))
         return [Reply(conn, cmd.response(code, "", ext, body))]
+
+    # -- index queries ----------------------------------------------------------------------------
+    def _query_message(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        """QUERY_MESSAGE: durable messages of a topic by key in a store-time range (the index)."""
+        h = from_ext(cmd.ext, QueryMessageRequestHeader)
+        if h.topic not in self.topics:
+            raise _Fail(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic!r} does not exist")
+        if h.begin_timestamp_ms > h.end_timestamp_ms or not h.key:
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "need a key and begin <= end timestamp")
+        found = self.store.query_by_key(h.topic, h.key, h.begin_timestamp_ms, h.end_timestamp_ms,
+                                        max(1, min(h.max_num, limits.QUERY_MESSAGE_MAX_NUM)))
+        return self._found(conn, cmd, found, f"no message of {h.topic!r} with key {h.key!r}")
+
+    def _view_message(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        """VIEW_MESSAGE_BY_ID: by ``UNIQ_KEY`` (every copy) or by one durable commit log offset."""
+        h = from_ext(cmd.ext, ViewMessageRequestHeader)
+        if h.msg_id:
+            found = self.store.query_by_msg_id(h.msg_id, limits.QUERY_MESSAGE_MAX_NUM)
+            return self._found(conn, cmd, found, f"no message with id {h.msg_id!r}")
+        if not self.store.min_offset <= h.offset < self.store.flushed_offset:
+            raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"commit log offset {h.offset} is not stored")
+        try:
+            found = [self.store.read_at(h.offset)]
+        except CorruptRecord as exc:  # not a record boundary, or damaged
+            raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"no message at commit log offset {h.offset}: "
+                                                      f"{exc}") from exc
+        return self._found(conn, cmd, found, "")
+
+    def _found(self, conn: int, cmd: Command, msgs: list[MessageExt], missing: str) -> list[Action]:
+        if not msgs:
+            raise _Fail(ResponseCode.QUERY_NOT_FOUND, missing)
+        return self._ok(conn, cmd, {"count": len(msgs)}, encode_messages(msgs))
 
     # -- offsets ----------------------------------------------------------------------------------
     def set_offset(self, group: str, topic: str, qid: int, offset: int) -> None:

@@ -70,6 +70,7 @@ def main() -> None:
         _bench_tx,  # noqa: F401  (registers `txmq bench tx`)
         _demo_cmd,  # noqa: F401  (registers `txmq demo`)
         _group,  # noqa: F401  (registers `txmq group`, `txmq dlq`)
+        _message,  # noqa: F401  (registers `txmq message`)
     )
 
     app()

@@ -1,7 +1,8 @@
-"""Operator requests on consumer groups and dead-letter queues, asyncio API.
+"""Operator requests on consumer groups, dead-letter queues and the message index, asyncio API.
 
-What ``txmq group …`` and ``txmq dlq …`` call: list groups, per-queue lag, offset reset (the broker
-tells online members to restart from the new offsets), and reading and resending ``%DLQ%<group>``.
+What ``txmq group …``, ``txmq dlq …`` and ``txmq message …`` call: messages by key or id, list
+groups, per-queue lag, offset reset (the broker tells online members to restart from the new
+offsets), and reading and resending ``%DLQ%<group>``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ from txmq.protocol import (
     ConsumerGroupInfo,
     ConsumeStatsRequestHeader,
     MessageExt,
+    QueryMessageRequestHeader,
     QueueConsumeStats,
     RequestCode,
     ResetOffsetEntry,
     ResetOffsetRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
+    ViewMessageRequestHeader,
     decode_body,
+    decode_messages,
     from_ext,
     to_ext,
 )
@@ -86,6 +90,34 @@ class AsyncAdmin(_PullMixin):
         """Every consumer group that is online or has offsets on the broker."""
         r = check_response(await self.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
         return decode_body(r.body, list[ConsumerGroupInfo])
+
+    async def query_messages(self, topic: str, key: str, *, begin_ms: int = 0,
+                             end_ms: int = 2**63 - 1, max_num: int = 32) -> list[MessageExt]:
+        """Durable messages of ``topic`` whose keys include ``key``, stored within
+        ``[begin_ms, end_ms]`` (ms since the epoch), newest first, at most ``max_num`` (capped by
+        the broker at ``limits.QUERY_MESSAGE_MAX_NUM``). RocketMQ ``queryMessage``.
+
+        Raises:
+            RemoteError: QUERY_NOT_FOUND when none matches, TOPIC_NOT_EXIST for an unknown topic.
+        """
+        h = QueryMessageRequestHeader(topic=topic, key=key, max_num=max_num, begin_timestamp_ms=begin_ms,
+                                      end_timestamp_ms=end_ms)
+        r = check_response(await self.call(RequestCode.QUERY_MESSAGE, to_ext(h)))
+        return decode_messages(r.body)  # type: ignore[return-value]
+
+    async def view_message(self, msg_id: str = "", *, offset: int = -1) -> list[MessageExt]:
+        """By message id (``UNIQ_KEY``: the message and its half, retry or DLQ copies, newest first)
+        or by the commit log ``offset`` of one record. RocketMQ ``viewMessage``.
+
+        Raises:
+            RemoteError: QUERY_NOT_FOUND when there is no such message.
+            ConfigError: neither or both of ``msg_id`` and ``offset`` given.
+        """
+        if bool(msg_id) == (offset >= 0):
+            raise ConfigError("give exactly one of msg_id and offset")
+        h = ViewMessageRequestHeader(msg_id=msg_id, offset=offset)
+        r = check_response(await self.call(RequestCode.VIEW_MESSAGE_BY_ID, to_ext(h)))
+        return decode_messages(r.body)  # type: ignore[return-value]
 
     async def consume_stats(self, group: str, topic: str = "") -> list[QueueConsumeStats]:
         """Per queue of the group's topics (or of ``topic``): broker offset, consumer offset, lag.

@@ -264,7 +264,8 @@ class PullConsumer(_SyncClient):
 
 
 class Admin(_SyncClient):
-    """Sync :class:`~txmq.client.AsyncAdmin`: consumer groups, lag, offset reset, DLQ."""
+    """Sync :class:`~txmq.client.AsyncAdmin`: consumer groups, lag, offset reset, DLQ, messages by
+    key or id."""
 
     _a: AsyncAdmin
 
@@ -274,6 +275,16 @@ class Admin(_SyncClient):
 
     def groups(self) -> list[ConsumerGroupInfo]:
         return self._run(self._a.groups())
+
+    def query_messages(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int = 2**63 - 1,
+                       max_num: int = 32) -> list[MessageExt]:
+        """See :meth:`AsyncAdmin.query_messages`."""
+        return self._run(self._a.query_messages(topic, key, begin_ms=begin_ms, end_ms=end_ms,
+                                                max_num=max_num))
+
+    def view_message(self, msg_id: str = "", *, offset: int = -1) -> list[MessageExt]:
+        """See :meth:`AsyncAdmin.view_message`."""
+        return self._run(self._a.view_message(msg_id, offset=offset))
 
     def consume_stats(self, group: str, topic: str = "") -> list[QueueConsumeStats]:
         return self._run(self._a.consume_stats(group, topic))

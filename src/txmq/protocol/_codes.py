@@ -12,6 +12,8 @@ class RequestCode(IntEnum):
 
     SEND_MESSAGE = 10
     PULL_MESSAGE = 11
+    QUERY_MESSAGE = 12
+    """Messages of a topic by key within a store-time range, through the index (``queryMessage``)."""
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
@@ -20,6 +22,7 @@ class RequestCode(IntEnum):
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31
     VIEW_MESSAGE_BY_ID = 33
+    """One message by its id (``UNIQ_KEY``) or commit log offset (``viewMessage``)."""
     HEART_BEAT = 34
     UNREGISTER_CLIENT = 35
     CONSUMER_SEND_MSG_BACK = 36

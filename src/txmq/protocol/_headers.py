@@ -106,6 +106,26 @@ class PullMessageResponseHeader(msgspec.Struct, kw_only=True):
     max_offset: int
 
 
+class QueryMessageRequestHeader(msgspec.Struct, kw_only=True):
+    """QUERY_MESSAGE: at most ``max_num`` durable messages of ``topic`` whose keys include ``key``,
+    stored within ``[begin_timestamp_ms, end_timestamp_ms]`` (ms since the epoch), newest first.
+    RocketMQ ``QueryMessageRequestHeader`` (topic, key, maxNum, beginTimestamp, endTimestamp)."""
+
+    topic: str
+    key: str
+    max_num: int = 32
+    begin_timestamp_ms: int = 0
+    end_timestamp_ms: int = 2**63 - 1
+
+
+class ViewMessageRequestHeader(msgspec.Struct, kw_only=True):
+    """VIEW_MESSAGE_BY_ID: give ``msg_id`` (``UNIQ_KEY``: the message and its half, retry or DLQ
+    copies, newest first) or ``offset`` (the commit log offset of one record)."""
+
+    msg_id: str = ""
+    offset: int = -1
+
+
 class TopicRequestHeader(msgspec.Struct, kw_only=True):
     topic: str
 

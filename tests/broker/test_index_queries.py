@@ -71,7 +71,11 @@ def test_admin_client_and_cli_over_tcp(tmp_path: Path) -> None:
                     for i in range(6)]
         with Admin(b.endpoints) as adm:
             assert [m.body for m in adm.query_messages("orders", "ORDER-1")] == [b"o5", b"o3", b"o1"]
-            assert [m.body for m in adm.view_message(sent[2].msg_id)] == [b"o2"]
+            [viewed] = adm.view_message(sent[2].msg_id)
+            assert viewed.body == b"o2"
+            assert viewed.store_host == f"127.0.0.1:{b.port}"  # the broker's listen address
+            host, port = viewed.born_host.split(":")  # the producer's end of its connection
+            assert host == "127.0.0.1" and int(port) not in (0, b.port)
             with pytest.raises(RemoteError) as exc:
                 adm.query_messages("orders", "ORDER-9")
             assert exc.value.code == "QUERY_NOT_FOUND"

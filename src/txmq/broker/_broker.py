@@ -104,6 +104,7 @@ class Broker:
         self.store = store
         self.clients = ClientRegistry()
         self.touched: set[tuple[str, int]] = set()
+        self._peers: dict[int, str] = {}
         self._rr = count()
         raw = store.load_meta(_TOPICS_META)
         self.topics: dict[str, int] = msgspec.json.decode(raw) if raw else {}
@@ -219,9 +220,15 @@ class Broker:
             return []
         return [Reply(conn, cmd.response(ResponseCode.SUCCESS, "", ext, body), durable_offset)]
 
+    def connection_opened(self, conn: int, peer: str) -> None:
+        """Remember a connection's remote ``ip:port``: it is stored as the born host of the
+        messages sent over it (RocketMQ ``bornHost``)."""
+        self._peers[conn] = peer
+
     def connection_closed(self, conn: int) -> list[Action]:
         """Forget a connection's client, release the orderly queue locks it holds over that
         connection, and notify the consumer groups it left."""
+        self._peers.pop(conn, None)
         self.groups.locks.release_conn(conn)
         return self._notify_groups(self.clients.remove(conn))
 
@@ -269,7 +276,7 @@ class Broker:
         return self._ok(conn, cmd, {"queue_nums": self._queue_nums(h.topic)})
 
     # -- send -------------------------------------------------------------------------------------
-    def _record(self, h: SendMessageRequestHeader, body: bytes, now: int) -> Record:
+    def _record(self, h: SendMessageRequestHeader, body: bytes, now: int, born_host: str = "") -> Record:
         if len(body) > self.config.max_message_size:
             raise _Fail(ResponseCode.MESSAGE_TOO_LARGE,
                         f"body of {len(body)} bytes exceeds max_message_size "
@@ -280,11 +287,11 @@ class Broker:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue {qid} not in topic {h.topic!r} ({n})")
         return Record(topic=h.topic, queue_id=qid, body=body, tags=h.tags, keys=h.keys,
                       properties=dict(h.properties), born_timestamp_ms=h.born_timestamp_ms or now,
-                      store_timestamp_ms=now, reconsume_times=h.reconsume_times)
+                      store_timestamp_ms=now, reconsume_times=h.reconsume_times, born_host=born_host)
 
     def _send(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, SendMessageRequestHeader)
-        rec = self._record(h, cmd.body, now)
+        rec = self._record(h, cmd.body, now, self._peers.get(conn, ""))
         props = rec.properties
         if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
             if self.config.reject_transaction_message:
@@ -315,7 +322,8 @@ class Broker:
         tx = [m.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true" for m in msgs]
         if any(tx) and not all(tx):
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "a batch is all half messages or all plain")
-        recs = [self._batch_record(h, m, now) for m in msgs]
+        peer = self._peers.get(conn, "")
+        recs = [self._batch_record(h, m, now, peer) for m in msgs]
         qid = recs[0].queue_id
         for r in recs:
             r.queue_id = qid
@@ -335,13 +343,13 @@ class Broker:
             commit_log_offset=first.commit_log_offset, count=len(recs))
         return self._ok(conn, cmd, to_ext(out), durable_offset=last.commit_log_offset + last.size)
 
-    def _batch_record(self, h: SendMessageRequestHeader, m: Message, now: int) -> Record:
+    def _batch_record(self, h: SendMessageRequestHeader, m: Message, now: int, born_host: str) -> Record:
         if m.topic != h.topic:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "a batch holds messages of the request's topic only")
         if PROPERTY_DELAY_TIME_LEVEL in m.properties:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "delay messages cannot be batched")
         hh = msgspec.structs.replace(h, tags=m.tags, keys=m.keys, properties=m.properties)
-        return self._record(hh, m.body, now)
+        return self._record(hh, m.body, now, born_host)
 
     # -- pull -------------------------------------------------------------------------------------
     def _pull(self, conn: int, cmd: Command, now: int) -> list[Action]:

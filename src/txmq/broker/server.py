@@ -91,6 +91,8 @@ class BrokerServer:
         self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port,
                                                   limit=limits.FRAME_SIZE_MAX_BYTES)
         self.port = self._server.sockets[0].getsockname()[1]
+        if not self.config.store.store_host:
+            self.store.set_store_host(f"{self.config.host}:{self.port}")  # port 0: now known
         self._tasks = [asyncio.create_task(self._flusher()), asyncio.create_task(self._ticker()),
                        asyncio.create_task(self._upkeep())]
         if self.config.metrics_port:
@@ -116,6 +118,9 @@ class BrokerServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = next(self._ids)
         self._writers[conn] = writer
+        peer = writer.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.broker.connection_opened(conn, f"{peer[0]}:{peer[1]}")
         writer.transport.set_write_buffer_limits(high=limits.WRITE_BUFFER_HIGH_BYTES)
         decoder = FrameDecoder()
         try:

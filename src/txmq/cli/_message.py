@@ -22,9 +22,11 @@ app.add_typer(message_app, name="message")
 def _rows(msgs: list[MessageExt], as_json: bool) -> list[dict[str, Any]]:
     if as_json:
         return [dlq_row(m) | {"topic": m.topic, "queue_id": m.queue_id,
-                              "commit_log_offset": m.commit_log_offset} for m in msgs]
+                              "commit_log_offset": m.commit_log_offset, "born_host": m.born_host,
+                              "store_host": m.store_host} for m in msgs]
     return [{"msg_id": m.msg_id, "topic": m.topic, "queue": m.queue_id, "queue_offset": m.queue_offset,
              "commit_log_offset": m.commit_log_offset, "keys": m.keys, "tags": m.tags,
+             "born_host": m.born_host,
              "stored": datetime.fromtimestamp(m.store_timestamp_ms / 1000).isoformat(" ", "milliseconds"),
              "body_bytes": len(m.body)} for m in msgs]
 

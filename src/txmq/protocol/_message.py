@@ -102,6 +102,8 @@ class MessageExt(Message, kw_only=True):
         born_timestamp_ms: producer's wall clock at send, ms since the epoch.
         store_timestamp_ms: broker's wall clock at store, ms since the epoch.
         reconsume_times: how many times the message has been retried.
+        born_host: ``ip:port`` of the connection the message was sent over ("" if unknown).
+        store_host: ``ip:port`` of the broker that stored it.
     """
 
     queue_id: int = 0
@@ -110,6 +112,8 @@ class MessageExt(Message, kw_only=True):
     born_timestamp_ms: int = 0
     store_timestamp_ms: int = 0
     reconsume_times: int = 0
+    born_host: str = ""
+    store_host: str = ""
 
 
 _enc = msgspec.msgpack.Encoder()

@@ -58,6 +58,7 @@ class Record(msgspec.Struct, array_like=True, kw_only=True):
             properties=self.properties, queue_id=self.queue_id, queue_offset=self.queue_offset,
             commit_log_offset=commit_log_offset, born_timestamp_ms=self.born_timestamp_ms,
             store_timestamp_ms=self.store_timestamp_ms, reconsume_times=self.reconsume_times,
+            born_host=self.born_host, store_host=self.store_host,
         )
 
 
@@ -160,6 +161,11 @@ class Store(abc.ABC):
         persists no derived state returns a function that does nothing. Never raises: a failure is
         logged and only means a longer recovery.
         """
+
+    def set_store_host(self, host: str) -> None:
+        """The ``ip:port`` written into records appended from now on as their store host (the
+        broker calls it once it knows the port it listens on). Stores that keep no host ignore it."""
+        return None
 
     @abc.abstractmethod
     def save_meta(self, name: str, data: bytes) -> None:

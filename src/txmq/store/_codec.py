@@ -266,7 +266,8 @@ def decode_message(view: memoryview, pos: int, commit_log_offset: int) -> Messag
     return MessageExt(topic=topic, body=body, tags=tags, keys=keys, properties=props,
                       queue_id=head[3], queue_offset=head[6], commit_log_offset=commit_log_offset,
                       born_timestamp_ms=head[8], store_timestamp_ms=head[9],
-                      reconsume_times=head[14])
+                      reconsume_times=head[14], born_host=_host_str(head[10], head[11]),
+                      store_host=_host_str(head[12], head[13]))
 
 
 def store_timestamp(view: memoryview | bytes) -> int:

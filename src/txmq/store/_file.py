@@ -311,6 +311,9 @@ class FileStore(Store):
         for fd in done:
             os.close(fd)
 
+    def set_store_host(self, host: str) -> None:
+        self._store_host = host_bytes(host)
+
     def save_meta(self, name: str, data: bytes) -> None:
         path = self.root / "meta" / name
         try:

@@ -315,7 +315,8 @@ class TransactionService:
             props[PROPERTY_TXMQ_HALF_OFFSET] = str(entry.half_offset)
             return Record(topic=TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0, body=half.body,
                           tags=half.tags, keys=half.keys, properties=props,
-                          born_timestamp_ms=half.born_timestamp_ms, store_timestamp_ms=now_ms)
+                          born_timestamp_ms=half.born_timestamp_ms, store_timestamp_ms=now_ms,
+                          born_host=half.born_host)
         topic = props[PROPERTY_REAL_TOPIC]
         qid = int(props[PROPERTY_REAL_QUEUE_ID])
         for k in _TX_PROPS:
@@ -323,7 +324,7 @@ class TransactionService:
         props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(entry.half_offset)
         return Record(topic=topic, queue_id=qid, body=half.body, tags=half.tags, keys=half.keys,
                       properties=props, born_timestamp_ms=half.born_timestamp_ms,
-                      store_timestamp_ms=now_ms)
+                      store_timestamp_ms=now_ms, born_host=half.born_host)
 
     # -- check-back -------------------------------------------------------------------------------
     def tick(self, now_ms: int) -> list[SendTo]:

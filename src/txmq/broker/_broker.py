@@ -189,11 +189,15 @@ class Broker:
     def handle(self, conn: int, cmd: Command, now_ms: int) -> list[Action]:
         """Process one request. Never raises: every failure becomes an error response."""
         handler = self._handlers.get(cmd.code)
+        if handler is None:
+            return self._error(conn, cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                               f"request code {cmd.code} not supported")
+        return self._guarded(conn, cmd, lambda: handler(conn, cmd, now_ms))
+
+    def _guarded(self, conn: int, cmd: Command, fn: Callable[[], list[Action]]) -> list[Action]:
+        """``fn()``, with every failure turned into the error response to ``cmd``."""
         try:
-            if handler is None:
-                raise _Fail(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                            f"request code {cmd.code} not supported")
-            return handler(conn, cmd, now_ms)
+            return fn()
         except _Fail as f:
             return self._error(conn, cmd, f.code, f.remark)
         except MalformedFrame as exc:
@@ -206,6 +210,52 @@ class Broker:
         except Exception as exc:  # the broker never crashes on input
             log.exception("unexpected error handling request code %d", cmd.code)
             return self._error(conn, cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def handle_sends(self, conn: int, cmds: list[Command], now_ms: int) -> list[Action]:
+        """Several SEND_MESSAGE requests that arrived together, in order, appended with one store
+        append (one commit log write) instead of one each. Replies, offsets and errors are those
+        of calling :meth:`handle` on each in turn; delay messages, which go through the schedule
+        topic, are handled one by one. Never raises."""
+        actions: list[Action] = []
+        run: list[Command] = []
+        for cmd in cmds:
+            if cmd.is_response:
+                continue
+            props = cmd.ext.get("properties")
+            if isinstance(props, dict) and props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("0", ""):
+                actions += self._send_run(conn, run, now_ms)
+                run = []
+                actions += self.handle(conn, cmd, now_ms)
+            else:
+                run.append(cmd)
+        return actions + self._send_run(conn, run, now_ms)
+
+    def _send_run(self, conn: int, cmds: list[Command], now: int) -> list[Action]:
+        if len(cmds) <= 1:
+            return [a for cmd in cmds for a in self.handle(conn, cmd, now)]
+        out: list[list[Action]] = [[] for _ in cmds]
+        staged: list[tuple[int, Record, Record]] = []  # (index, record sent, record stored)
+        peer = self._peers.get(conn, "")
+
+        def stage(i: int, cmd: Command) -> list[Action]:
+            h = from_ext(cmd.ext, SendMessageRequestHeader)
+            rec = self._record(h, cmd.body, now, peer)
+            staged.append((i, rec, self._half_or_plain(conn, rec, h.producer_group)))
+            return []
+
+        for i, cmd in enumerate(cmds):
+            out[i] = self._guarded(conn, cmd, lambda i=i, cmd=cmd: stage(i, cmd))  # type: ignore[misc]
+        try:
+            results = self.append([stored for _, _, stored in staged]) if staged else []
+        except Exception as exc:  # nothing of the run was written: each send fails alike
+            def fail(e: Exception = exc) -> list[Action]:
+                raise e
+            return [a for i, cmd in enumerate(cmds) for a in (out[i] or self._guarded(conn, cmd, fail))]
+        for (i, rec, stored), res in zip(staged, results, strict=True):
+            if stored is not rec:
+                self.tx.on_half_stored(stored, res)
+            out[i] = self._send_reply(conn, cmds[i], rec, res)
+        return [a for acts in out for a in acts]
 
     def _error(self, conn: int, cmd: Command, code: ResponseCode, remark: str) -> list[Action]:
         if cmd.is_oneway:
@@ -289,26 +339,33 @@ class Broker:
                       properties=dict(h.properties), born_timestamp_ms=h.born_timestamp_ms or now,
                       store_timestamp_ms=now, reconsume_times=h.reconsume_times, born_host=born_host)
 
+    def _half_or_plain(self, conn: int, rec: Record, producer_group: str) -> Record:
+        """What a send stores: ``rec`` itself, or for a ``TRAN_MSG`` send its half record."""
+        if rec.properties.get(PROPERTY_TRANSACTION_PREPARED) != "true":
+            return rec
+        if self.config.reject_transaction_message:
+            raise _Fail(ResponseCode.NO_PERMISSION, "this broker rejects transaction messages")
+        return self.tx.half_record(rec, producer_group, self.clients.client_id(conn))
+
+    def _send_reply(self, conn: int, cmd: Command, rec: Record, res: AppendResult) -> list[Action]:
+        uniq = rec.properties.get(PROPERTY_UNIQ_KEY, "")
+        out = SendMessageResponseHeader(msg_id=uniq, queue_id=rec.queue_id, queue_offset=res.queue_offset,
+                                        commit_log_offset=res.commit_log_offset, transaction_id=uniq)
+        return self._ok(conn, cmd, to_ext(out), durable_offset=res.commit_log_offset + res.size)
+
     def _send(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, SendMessageRequestHeader)
         rec = self._record(h, cmd.body, now, self._peers.get(conn, ""))
-        props = rec.properties
-        if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-            if self.config.reject_transaction_message:
-                raise _Fail(ResponseCode.NO_PERMISSION, "this broker rejects transaction messages")
-            half = self.tx.half_record(rec, h.producer_group, self.clients.client_id(conn))
-            res = self.append([half])[0]
-            self.tx.on_half_stored(half, res)
-        elif int(props.get(PROPERTY_DELAY_TIME_LEVEL, "0") or 0) > 0:
+        stored = self._half_or_plain(conn, rec, h.producer_group)
+        if stored is not rec:
+            res = self.append([stored])[0]
+            self.tx.on_half_stored(stored, res)
+        elif int(rec.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0") or 0) > 0:
             res = self.append([self.schedule.schedule_record(
-                rec, int(props[PROPERTY_DELAY_TIME_LEVEL]))])[0]
+                rec, int(rec.properties[PROPERTY_DELAY_TIME_LEVEL]))])[0]
         else:
             res = self.append([rec])[0]
-        out = SendMessageResponseHeader(
-            msg_id=props.get(PROPERTY_UNIQ_KEY, ""), queue_id=rec.queue_id,
-            queue_offset=res.queue_offset, commit_log_offset=res.commit_log_offset,
-            transaction_id=props.get(PROPERTY_UNIQ_KEY, ""))
-        return self._ok(conn, cmd, to_ext(out), durable_offset=res.commit_log_offset + res.size)
+        return self._send_reply(conn, cmd, rec, res)
 
     def _send_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, SendMessageRequestHeader)

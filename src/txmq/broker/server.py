@@ -34,7 +34,7 @@ from txmq.broker._broker import Broker
 from txmq.broker._config import BrokerConfig
 from txmq.broker._schedule import SCHEDULE_TOPIC
 from txmq.errors import ProtocolError, ResponseCode, StoreError
-from txmq.protocol import FLAG_RESPONSE, Command, FrameDecoder, encode_command
+from txmq.protocol import FLAG_RESPONSE, Command, FrameDecoder, RequestCode, encode_command
 from txmq.store import FileStore, Store, StoreConfig, is_delete_hour
 
 __all__ = ["BrokerServer", "run_server", "store_config"]
@@ -45,6 +45,17 @@ _READ_BYTES = 256 * 1024
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _runs(cmds: list[Command]) -> list[list[Command]]:
+    """Consecutive SEND_MESSAGE requests grouped together; every other command on its own."""
+    out: list[list[Command]] = []
+    for cmd in cmds:
+        if cmd.code == RequestCode.SEND_MESSAGE and out and out[-1][0].code == RequestCode.SEND_MESSAGE:
+            out[-1].append(cmd)
+        else:
+            out.append([cmd])
+    return out
 
 
 def store_config(config: BrokerConfig) -> StoreConfig:
@@ -133,9 +144,11 @@ class BrokerServer:
                                   remark=str(exc))
                     writer.write(encode_command(bad))
                     break
-                for cmd in cmds:
-                    if not cmd.is_response:
-                        self._apply(self.broker.handle(conn, cmd, _now_ms()))
+                for run in _runs(cmds):
+                    if len(run) > 1:  # SEND_MESSAGE requests that came together: one append
+                        self._apply(self.broker.handle_sends(conn, run, _now_ms()))
+                    elif not run[0].is_response:
+                        self._apply(self.broker.handle(conn, run[0], _now_ms()))
                         if self._out_bytes.get(conn, 0) > limits.WRITE_BUFFER_HIGH_BYTES:
                             self._send_out()  # a chunk of requests with big replies (pulls)
                             await writer.drain()

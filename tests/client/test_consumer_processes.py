@@ -11,13 +11,12 @@ import textwrap
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from txmq.client import Message, Producer
-from txmq.testing import BrokerProcess, run_broker
+from txmq.testing import BrokerProcess, run_broker, wait_until
 
 QUEUES = 8
 
@@ -58,7 +57,7 @@ class Worker:
                                       "1" if orderly else "0", str(out)])
 
     def wait_ready(self) -> None:
-        wait_for(lambda: Path(str(self.out) + ".ready").exists() or self.proc.poll() is not None)
+        wait_until(lambda: Path(str(self.out) + ".ready").exists() or self.proc.poll() is not None)
         assert self.proc.poll() is None, "worker died at start"
 
     def kill(self) -> None:
@@ -71,12 +70,6 @@ class Worker:
         assert self.proc.returncode == 0
 
 
-def wait_for(pred: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
 
 
 class Load:
@@ -164,7 +157,7 @@ def _scenario(broker: BrokerProcess, tmp: Path, orderly: bool) -> None:
         load.stop()
         acked = set(load.acked)
         assert len(acked) > 500
-        wait_for(lambda: acked <= {r[2] for r in records(tmp)}, timeout_s=60)
+        wait_until(lambda: acked <= {r[2] for r in records(tmp)}, timeout_s=60)
         for w in workers[3:]:
             w.leave()
     finally:

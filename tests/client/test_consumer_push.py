@@ -26,7 +26,7 @@ from txmq.client import (
     PullConsumer,
     PushConsumer,
 )
-from txmq.testing import BrokerProcess, run_broker
+from txmq.testing import BrokerProcess, run_broker, wait_until
 
 LEVELS = [20 * k for k in range(1, 19)]  # level k waits 20·k ms
 LEVEL_SPEC = " ".join(f"{ms}ms" for ms in LEVELS)
@@ -39,12 +39,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield b
 
 
-def wait_for(pred: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
 
 
 def send(endpoints: str, n: int, topic: str = "t", **kw: object) -> list[str]:
@@ -71,9 +65,9 @@ def test_tag_expression_filters_what_the_listener_sees(broker: BrokerProcess) ->
         got.extend((m.tags, int(m.body)) for m in ms), ConsumeStatus.CONSUME_SUCCESS)[1],
         expression="A || C")
     try:
-        wait_for(lambda: len(got) >= 20)
+        wait_until(lambda: len(got) >= 20)
         with Admin(broker.endpoints) as adm:  # filtered-out messages still count as consumed
-            wait_for(lambda: sum(s.lag for s in adm.consume_stats("tags", "t")) == 0)
+            wait_until(lambda: sum(s.lag for s in adm.consume_stats("tags", "t")) == 0)
     finally:
         c.shutdown()
     assert sorted(got, key=lambda x: x[1]) == [("ABC"[i % 3], i) for i in range(30) if i % 3 != 1]
@@ -92,9 +86,9 @@ def test_seventeen_failures_follow_the_levels_into_the_dlq_and_resend_works(
 
     c = consumer(broker.endpoints, "dlqg", listener, topic="one")
     try:
-        wait_for(lambda: len(calls) >= 17)
+        wait_until(lambda: len(calls) >= 17)
         with Admin(broker.endpoints) as adm:
-            wait_for(lambda: len(adm.dlq_messages("dlqg")) == 1)
+            wait_until(lambda: len(adm.dlq_messages("dlqg")) == 1)
             [dead] = adm.dlq_messages("dlqg")
             assert (dead.msg_id, dead.keys, dead.reconsume_times) == (sent_id, "k0", 17)
             assert dead.properties["RETRY_TOPIC"] == "one"
@@ -102,7 +96,7 @@ def test_seventeen_failures_follow_the_levels_into_the_dlq_and_resend_works(
             succeed.set()
             results = adm.resend_dlq("dlqg", [sent_id, "no-such-id"])
             assert [(r.msg_id, r.status) for r in results] == [(sent_id, "OK"), ("no-such-id", "NOT_FOUND")]
-            wait_for(lambda: len(calls) == 18)
+            wait_until(lambda: len(calls) == 18)
     finally:
         c.shutdown()
     assert [t for _, t, _, _ in calls] == [*range(17), 0]
@@ -126,7 +120,7 @@ def test_a_listener_call_past_the_consume_timeout_counts_as_reconsume_later(
     c = consumer(broker.endpoints, "slow", listener, topic="one", consume_timeout_ms=200,
                  consume_threads=2)
     try:
-        wait_for(lambda: len(seen) >= 2)
+        wait_until(lambda: len(seen) >= 2)
         release.set()
     finally:
         c.shutdown()
@@ -154,7 +148,7 @@ def test_batches_and_flow_control_bound_what_is_cached(broker: BrokerProcess) ->
     c.subscribe("one")
     c.start()
     try:
-        wait_for(lambda: sum(sizes) >= 400)
+        wait_until(lambda: sum(sizes) >= 400)
     finally:
         c.shutdown()
     assert max(sizes) == 8 and min(sizes) >= 1
@@ -173,7 +167,7 @@ def test_broadcasting_delivers_everything_to_every_member_and_keeps_offsets_loca
 
     a, b = member("a"), member("b")
     try:
-        wait_for(lambda: len(got["a"]) >= 20 and len(got["b"]) >= 20)
+        wait_until(lambda: len(got["a"]) >= 20 and len(got["b"]) >= 20)
     finally:
         a.shutdown()
         b.shutdown()
@@ -184,7 +178,7 @@ def test_broadcasting_delivers_everything_to_every_member_and_keeps_offsets_loca
     got["a"].clear()
     a = member("a")  # restarts from its local offsets: only the new messages
     try:
-        wait_for(lambda: len(got["a"]) >= 5)
+        wait_until(lambda: len(got["a"]) >= 5)
         time.sleep(0.3)
     finally:
         a.shutdown()
@@ -204,7 +198,7 @@ def test_consume_from_timestamp_starts_a_new_group_at_that_time(broker: BrokerPr
         got.extend(m.msg_id for m in ms), ConsumeStatus.CONSUME_SUCCESS)[1], topic="one",
         consume_from_where="CONSUME_FROM_TIMESTAMP", consume_timestamp_ms=ts)
     try:
-        wait_for(lambda: len(got) >= 5)
+        wait_until(lambda: len(got) >= 5)
         time.sleep(0.2)
     finally:
         c.shutdown()
@@ -225,7 +219,7 @@ def test_orderly_retries_locally_then_dead_letters_and_keeps_the_order(broker: B
     c = consumer(broker.endpoints, "ordg", listener, topic="one", orderly=True, max_reconsume_times=3,
                  suspend_current_queue_time_ms=20)
     try:
-        wait_for(lambda: [b for b, _ in seen][-1:] == [5])
+        wait_until(lambda: [b for b, _ in seen][-1:] == [5])
         with Admin(broker.endpoints) as adm:
             [dead] = adm.dlq_messages("ordg")
             [stats] = [s for s in adm.consume_stats("ordg", "one")]
@@ -242,13 +236,13 @@ def test_reset_offset_makes_a_running_member_replay(broker: BrokerProcess) -> No
     c = consumer(broker.endpoints, "replay", lambda ms: (
         got.extend(int(m.body) for m in ms), ConsumeStatus.CONSUME_SUCCESS)[1], topic="one")
     try:
-        wait_for(lambda: len(got) >= 10)
+        wait_until(lambda: len(got) >= 10)
         with Admin(broker.endpoints) as adm:
-            wait_for(lambda: adm.consume_stats("replay", "one")[0].consumer_offset == 10)
+            wait_until(lambda: adm.consume_stats("replay", "one")[0].consumer_offset == 10)
             [e] = adm.reset_offset("replay", "one", offset=4)
             assert (e.old_offset, e.new_offset) == (10, 4)
-            wait_for(lambda: len(got) >= 16)
-            wait_for(lambda: adm.consume_stats("replay", "one")[0].consumer_offset == 10)
+            wait_until(lambda: len(got) >= 16)
+            wait_until(lambda: adm.consume_stats("replay", "one")[0].consumer_offset == 10)
             groups = {g.group: g for g in adm.groups()}
             assert groups["replay"].client_ids == [c.client_id]
     finally:
@@ -280,7 +274,7 @@ def test_pull_consumer_assign_poll_seek_commit_and_subscribe(broker: BrokerProce
         pc.subscribe("t")
         pc.start()
     try:
-        wait_for(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
+        wait_until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
         assert set(a.assignment()) | set(b.assignment()) == {MessageQueue("t", q) for q in range(4)}
     finally:
         a.shutdown()
@@ -302,7 +296,7 @@ def test_delay_messages_due_after_a_broker_crash_are_delivered(tmp_path: Path) -
             got.extend((m.msg_id, time.time()) for m in ms), ConsumeStatus.CONSUME_SUCCESS)[1],
             topic="one")
         try:
-            wait_for(lambda: len({i for i, _ in got}) >= 6)
+            wait_until(lambda: len({i for i, _ in got}) >= 6)
         finally:
             c.shutdown()
     finally:
@@ -329,13 +323,13 @@ def test_a_push_consumer_rides_through_a_broker_crash(tmp_path: Path, orderly: b
             with Producer("p", bp.endpoints) as p:
                 for i in range(20):
                     p.send(Message(topic="t", body=str(i).encode()))
-            wait_for(lambda: len(got) >= 20)
+            wait_until(lambda: len(got) >= 20)
             bp.kill()
             bp.start()  # same port, same data
             with Producer("p", bp.endpoints) as p:
                 for i in range(20, 40):
                     p.send(Message(topic="t", body=str(i).encode()))
-            wait_for(lambda: len(got) >= 40)
+            wait_until(lambda: len(got) >= 40)
             assert sorted(c.assignment()) == [MessageQueue("%RETRY%survivor", 0)] + [
                 MessageQueue("t", q) for q in range(4)]
         finally:
@@ -380,7 +374,7 @@ def test_operator_cli_lists_groups_lag_and_exports_the_dlq(broker: BrokerProcess
     c = consumer(broker.endpoints, "cli", lambda ms: ConsumeStatus.RECONSUME_LATER, topic="one",
                  max_reconsume_times=0)
     with Admin(broker.endpoints) as adm:
-        wait_for(lambda: len(adm.dlq_messages("cli")) == 1)
+        wait_until(lambda: len(adm.dlq_messages("cli")) == 1)
     c.shutdown()
     run = CliRunner().invoke
     e = ["--endpoints", broker.endpoints]

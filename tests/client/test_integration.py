@@ -29,7 +29,7 @@ from txmq.client import (
 )
 from txmq.errors import MessageTooLarge, RemoteError, ResponseCode
 from txmq.protocol import FrameDecoder
-from txmq.testing import BrokerProcess, run_broker
+from txmq.testing import BrokerProcess, run_broker, wait_until
 
 FAST_TX = {"transaction_timeout_ms": 300, "transaction_check_interval_ms": 300}
 
@@ -41,12 +41,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield b
 
 
-def wait_for(pred: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
 
 
 def recorder(into: list[bytes]) -> Callable[[list[MessageExt]], ConsumeStatus]:
@@ -72,7 +66,7 @@ def test_sent_messages_are_consumed(broker: BrokerProcess) -> None:
     got: list[bytes] = []
     c = collect(broker.endpoints, "g", recorder(got))
     try:
-        wait_for(lambda: len(got) >= 50)
+        wait_until(lambda: len(got) >= 50)
     finally:
         c.shutdown()
     assert sorted(int(b) for b in got) == list(range(50))
@@ -90,7 +84,7 @@ def test_redelivery_after_reconsume_later(broker: BrokerProcess) -> None:
 
     c = collect(broker.endpoints, "g", listener)
     try:
-        wait_for(lambda: len(seen) >= 3)
+        wait_until(lambda: len(seen) >= 3)
         time.sleep(0.5)
     finally:
         c.shutdown()
@@ -113,7 +107,7 @@ def test_unknown_is_settled_by_check_back_over_tcp(broker: BrokerProcess) -> Non
         assert r.outcome == "PENDING"
         with PullConsumer(broker.endpoints) as pc:
             assert sum(pc.max_offset("t", q) for q in pc.queue_ids("t")) == 0
-            wait_for(lambda: pc.transaction_stats()["COMMIT"] == 1)
+            wait_until(lambda: pc.transaction_stats()["COMMIT"] == 1)
             assert sum(pc.max_offset("t", q) for q in pc.queue_ids("t")) == 1
     assert checked == ["K"]
 
@@ -155,7 +149,7 @@ def test_check_back_reaches_another_producer_after_the_sender_was_killed(
         got: list[bytes] = []
         c = collect(broker.endpoints, "g", recorder(got))
         try:
-            wait_for(lambda: got == [b"orphan"])
+            wait_until(lambda: got == [b"orphan"])
         finally:
             c.shutdown()
     assert checked == ["ORDER-7"]
@@ -247,7 +241,7 @@ def test_oneway_ends_of_one_loop_turn_settle_without_check_back(broker: BrokerPr
 
     assert asyncio.run(main()) == ["SENT"] * 30
     with PullConsumer(broker.endpoints) as pc:
-        wait_for(lambda: pc.transaction_stats()["COMMIT"] == 20)
+        wait_until(lambda: pc.transaction_stats()["COMMIT"] == 20)
         assert pc.transaction_stats()["ROLLBACK"] == 10
         bodies = sorted(int(m.body) for q in pc.queue_ids("t")
                         for m in pc.pull("t", q, 0, 100).messages)
@@ -275,7 +269,7 @@ def test_clustering_splits_queues_between_members(broker: BrokerProcess) -> None
         with Producer("p", broker.endpoints) as p:
             for i in range(40):
                 p.send(Message(topic="t", body=str(i).encode()))
-        wait_for(lambda: bool(by_member["a"]) and bool(by_member["b"]))
+        wait_until(lambda: bool(by_member["a"]) and bool(by_member["b"]))
     finally:
         a.shutdown()
         b.shutdown()

@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
@@ -32,7 +32,7 @@ from txmq.outbox import (
     drop_tables,
     put_message,
 )
-from txmq.testing import BrokerProcess, run_broker
+from txmq.testing import BrokerProcess, run_broker, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -46,12 +46,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield b
 
 
-def wait_for(pred: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
 
 
 class Services:
@@ -111,12 +105,12 @@ def test_events_reach_the_handler_once_even_when_resent(svc: Services) -> None:
     svc.start(listener.consumer(f"ledger-{svc.tag}", svc.broker.endpoints, svc.topic, **CONSUMER))
     keys = [str(i) for i in range(30)]
     svc.put(keys)
-    wait_for(lambda: len(inbox_rows(svc.engine, svc.down)) == 30)
+    wait_until(lambda: len(inbox_rows(svc.engine, svc.down)) == 30)
     assert {e.status for e in events(svc.engine, svc.up)} == {"PRODUCE_PROCESSED"}
     with svc.engine.begin() as conn:  # as if the acknowledgement of event 1 had been lost
         o = svc.up.outbox
         conn.execute(sa.update(o).where(o.c.id == 1).values(status="PRODUCE_INIT"))
-    wait_for(lambda: sample(svc.metrics, "txmq_inbox_duplicates_skipped_total", svc.down.inbox.name) == 1)
+    wait_until(lambda: sample(svc.metrics, "txmq_inbox_duplicates_skipped_total", svc.down.inbox.name) == 1)
     assert handled == dict.fromkeys(keys, 1)
 
 
@@ -141,8 +135,8 @@ def test_a_rejected_event_rolls_back_and_is_compensated_once(svc: Services) -> N
     comp = RollbackListener(svc.engine, cancel, tables=svc.up, metrics=svc.metrics)
     svc.start(comp.consumer(f"orders-comp-{svc.tag}", svc.broker.endpoints, svc.rollback_topic, **CONSUMER))
     svc.put(["11", "12", "13", "14"])
-    wait_for(lambda: compensated["13"] == 1)
-    wait_for(lambda: len(inbox_rows(svc.engine, svc.down)) == 4)
+    wait_until(lambda: compensated["13"] == 1)
+    wait_until(lambda: len(inbox_rows(svc.engine, svc.down)) == 4)
     time.sleep(0.5)  # nothing more may happen
     assert attempts == {"11": 1, "12": 1, "13": 10, "14": 1} and compensated == {"13": 1}
     down = {r.biz_key: r.status for r in inbox_rows(svc.engine, svc.down)}
@@ -175,7 +169,7 @@ def test_a_compensation_that_keeps_failing_ends_in_the_dlq(svc: Services) -> Non
                 return list(pc.pull(f"%DLQ%{group}", 0, 0).messages)
             except Exception:
                 return []
-        wait_for(lambda: len(dead()) == 1)
+        wait_until(lambda: len(dead()) == 1)
         (msg,) = dead()
     assert calls == list(range(17))  # the first delivery and 16 reconsumes
     assert msg.properties["TXMQ_OUTBOX_TX_TYPE"] == "ROLLBACK" and msg.body == b"order 7"

@@ -186,11 +186,7 @@ class FileStore(Store):
             self._log.append(encode_record(rec, base, self._store_host, tail), base)
         except (ValueError, OSError) as exc:
             raise self._append_error(exc) from exc
-        if cq is None:
-            cq = self._queues[(rec.topic, rec.queue_id)] = self._make_queue(rec.topic, rec.queue_id)
-        cq.put(base, size, tag_hash(rec.tags) if rec.tags else 0)
-        if self._index is not None:
-            self._index.add(rec, base)
+        self._dispatch_one(rec, base, size)
         self._appended(base, base + size, base)
         return AppendResult(base, rec.queue_offset, size)
 
@@ -220,14 +216,16 @@ class FileStore(Store):
 
     def _dispatch(self, records: list[Record], results: list[AppendResult]) -> None:
         """Build the consume queue entries and index entries of appended records."""
-        queues, index = self._queues, self._index
         for rec, res in zip(records, results, strict=True):
-            cq = queues.get((rec.topic, rec.queue_id))
-            if cq is None:
-                cq = queues[(rec.topic, rec.queue_id)] = self._make_queue(rec.topic, rec.queue_id)
-            cq.put(res.commit_log_offset, res.size, tag_hash(rec.tags) if rec.tags else 0)
-            if index is not None:
-                index.add(rec, res.commit_log_offset)
+            self._dispatch_one(rec, res.commit_log_offset, res.size)
+
+    def _dispatch_one(self, rec: Record, commit_log_offset: int, size: int) -> None:
+        cq = self._queues.get((rec.topic, rec.queue_id))
+        if cq is None:
+            cq = self._queues[(rec.topic, rec.queue_id)] = self._make_queue(rec.topic, rec.queue_id)
+        cq.put(commit_log_offset, size, tag_hash(rec.tags) if rec.tags else 0)
+        if self._index is not None:
+            self._index.add(rec, commit_log_offset)
 
     @property
     def write_offset(self) -> int:

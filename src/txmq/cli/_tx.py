@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import msgspec
@@ -77,22 +78,19 @@ def _end(ident: str, outcome: str, endpoints: str, reason: str, operator: str | 
     _console.print(f"{ident}: {r.ext['outcome']}{dup}")
 
 
-@tx_app.command("commit")
-def commit(ident: Annotated[str, typer.Argument(help="Message id, or half:<offset>.")],
-           reason: Annotated[str, typer.Option(help="Why (recorded).")],
-           endpoints: Endpoints = "127.0.0.1:10911",
-           operator: Annotated[str | None, typer.Option(help="Who (default: login).")] = None) -> None:
-    """Commit a pending transaction as an operator (recorded with who and why)."""
-    _end(ident, "COMMIT", endpoints, reason, operator)
+def _decision(outcome: str, verb: str) -> Callable[..., None]:
+    def command(ident: Annotated[str, typer.Argument(help="Message id, or half:<offset>.")],
+                reason: Annotated[str, typer.Option(help="Why (recorded).")],
+                endpoints: Endpoints = "127.0.0.1:10911",
+                operator: Annotated[str | None, typer.Option(help="Who (default: login).")] = None) -> None:
+        _end(ident, outcome, endpoints, reason, operator)
+
+    command.__doc__ = f"{verb} a pending transaction as an operator (recorded with who and why)."
+    return command
 
 
-@tx_app.command("rollback")
-def rollback(ident: Annotated[str, typer.Argument(help="Message id, or half:<offset>.")],
-             reason: Annotated[str, typer.Option(help="Why (recorded).")],
-             endpoints: Endpoints = "127.0.0.1:10911",
-             operator: Annotated[str | None, typer.Option(help="Who (default: login).")] = None) -> None:
-    """Roll back a pending transaction as an operator (recorded with who and why)."""
-    _end(ident, "ROLLBACK", endpoints, reason, operator)
+tx_app.command("commit")(_decision("COMMIT", "Commit"))
+tx_app.command("rollback")(_decision("ROLLBACK", "Roll back"))
 
 
 @tx_app.command("resume")

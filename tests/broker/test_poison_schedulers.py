@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from txmq import limits
@@ -20,12 +21,13 @@ from txmq.protocol import (
     PROPERTY_TXMQ_PARK_SOURCE,
     BrokerRuntimeInfo,
     ConsumerSendMsgBackRequestHeader,
+    EndTransactionRequestHeader,
     MessageExt,
     RequestCode,
     to_ext,
 )
 from txmq.store import FileStore, Record
-from txmq.testing import BrokerHarness
+from txmq.testing import END_TYPES, BrokerHarness
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -183,6 +185,13 @@ def test_poison_half_message_is_discarded_with_a_reason_and_the_others_are_check
     assert _bodies(h) == [b"g1", b"g2"]
     info = BrokerRuntimeInfo.decode(h.request(1, RequestCode.GET_BROKER_RUNTIME_INFO).body)
     assert info.parked["transaction"] == 1 and info.pending_transactions == 0
+    # resumable (I5): put back, it is parked again when due, with a fresh reason
+    r = h.request(1, RequestCode.RESUME_CHECK_HALF_MESSAGE, {"id": "PH"})
+    assert r.code == ResponseCode.SUCCESS
+    [resumed] = [m for m in h.pull(HALF_TOPIC) if m.queue_offset == r.ext["half_offset"]]
+    assert PROPERTY_TXMQ_PARK_REASON not in resumed.properties
+    h.tick(limits.TRANSACTION_TIMEOUT_MS + 1)
+    assert h.broker.tx.stats["parked"] == 2 and len(h.pull(DISCARD_TOPIC)) == 2
 
 
 def test_a_commit_of_a_half_that_cannot_be_committed_is_refused_and_discarded_resumably() -> None:
@@ -195,10 +204,15 @@ def test_a_commit_of_a_half_that_cannot_be_committed_is_refused_and_discarded_re
     h = BrokerHarness(store=h.store, now_ms=h.now_ms)
     bad = good.response(ResponseCode.SUCCESS, "", {"queue_offset": res.queue_offset,
                                                    "commit_log_offset": res.commit_log_offset})
-    r = h.end(1, bad, "COMMIT")
-    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "REAL_QID" in r.remark
+    ends = [to_ext(EndTransactionRequestHeader(
+        producer_group="pg", tran_state_table_offset=int(c.ext["queue_offset"]),
+        commit_log_offset=int(c.ext["commit_log_offset"]), commit_or_rollback=END_TYPES["COMMIT"]))
+        for c in (bad, good)]
+    r = h.request(1, RequestCode.END_TRANSACTION_BATCH, body=msgspec.msgpack.encode(ends))
+    [bad_end, good_end] = msgspec.msgpack.decode(r.body)
+    assert bad_end["code"] == ResponseCode.MESSAGE_ILLEGAL and "REAL_QID" in bad_end["remark"]
+    assert good_end["code"] == ResponseCode.SUCCESS and good_end["outcome"] == "COMMIT"
     assert h.end(1, bad, "COMMIT").ext["outcome"] == "DISCARD"  # I4: decided once
-    assert h.end(1, good, "COMMIT").code == ResponseCode.SUCCESS
     assert _bodies(h) == [b"g"]
     assert [m.msg_id for m in h.pull(DISCARD_TOPIC)] == ["PH"]
 

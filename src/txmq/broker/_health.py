@@ -30,7 +30,8 @@ from txmq.protocol import (
 )
 from txmq.store import Record
 
-__all__ = ["TimerHealth", "destination_problem", "park_properties", "parked_record"]
+__all__ = ["PARK_PROPERTIES", "TimerHealth", "destination_problem", "park_properties",
+           "parked_record"]
 
 log = logging.getLogger("txmq.broker.health")
 T = TypeVar("T")
@@ -65,6 +66,12 @@ def destination_problem(topic: str | None, queue_id: str | None, queue_nums: Map
     if int(queue_id) >= n:
         return f"REAL_QID {queue_id} is not a queue of {topic!r} ({n} queues)"
     return None
+
+
+PARK_PROPERTIES = (PROPERTY_TXMQ_PARK_REASON, PROPERTY_TXMQ_PARK_SOURCE, PROPERTY_TXMQ_PARK_ORIGIN_TOPIC,
+                   PROPERTY_TXMQ_PARK_ORIGIN_QUEUE_ID, PROPERTY_TXMQ_PARK_ORIGIN_QUEUE_OFFSET,
+                   PROPERTY_TXMQ_PARK_ORIGIN_COMMIT_LOG_OFFSET)
+"""The properties :func:`park_properties` sets (dropped when a parked message is resumed)."""
 
 
 def park_properties(source: str, reason: str, origin: MessageExt) -> dict[str, str]:

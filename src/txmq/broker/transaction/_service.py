@@ -18,7 +18,7 @@ from txmq import limits
 from txmq.broker._actions import SendTo
 from txmq.broker._clients import ClientRegistry
 from txmq.broker._config import BrokerConfig
-from txmq.broker._health import park_properties
+from txmq.broker._health import PARK_PROPERTIES, park_properties
 from txmq.broker.transaction._index import HalfEntry, LatencyHistogram, Outcome, TransactionIndex
 from txmq.broker.transaction._sink import (
     PROPERTY_TXMQ_SINK_BATCH,
@@ -543,6 +543,8 @@ class TransactionService:
         props = dict(parked.properties)
         props.pop(PROPERTY_TRANSACTION_CHECK_TIMES, None)
         props.pop(PROPERTY_TXMQ_HALF_OFFSET, None)
+        for key in PARK_PROPERTIES:  # resumed: no longer parked
+            props.pop(key, None)
         props[PROPERTY_TXMQ_RESUMED_FROM] = str(half_offset)
         rec = Record(topic=HALF_TOPIC, queue_id=0, body=parked.body, tags=parked.tags,
                      keys=parked.keys, properties=props, born_timestamp_ms=now_ms,

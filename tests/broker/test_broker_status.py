@@ -107,3 +107,20 @@ def test_the_supervisor_restarts_a_timer_task_that_died(tmp_path: Path) -> None:
     restarts, died_at, later = asyncio.run(scenario())
     assert restarts == 1
     assert later > died_at  # ticking again after the restart
+
+
+def test_txmq_broker_keeps_its_run_options_next_to_the_status_command() -> None:
+    from typer.testing import CliRunner
+
+    from txmq.cli import _status  # noqa: F401  (registers `txmq broker status`)
+    from txmq.cli._app import app
+
+    runner = CliRunner()
+    run_help = runner.invoke(app, ["broker", "--help"])
+    assert run_help.exit_code == 0
+    assert "--port" in run_help.output and "--data-dir" in run_help.output
+    assert "status" in run_help.output
+    status_help = runner.invoke(app, ["broker", "status", "--help"])
+    assert status_help.exit_code == 0 and "--stale-ms" in status_help.output
+    bad = runner.invoke(app, ["broker", "--config", "/nonexistent/broker.toml"])
+    assert bad.exit_code == 2  # the run form still parses its options (and reports a bad config)

@@ -46,10 +46,11 @@ def test_a_broker_started_on_a_poison_delay_message_keeps_delivering_and_reports
         tmp_path: Path) -> None:
     now = int(time.time() * 1000)
     store = FileStore(tmp_path / "b" / "store")
-    store.append([Record(topic="SCHEDULE_TOPIC_XXXX", queue_id=0, body=b"poison",
-                         properties={"REAL_TOPIC": "../../../x", "REAL_QID": "0", "DELAY": "1",
-                                     "UNIQ_KEY": "POISON"},
-                         born_timestamp_ms=now, store_timestamp_ms=now)])
+    store.append([Record(topic="SCHEDULE_TOPIC_XXXX", queue_id=level - 1, body=b"poison",
+                         properties={**real, "DELAY": str(level), "UNIQ_KEY": f"POISON{level}"},
+                         born_timestamp_ms=now, store_timestamp_ms=now)
+                  for level, real in ((1, {"REAL_TOPIC": "../../../x", "REAL_QID": "0"}),
+                                      (2, {"REAL_TOPIC": "t", "REAL_QID": "abc"}))])
     store.flush()
     store.close()
     metrics_port = _free_port()
@@ -57,28 +58,30 @@ def test_a_broker_started_on_a_poison_delay_message_keeps_delivering_and_reports
                     metrics_port=metrics_port) as b:
         with Producer("p", b.endpoints) as p:
             p.send(Message(topic="t", body=b"after"), delay_level=2)
-        wait_until(lambda: b"after" in _pulled(b.endpoints, "t"))
+        wait_until(lambda: b"after" in _pulled(b.endpoints, "t"), timeout_s=15)
         done = _txmq("broker", "status", "--broker", b.endpoints, "--json")
         assert done.returncode == 0, done.stderr
         st = json.loads(done.stdout)
-        assert st["parked"]["schedule"] == 1 and st["parked_stored"] == 1 and not st["stale"]
+        assert st["parked"]["schedule"] == 2 and st["parked_stored"] == 2 and not st["stale"]
         assert {"schedule", "transaction", "holds", "flusher"} <= set(st["timers"])
         assert all(st["now_ms"] - st["timers"][t] < 5_000 for t in ("schedule", "transaction"))
         table = _txmq("broker", "status", "--broker", b.endpoints)
         assert table.returncode == 0 and "schedule" in table.stdout, table.stderr
         assert _txmq("broker", "status", "--broker", b.endpoints, "--stale-ms", "-1").returncode == 1
         parked = _txmq("parked", "list", "--broker", b.endpoints, "--json")
-        [row] = json.loads(parked.stdout)
-        assert row["id"] == "parked:0" and row["msg_id"] == "POISON"
-        assert "REAL_TOPIC" in row["properties"]["TXMQ_PARK_REASON"]
-        shown = _txmq("parked", "show", "POISON", "--broker", b.endpoints)
-        assert shown.returncode == 0 and "schedule:1" in shown.stdout
-        resent = _txmq("parked", "resend", "parked:0", "--topic", "t", "--broker", b.endpoints)
+        rows = json.loads(parked.stdout)
+        assert [(r["id"], r["msg_id"]) for r in rows] == [("parked:0", "POISON1"),
+                                                          ("parked:1", "POISON2")]
+        assert "REAL_TOPIC" in rows[0]["properties"]["TXMQ_PARK_REASON"]
+        assert "REAL_QID" in rows[1]["properties"]["TXMQ_PARK_REASON"]
+        shown = _txmq("parked", "show", "POISON2", "--broker", b.endpoints)
+        assert shown.returncode == 0 and "schedule:2" in shown.stdout
+        resent = _txmq("parked", "resend", "POISON1", "--topic", "t", "--broker", b.endpoints)
         assert resent.returncode == 0, resent.stderr
         wait_until(lambda: b"poison" in _pulled(b.endpoints, "t"))
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
             text = r.read().decode()
-        assert 'txmq_parked_messages_total{source="schedule"} 1.0' in text
+        assert 'txmq_parked_messages_total{source="schedule"} 2.0' in text
         assert 'txmq_timer_last_tick_timestamp_seconds{timer="schedule"}' in text
     assert not (tmp_path / "x").exists()
 

@@ -5,7 +5,8 @@ without a valid real topic or queue, or a record that does not decode) is *parke
 reason and where it came from, to the broker-only topic :data:`PARKED_TOPIC` (one queue), and the
 scheduler moves on (invariant I6). A half message that can never be committed is discarded to
 ``TRANS_CHECK_MAX_TIME_TOPIC`` (resumable, I5) with the same reason properties. RocketMQ has no such
-topic: its ``ScheduleMessageService`` logs "[BUG] ... discard the msg" and drops it.
+topic: its ``ScheduleMessageService`` drops a delay message whose real topic is the half topic
+("[BUG] the real topic of schedule msg is ..., discard the msg").
 
 ``GET_BROKER_RUNTIME_INFO`` (RocketMQ ``RequestCode`` 28) answers with RocketMQ's ``KVTable`` body,
 a JSON map of strings ``{"table": {...}}``; :class:`BrokerRuntimeInfo` is its typed view.

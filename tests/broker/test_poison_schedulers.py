@@ -252,3 +252,24 @@ def test_runtime_info_round_trips_as_a_kvtable() -> None:
                              pending_transactions=7)
     assert BrokerRuntimeInfo.decode(info.encode()) == info
     assert b'"timerLastTick.schedule":"4"' in info.encode()
+
+
+def test_a_level_whose_queue_cannot_be_read_holds_back_only_that_level(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    h = BrokerHarness(message_delay_level="1s 2s 3s")
+    for level in (1, 2, 3):
+        h.send(1, "t", f"d{level}".encode(), properties={"DELAY": str(level)})
+    real_read = h.store.read_queue
+
+    def read_queue(topic: str, qid: int, off: int, n: int, max_bytes: int) -> list[MessageExt]:
+        if topic == SCHEDULE_TOPIC and qid == 0:
+            raise OSError("consume queue file vanished")
+        return real_read(topic, qid, off, n, max_bytes)
+
+    monkeypatch.setattr(h.store, "read_queue", read_queue)
+    h.tick(3_000)
+    assert _bodies(h) == [b"d2", b"d3"]
+    assert h.broker.health.errors == {"schedule": 1}
+    monkeypatch.undo()
+    h.tick(1)
+    assert sorted(_bodies(h)) == [b"d1", b"d2", b"d3"]

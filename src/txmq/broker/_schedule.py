@@ -85,10 +85,20 @@ class ScheduleService:
         decode, an append that fails because of the message) is parked in ``PARKED_TOPIC`` with
         the reason, and the level moves on to the next message in the same tick (I6). A store
         failure (disk full, I/O) stops the level until the next tick; nothing is skipped.
+
+        Raises:
+            Exception: the first unexpected failure of a level, after every other level had its
+                turn (the broker's timer guard logs and counts it).
         """
         moved = 0
+        failure: Exception | None = None
         for level, delay in enumerate(self.levels_ms, start=1):
-            moved += self._drain(level, delay, now_ms)
+            try:
+                moved += self._drain(level, delay, now_ms)
+            except Exception as exc:  # one level's failure holds back only that level
+                failure = failure or exc
+        if failure is not None:
+            raise failure
         return moved
 
     def _drain(self, level: int, delay: int, now_ms: int) -> int:

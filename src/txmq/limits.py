@@ -320,3 +320,27 @@ assert MESSAGE_SIZE_MAX_BYTES + OUTBOX_SEND_BATCH_BYTES_MAX + FRAME_HEADER_MAX_B
 assert OUTBOX_MAX_COMMIT_RECONSUME_TIMES < MAX_RECONSUME_TIMES  # rollback is emitted before the DLQ
 assert OUTBOX_RETENTION_MS > 5 * 3600 * 1000
 assert (OUTBOX_APP_ID_MAX_CHARS + OUTBOX_BIZ_KEY_MAX_CHARS + 32) * 4 <= 3072
+
+# --- issue 11 part 4 (sched): parking, timer guards, health check --------------------------------
+TOPIC_NAME_MAX_CHARS = 127
+"""Longest topic name a scheduler delivers to. RocketMQ TopicValidator ``TOPIC_MAX_LENGTH``."""
+
+PARK_REASON_MAX_CHARS = 1_000
+"""Longest reason stored with a parked message (an exception text can be long; txmq)."""
+
+TIMER_ERROR_LOG_INTERVAL_MS = 60_000
+"""A timer that keeps failing logs one line per interval (its traceback once per error type), not
+one per tick (txmq)."""
+
+TIMER_TASK_RESTART_DELAY_MS = 1_000
+"""Pause before the supervisor restarts a broker timer task that ended (txmq)."""
+
+FLUSHER_IDLE_TICK_MS = 1_000
+"""An idle flusher still wakes this often, so its health-check tick stays fresh (txmq)."""
+
+BROKER_TIMER_STALE_MS = 60_000
+"""``txmq broker status`` calls a timer stale when its last successful tick is older than this:
+6 × the longest timer period (retention, ``CLEAN_RESOURCE_INTERVAL_MS``) (txmq)."""
+
+assert 5 * max(CLEAN_RESOURCE_INTERVAL_MS, CONSUMER_OFFSET_FLUSH_INTERVAL_MS, FLUSHER_IDLE_TICK_MS,
+              TIMER_TASK_RESTART_DELAY_MS) <= BROKER_TIMER_STALE_MS

@@ -18,6 +18,7 @@ from txmq.broker._actions import Action, Hold, Reply, SendTo
 from txmq.broker._clients import ClientRegistry
 from txmq.broker._config import BrokerConfig, parse_delay_levels
 from txmq.broker._groups import GroupService
+from txmq.broker._health import TimerHealth, destination_problem
 from txmq.broker._schedule import SCHEDULE_TOPIC, ScheduleService
 from txmq.broker.transaction import (
     HALF_TOPIC,
@@ -31,12 +32,15 @@ from txmq.broker.transaction import (
 from txmq.errors import CorruptRecord, DiskFull, MalformedFrame, ResponseCode, StoreError
 from txmq.protocol import (
     FLAG_ONEWAY,
+    PARK_SOURCES,
+    PARKED_TOPIC,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
     AdminEndTransactionRequestHeader,
+    BrokerRuntimeInfo,
     Command,
     ConsumerSendMsgBackRequestHeader,
     CreateTopicRequestHeader,
@@ -71,6 +75,8 @@ log = logging.getLogger("txmq.broker")
 _TOPICS_META = "topics.json"
 _OFFSETS_META = "consumerOffset.json"
 _SYSTEM_TOPICS = {HALF_TOPIC: 1, OP_TOPIC: 1, TRANS_CHECK_MAX_TIME_TOPIC: 1, SINK_BATCH_TOPIC: 1}
+_SYSTEM_TOPICS[PARKED_TOPIC] = 1  # issue 11 part 4: messages the schedulers could not deliver
+_NOT_A_REAL_TOPIC = frozenset({*_SYSTEM_TOPICS, SCHEDULE_TOPIC})
 Handler = Callable[[int, Command, int], list[Action]]
 
 
@@ -116,9 +122,12 @@ class Broker:
         raw = store.load_meta(_OFFSETS_META)
         self.offsets: dict[str, int] = msgspec.json.decode(raw) if raw else {}
         self._offsets_dirty = False
-        self.tx = TransactionService(config, store, self.append, self.clients)
+        self.boot_ms = now_ms
+        self.health = TimerHealth()
+        self.tx = TransactionService(config, store, self.append, self.clients,
+                                     self.destination_problem)
         self.schedule = ScheduleService(parse_delay_levels(config.message_delay_level), store,
-                                        self.append)
+                                        self.append, self.destination_problem)
         self._recover()
         self.groups = GroupService(self)
         self._handlers: dict[int, Handler] = {
@@ -144,6 +153,7 @@ class Broker:
             RequestCode.ABORT_SINK_BATCH: self._sink_abort,
             RequestCode.QUERY_MESSAGE: self._query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: self._view_message,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self._runtime_info,
         }
 
     # -- storage helpers --------------------------------------------------------------------------
@@ -283,13 +293,40 @@ class Broker:
         return self._notify_groups(self.clients.remove(conn))
 
     def tick(self, now_ms: int) -> list[Action]:
-        """Periodic work: delay queues, expired clients, check-back round."""
+        """Periodic work: delay queues, expired clients, check-back round. Never raises: each
+        part runs guarded (:class:`TimerHealth`), so one failing part stops neither the others
+        nor later ticks; each part's last successful run is in ``health.last_tick_ms``."""
         actions: list[Action] = []
-        self.schedule.tick(now_ms)
+        self.health.run("schedule", now_ms, lambda: self.schedule.tick(now_ms))
+        actions += self.health.run("clients", now_ms, lambda: self._expire_clients(now_ms)) or []
+        actions += self.health.run("transaction", now_ms, lambda: self.tx.tick(now_ms)) or []
+        return actions
+
+    def _expire_clients(self, now_ms: int) -> list[Action]:
+        actions: list[Action] = []
         for conn in self.clients.expired(now_ms, limits.CLIENT_EXPIRED_MS):
             actions += self.connection_closed(conn)
-        actions += self.tx.tick(now_ms)
         return actions
+
+    def destination_problem(self, topic: str | None, queue_id: str | None) -> str | None:
+        """Why a scheduled or half message cannot go to its real ``topic`` / ``queue_id`` (the
+        ``REAL_TOPIC`` / ``REAL_QID`` properties), or None (see :func:`destination_problem`)."""
+        return destination_problem(topic, queue_id, self.topics, _NOT_A_REAL_TOPIC)
+
+    def runtime_info(self, now_ms: int) -> BrokerRuntimeInfo:
+        """The health check: each timer's last successful tick, failures, restarts, parked
+        messages (since start, and stored) and pending transactions."""
+        parked = dict.fromkeys(PARK_SOURCES, 0)
+        parked.update(self.schedule.parked)
+        parked["transaction"] += self.tx.stats["parked"]
+        lo, hi = self.store.queue_bounds(PARKED_TOPIC, 0)
+        return BrokerRuntimeInfo(
+            now_ms=now_ms, boot_ms=self.boot_ms, timers=dict(self.health.last_tick_ms),
+            timer_errors=dict(self.health.errors), task_restarts=dict(self.health.restarts),
+            parked=parked, parked_stored=hi - lo, pending_transactions=len(self.tx.index.pending))
+
+    def _runtime_info(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        return self._ok(conn, cmd, body=self.runtime_info(now).encode())
 
     # -- topics -----------------------------------------------------------------------------------
     def _queue_nums(self, topic: str) -> int:

@@ -45,11 +45,34 @@ class _BrokerCollector(Collector):
             c = CounterMetricFamily(f"txmq_transaction_{key}", help_)
             c.add_metric([], tx.stats[key])
             yield c
+        yield from _health_metrics(self.broker)
         h = HistogramMetricFamily("rocketmq_finish_message_latency_seconds",
                                   "Prepare-to-finish latency of transactions")
         hist = tx.finish_latency
         h.add_metric([], hist.cumulative(), sum_value=hist.total)
         yield h
+
+
+def _health_metrics(broker: Broker) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """Timer ticks, failures and restarts, and parked messages (issue 11 part 4)."""
+    info = broker.runtime_info(0)
+    last = GaugeMetricFamily("txmq_timer_last_tick_timestamp_seconds",
+                             "When each broker timer (tick part) last ran successfully",
+                             labels=["timer"])
+    for name, ms in sorted(info.timers.items()):
+        last.add_metric([name], ms / 1000)
+    yield last
+    for metric, help_, label, values in (
+        ("txmq_timer_errors", "Failures caught in a broker timer", "timer", info.timer_errors),
+        ("txmq_timer_task_restarts", "Broker timer tasks restarted by the supervisor", "task",
+         info.task_restarts),
+        ("txmq_parked_messages", "Messages a scheduler could not deliver, parked with a reason",
+         "source", info.parked),
+    ):
+        c = CounterMetricFamily(metric, help_, labels=[label])
+        for name, n in sorted(values.items()):
+            c.add_metric([name], n)
+        yield c
 
 
 def start_metrics(broker: Broker, port: int) -> None:

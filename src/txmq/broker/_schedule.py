@@ -9,11 +9,13 @@ from itertools import takewhile
 
 import msgspec
 
+from txmq.broker._health import parked_record
 from txmq.errors import CorruptRecord, StoreError
 from txmq.protocol import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
     MessageExt,
 )
 from txmq.store import AppendResult, Record, Store
@@ -38,13 +40,19 @@ class ScheduleService:
         levels_ms: delay of level 1, 2, … in ms (``BrokerConfig.message_delay_level``).
         store: holds the schedule queues and the per-level progress (metadata ``delayOffset.json``).
         append: appends the due messages to their real topic.
+        destination_problem: ``(REAL_TOPIC, REAL_QID) -> reason | None``: why a message cannot be
+            delivered there (the broker's :func:`~txmq.broker._health.destination_problem`).
     """
 
     def __init__(self, levels_ms: list[int], store: Store,
-                 append: Callable[[list[Record]], list[AppendResult]]) -> None:
+                 append: Callable[[list[Record]], list[AppendResult]],
+                 destination_problem: Callable[[str | None, str | None], str | None]) -> None:
         self.levels_ms = levels_ms
         self.store = store
         self._append = append
+        self._problem = destination_problem
+        self.parked: dict[str, int] = {}
+        """Park source kind (``schedule``, ``retry``) → messages parked since start."""
         raw = store.load_meta(_META)
         saved = msgspec.json.decode(raw, type=dict[str, int]) if raw else {}
         self.offsets = {lvl: saved.get(str(lvl), 0) for lvl in range(1, len(levels_ms) + 1)}
@@ -71,36 +79,128 @@ class ScheduleService:
         return store_timestamp_ms + self.levels_ms[max(1, min(level, len(self.levels_ms))) - 1]
 
     def tick(self, now_ms: int) -> int:
-        """Deliver every due message; return how many. A corrupt record is skipped and logged."""
+        """Deliver every due message; return how many were delivered or parked.
+
+        A message that cannot be delivered (no valid real topic or queue, a record that does not
+        decode, an append that fails because of the message) is parked in ``PARKED_TOPIC`` with
+        the reason, and the level moves on to the next message in the same tick (I6). A store
+        failure (disk full, I/O) stops the level until the next tick; nothing is skipped.
+
+        Raises:
+            Exception: the first unexpected failure of a level, after every other level had its
+                turn (the broker's timer guard logs and counts it).
+        """
         moved = 0
+        failure: Exception | None = None
         for level, delay in enumerate(self.levels_ms, start=1):
-            moved += self._drain(level, delay, now_ms)
+            try:
+                moved += self._drain(level, delay, now_ms)
+            except Exception as exc:  # one level's failure holds back only that level
+                failure = failure or exc
+        if failure is not None:
+            raise failure
         return moved
 
     def _drain(self, level: int, delay: int, now_ms: int) -> int:
         moved = 0
         while True:
             off = self.offsets[level]
-            try:
-                batch = self.store.read_queue(SCHEDULE_TOPIC, level - 1, off, _SCAN_BATCH, 1 << 24)
-            except CorruptRecord:
-                log.error("schedule level %d: corrupt record at queue offset %d skipped", level, off)
-                self.offsets[level] = off + 1
-                continue
+            batch = self._read(level, off, now_ms)
+            if batch is None:
+                continue  # a corrupt record was parked; read on from the next one
             due = list(takewhile(lambda m: m.store_timestamp_ms + delay <= now_ms, batch))
             if not due:
                 return moved
+            done = self._deliver(level, off, due, now_ms)
+            moved += done
+            if done < len(due) or len(due) < len(batch):
+                return moved
+
+    def _read(self, level: int, off: int, now_ms: int) -> list[MessageExt] | None:
+        """Up to ``_SCAN_BATCH`` messages of the level from ``off``; where a record does not
+        decode, the messages before it, or (the first one being bad) None after parking it."""
+        try:
+            return self.store.read_queue(SCHEDULE_TOPIC, level - 1, off, _SCAN_BATCH, 1 << 24)
+        except CorruptRecord:
+            pass
+        try:
+            return self.store.read_queue(SCHEDULE_TOPIC, level - 1, off, 1, 1 << 24)
+        except CorruptRecord as exc:
+            clo = self.store.commit_log_offset_at(SCHEDULE_TOPIC, level - 1, off)
+            stub = MessageExt(topic=SCHEDULE_TOPIC, body=b"", queue_id=level - 1, queue_offset=off,
+                              commit_log_offset=-1 if clo is None else clo)
+            rec = parked_record(stub, f"schedule:{level}", f"record does not decode: {exc}", now_ms)
+            if self._commit(level, off, [rec], ["schedule"]) == 0:
+                return []  # the store refused: try again next tick
+            return None
+
+    def _route(self, m: MessageExt, level: int, now_ms: int) -> tuple[Record, str, bool]:
+        """The delivered copy of ``m``, or its parked copy: (record, park source kind, parked)."""
+        props = m.properties
+        kind = "retry" if PROPERTY_RETRY_TOPIC in props or props.get(
+            PROPERTY_REAL_TOPIC, "").startswith("%RETRY%") else "schedule"
+        try:
+            problem = self._problem(props.get(PROPERTY_REAL_TOPIC),
+                                    props.get(PROPERTY_REAL_QUEUE_ID))
+            if problem is None:
+                return _delivered(m, now_ms), kind, False
+        except Exception as exc:  # I6: whatever this message is, it holds back only itself
+            problem = f"cannot route: {type(exc).__name__}: {exc}"
+        return self._parked(m, level, kind, problem, now_ms), kind, True
+
+    @staticmethod
+    def _parked(m: MessageExt, level: int, kind: str, reason: str, now_ms: int) -> Record:
+        log.warning("schedule level %d: message %s at queue offset %d parked: %s", level,
+                    m.msg_id, m.queue_offset, reason)
+        return parked_record(m, "retry" if kind == "retry" else f"schedule:{level}", reason, now_ms)
+
+    def _deliver(self, level: int, off: int, due: list[MessageExt], now_ms: int) -> int:
+        """Append the due messages (delivered or parked) in one append; if that fails for a
+        reason other than the store, one by one, parking each one that still fails."""
+        routed = [self._route(m, level, now_ms) for m in due]
+        try:
+            return self._commit(level, off, [r for r, _, _ in routed],
+                                [k if p else None for _, k, p in routed], raise_other=True)
+        except Exception:  # the failure is one message's: find it
+            log.exception("schedule level %d: batch delivery failed; delivering one by one", level)
+        done = 0
+        for m, (rec, kind, parked) in zip(due, routed, strict=True):
             try:
-                results = self._append([_delivered(m, now_ms) for m in due])
-            except StoreError:
-                log.exception("schedule level %d: delivery failed; will retry", level)
-                return moved
-            self.offsets[level] = off + len(due)
-            last = results[-1]
-            self._unflushed.append((level, off + len(due), last.commit_log_offset + last.size))
-            moved += len(due)
-            if len(due) < len(batch):
-                return moved
+                n = self._commit(level, off + done, [rec], [kind if parked else None],
+                                 raise_other=True)
+            except Exception as exc:
+                reason = f"delivery failed: {type(exc).__name__}: {exc}"
+                n = self._commit(level, off + done, [self._parked(m, level, kind, reason, now_ms)],
+                                 [kind])
+            if n == 0:
+                break
+            done += 1
+        return done
+
+    def _commit(self, level: int, off: int, records: list[Record], parked: list[str | None], *,
+                raise_other: bool = False) -> int:
+        """Append ``records`` (those of queue offsets ``off``…) and advance the level past them;
+        returns how many (0 when the store refused: retried next tick). ``parked`` names the
+        park source kind of each parked record (None for a delivered one). Another failure is
+        raised with ``raise_other``, else logged and the records skipped (progress first)."""
+        try:
+            results = self._append(records)
+        except StoreError:
+            log.exception("schedule level %d: delivery failed; will retry", level)
+            return 0
+        except Exception:
+            if raise_other:
+                raise
+            log.exception("schedule level %d: could not park queue offset %d; skipped", level, off)
+            self.offsets[level] = off + len(records)
+            return len(records)
+        self.offsets[level] = off + len(records)
+        last = results[-1]
+        self._unflushed.append((level, off + len(records), last.commit_log_offset + last.size))
+        for kind in parked:
+            if kind is not None:
+                self.parked[kind] = self.parked.get(kind, 0) + 1
+        return len(records)
 
     def persist(self) -> None:
         """Save per-level progress up to deliveries the store has flushed."""

@@ -14,6 +14,9 @@ moves bytes, keeps time and runs blocking disk work in one thread:
   transactions and delay queues still need.
 - **Back-pressure**: a connection with ``REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX`` replies waiting for
   fsync, or with ``WRITE_BUFFER_HIGH_BYTES`` of unsent replies, is not read from until they go.
+- **Timers never die**: each part of the ticker, upkeep and flusher runs guarded (a failure is
+  logged, rate-limited, and counted in ``broker.health``); a task that ends anyway is restarted by
+  a supervisor. Each part's last successful tick is the health check (``txmq broker status``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from itertools import count
 
 import msgspec
@@ -104,8 +109,9 @@ class BrokerServer:
         self.port = self._server.sockets[0].getsockname()[1]
         if not self.config.store.store_host:
             self.store.set_store_host(f"{self.config.host}:{self.port}")  # port 0: now known
-        self._tasks = [asyncio.create_task(self._flusher()), asyncio.create_task(self._ticker()),
-                       asyncio.create_task(self._upkeep())]
+        self._tasks = [asyncio.create_task(self._supervised(name, body)) for name, body in
+                       (("flusher", self._flusher), ("ticker", self._ticker),
+                        ("upkeep", self._upkeep))]
         if self.config.metrics_port:
             from txmq.broker._metrics import start_metrics
 
@@ -217,11 +223,34 @@ class BrokerServer:
         if self.store.write_offset > self.store.flushed_offset:
             self._dirty.set()
 
+    # -- supervision ------------------------------------------------------------------------------
+    async def _supervised(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
+        """Run timer task ``body`` for ever: if it ends or raises anyway (its parts are guarded
+        one by one), log at error, count it (``health.restarts``) and start it again after
+        ``TIMER_TASK_RESTART_DELAY_MS``. Only cancellation (shutdown) stops it."""
+        while True:
+            try:
+                await body()
+                log.error("timer task %s ended; restarting it", name)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("timer task %s died; restarting it", name)
+            self.broker.health.restarted(name)
+            await asyncio.sleep(limits.TIMER_TASK_RESTART_DELAY_MS / 1000)
+
     # -- group commit -----------------------------------------------------------------------------
     async def _flusher(self) -> None:
         loop = asyncio.get_running_loop()
+        health = self.broker.health
         while True:
-            await self._dirty.wait()
+            try:  # idle, it still wakes now and then: its health-check tick stays fresh
+                async with asyncio.timeout(limits.FLUSHER_IDLE_TICK_MS / 1000):
+                    await self._dirty.wait()
+            except TimeoutError:
+                health.ok("flusher", _now_ms())
+                if not self._waiting and self.store.write_offset <= self.store.flushed_offset:
+                    continue  # (after a restart, whatever was left waiting is flushed here)
             self._dirty.clear()
             if not self._sync:
                 await asyncio.sleep(self.config.flush_interval_ms / 1000)
@@ -229,6 +258,7 @@ class BrokerServer:
             try:
                 flushed = await loop.run_in_executor(self._flush_pool, self.store.flush)
             except StoreError as exc:
+                health.failed("flusher", _now_ms(), exc)
                 self._fail_waiting(str(exc))
                 self._wake(keys)
                 continue
@@ -239,6 +269,7 @@ class BrokerServer:
             self._wake(keys | self.broker.touched)
             if self.store.write_offset > flushed:
                 self._dirty.set()
+            health.ok("flusher", _now_ms())
 
     def _release(self, flushed: int) -> None:
         """Send the replies whose records are now durable; resume paused connections."""
@@ -277,34 +308,42 @@ class BrokerServer:
 
     # -- timers -----------------------------------------------------------------------------------
     async def _ticker(self) -> None:
+        """Every ``SCHEDULE_TICK_MS``: the broker's tick (delay queues, client expiry, check-back;
+        each part guarded in :meth:`Broker.tick`), held pulls past their deadline, and every
+        ``CONSUMER_OFFSET_FLUSH_INTERVAL_MS`` the consumer offsets, each guarded on its own."""
+        health = self.broker.health
         last_persist = _now_ms()
         while True:
             await asyncio.sleep(limits.SCHEDULE_TICK_MS / 1000)
             now = _now_ms()
             self._apply(self.broker.tick(now))
-            self._expire_holds(now)
+            health.run("holds", now, partial(self._expire_holds, now))
             if now - last_persist >= limits.CONSUMER_OFFSET_FLUSH_INTERVAL_MS:
                 last_persist = now
-                try:
-                    self.broker.persist_offsets()
-                except StoreError:
-                    log.exception("could not persist consumer offsets")
+                health.run("offsets", now, self.broker.persist_offsets)
 
     async def _upkeep(self) -> None:
-        """Checkpoints, disk checks and retention, each on its own period."""
+        """Checkpoints, disk checks and retention, each on its own period, each guarded."""
         loop = asyncio.get_running_loop()
+        health = self.broker.health
         step_ms = min(limits.FLUSH_INTERVAL_CONSUME_QUEUE_MS, limits.DISK_CHECK_INTERVAL_MS)
         last_clean = _now_ms()
         while True:
             await asyncio.sleep(step_ms / 1000)
-            self.store.check_disk()
-            await loop.run_in_executor(self._flush_pool, self.store.checkpoint())
+            now = _now_ms()
+            health.run("disk", now, self.store.check_disk)
+            try:
+                await loop.run_in_executor(self._flush_pool, self.store.checkpoint())
+            except Exception as exc:  # retried next step
+                health.failed("checkpoint", _now_ms(), exc)
+            else:
+                health.ok("checkpoint", _now_ms())
             now = _now_ms()
             if now - last_clean >= limits.CLEAN_RESOURCE_INTERVAL_MS:
                 last_clean = now
                 hour = time.localtime(now / 1000).tm_hour
-                self.store.clean(now, delete_hour=is_delete_hour(self.store.config.delete_when,
-                                                                 hour))
+                delete_hour = is_delete_hour(self.store.config.delete_when, hour)
+                health.run("retention", now, partial(self.store.clean, now, delete_hour=delete_hour))
 
     def _expire_holds(self, now: int) -> None:
         for key in list(self._holds):

@@ -15,6 +15,8 @@ from txmq.errors import TxmqError
 app = typer.Typer(help="txmq: transactional messaging for Python services.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
 console = Console(stderr=True)
+broker_app = typer.Typer(help="Run a broker (`txmq broker [options]`), or ask one for its status.")
+app.add_typer(broker_app, name="broker")
 
 
 def _register_subapps() -> None:
@@ -30,8 +32,9 @@ def _register_subapps() -> None:
 _register_subapps()
 
 
-@app.command()
+@broker_app.callback(invoke_without_command=True)
 def broker(
+    ctx: typer.Context,
     config: Annotated[Path | None, typer.Option(help="TOML file of BrokerConfig keys.")] = None,
     host: Annotated[str | None, typer.Option(help="Listen address.")] = None,
     port: Annotated[int | None, typer.Option(help="Listen port; 0 picks a free one.")] = None,
@@ -40,7 +43,9 @@ def broker(
     metrics_port: Annotated[int | None, typer.Option(help="Prometheus /metrics port.")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING …")] = "INFO",
 ) -> None:
-    """Run a broker until SIGINT/SIGTERM."""
+    """Run a broker until SIGINT/SIGTERM (`txmq broker status` asks a running one instead)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from txmq.broker import load_config
     from txmq.broker.server import run_server
     from txmq.client._sync import new_event_loop
@@ -71,6 +76,7 @@ def main() -> None:
         _demo_cmd,  # noqa: F401  (registers `txmq demo`)
         _group,  # noqa: F401  (registers `txmq group`, `txmq dlq`)
         _message,  # noqa: F401  (registers `txmq message`)
+        _status,  # noqa: F401  (registers `txmq broker status`, `txmq parked`)
     )
 
     app()

@@ -16,10 +16,13 @@ from txmq.client._core import PullStatus, check_response
 from txmq.client._pull import _PullMixin, validate_group
 from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, RequestTimeout, ResponseCode
 from txmq.protocol import (
+    PARKED_TOPICS,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_TXMQ_PARK_REASON,
+    BrokerRuntimeInfo,
     ConsumerGroupInfo,
     ConsumeStatsRequestHeader,
     MessageExt,
@@ -156,7 +159,9 @@ class AsyncAdmin(_PullMixin):
         The DLQ is append-only: a message resent and dead again appears twice, with the same id.
         Its original topic is in property ``RETRY_TOPIC``.
         """
-        topic = dlq_topic(group)
+        return await self._read_topic(dlq_topic(group), limit)
+
+    async def _read_topic(self, topic: str, limit: int) -> list[MessageExt]:
         try:
             n = await self.queue_nums(topic, refresh=True)
         except RemoteError as exc:
@@ -173,6 +178,43 @@ class AsyncAdmin(_PullMixin):
                 out += r.messages
                 off = r.next_begin_offset
         return out[:limit]
+
+    async def runtime_info(self) -> BrokerRuntimeInfo:
+        """The broker's health: each timer's last tick, parked messages, pending transactions
+        (RocketMQ GET_BROKER_RUNTIME_INFO).
+
+        Raises:
+            MalformedFrame: the answer is not a runtime info ``KVTable``.
+        """
+        r = check_response(await self.call(RequestCode.GET_BROKER_RUNTIME_INFO))
+        return BrokerRuntimeInfo.decode(r.body)
+
+    async def parked_messages(self, limit: int = 100_000) -> list[MessageExt]:
+        """Messages the broker's schedulers parked (oldest first per topic, at most ``limit``):
+        ``TXMQ_SYS_PARKED_TOPIC``, then the half messages discarded as uncommittable from
+        ``TRANS_CHECK_MAX_TIME_TOPIC``. Each carries ``TXMQ_PARK_REASON``, ``TXMQ_PARK_SOURCE`` and
+        its origin (``TXMQ_PARK_ORIGIN_*``)."""
+        out: list[MessageExt] = []
+        for topic in PARKED_TOPICS:
+            out += [m for m in await self._read_topic(topic, limit)
+                    if PROPERTY_TXMQ_PARK_REASON in m.properties]
+        return out[:limit]
+
+    async def resend_parked(self, m: MessageExt, topic: str, queue_id: int = -1) -> int:
+        """Send parked message ``m`` (body, tags, keys, user properties) to ``topic`` as a new
+        message; returns its queue offset. Its schedule, transaction and park properties are
+        dropped: it is delivered at once.
+
+        Raises:
+            RemoteError: the broker refused (unknown topic or queue, …).
+        """
+        props = {k: v for k, v in m.properties.items()
+                 if k not in _DROPPED_ON_RESEND and not k.startswith("TXMQ_PARK_")}
+        h = SendMessageRequestHeader(producer_group=ADMIN_GROUP, topic=topic, queue_id=queue_id,
+                                     tags=m.tags, keys=m.keys, properties=props,
+                                     born_timestamp_ms=m.born_timestamp_ms)
+        r = check_response(await self.call(RequestCode.SEND_MESSAGE, to_ext(h), m.body))
+        return from_ext(r.ext, SendMessageResponseHeader).queue_offset
 
     async def resend_dlq(self, group: str, msg_ids: list[str] | None = None) -> list[ResendResult]:
         """Put DLQ messages back in ``%RETRY%<group>`` with their retry count reset, so the group

@@ -26,6 +26,7 @@ from txmq.client._core import (
 )
 from txmq.client._pull import AsyncPullConsumer
 from txmq.protocol import (
+    BrokerRuntimeInfo,
     Command,
     ConsumerGroupInfo,
     Message,
@@ -301,6 +302,18 @@ class Admin(_SyncClient):
     def resend_dlq(self, group: str, msg_ids: list[str] | None = None) -> list[ResendResult]:
         """See :meth:`AsyncAdmin.resend_dlq`."""
         return self._run(self._a.resend_dlq(group, msg_ids))
+
+    def runtime_info(self) -> BrokerRuntimeInfo:
+        """See :meth:`AsyncAdmin.runtime_info`."""
+        return self._run(self._a.runtime_info())
+
+    def parked_messages(self, limit: int = 100_000) -> list[MessageExt]:
+        """See :meth:`AsyncAdmin.parked_messages`."""
+        return self._run(self._a.parked_messages(limit))
+
+    def resend_parked(self, m: MessageExt, topic: str, queue_id: int = -1) -> int:
+        """See :meth:`AsyncAdmin.resend_parked`."""
+        return self._run(self._a.resend_parked(m, topic, queue_id))
 
 
 async def _on_loop(fn: Callable[[], T]) -> T:

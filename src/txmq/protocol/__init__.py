@@ -32,6 +32,8 @@ from txmq.protocol._headers import (
 )
 from txmq.protocol._message import *  # noqa: F403
 from txmq.protocol._message import __all__ as _message_all
+from txmq.protocol._parked import *  # noqa: F403
+from txmq.protocol._parked import __all__ as _parked_all
 
 __all__ = [
     "FLAG_ONEWAY",
@@ -66,4 +68,5 @@ __all__ = [
     "to_ext",
     *_consume_all,
     *_message_all,
+    *_parked_all,
 ]

@@ -17,6 +17,9 @@ class RequestCode(IntEnum):
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
+    GET_BROKER_RUNTIME_INFO = 28
+    """The broker's health: each timer's last tick, parked messages, pending transactions (a
+    ``KVTable`` JSON body, :class:`~txmq.protocol.BrokerRuntimeInfo`)."""
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     """The first queue offset stored at or after a timestamp (binary search by store time)."""
     GET_MAX_OFFSET = 30

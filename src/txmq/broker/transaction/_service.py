@@ -18,6 +18,7 @@ from txmq import limits
 from txmq.broker._actions import SendTo
 from txmq.broker._clients import ClientRegistry
 from txmq.broker._config import BrokerConfig
+from txmq.broker._health import PARK_PROPERTIES, park_properties
 from txmq.broker.transaction._index import HalfEntry, LatencyHistogram, Outcome, TransactionIndex
 from txmq.broker.transaction._sink import (
     PROPERTY_TXMQ_SINK_BATCH,
@@ -101,11 +102,17 @@ class TransactionService:
         store: where half, op, real and discarded messages are written.
         append: appends records through the broker (assigns offsets, wakes long polls).
         clients: live producers, for check-back routing.
+        destination_problem: ``(REAL_TOPIC, REAL_QID) -> reason | None``: why a half message can
+            never be committed. Such a half message is discarded to TRANS_CHECK_MAX_TIME_TOPIC
+            (resumable, I5) with the reason (``TXMQ_PARK_REASON``) when the checker first looks
+            at it or when a commit asks for it, and counted in ``stats["parked"]``.
     """
 
     def __init__(self, config: BrokerConfig, store: Store, append: Append,
-                 clients: ClientRegistry) -> None:
+                 clients: ClientRegistry,
+                 destination_problem: Callable[[str | None, str | None], str | None]) -> None:
         self.config = config
+        self._problem = destination_problem
         self.store = store
         self.index = TransactionIndex()
         self._append = append
@@ -122,7 +129,7 @@ class TransactionService:
         self.stats = {"commits": 0, "rollbacks": 0, "discards": 0, "checks_sent": 0,
                       "checks_answered": 0, "duplicate_ends": 0, "check_errors": 0,
                       "checks_no_producer": 0, "sink_batches": 0, "sink_duplicate_batches": 0,
-                      "sink_orphans_rolled_back": 0}
+                      "sink_orphans_rolled_back": 0, "parked": 0}
         self.finish_latency = LatencyHistogram()
         """Prepare-to-finish latency of settled transactions, seconds."""
 
@@ -196,10 +203,11 @@ class TransactionService:
                 first[h.tran_state_table_offset] = r[1]
                 results.append(None)
         durable = 0
+        parked: dict[int, str] = {}  # commits that cannot be: discarded instead, with the reason
         for (operator, reason), items in decided.items():  # one group unless operators differ
-            durable = self._finish_many(items, now_ms, operator, reason).durable_offset
-        return [EndResult(ResponseCode.SUCCESS, first[h.tran_state_table_offset].value,
-                          durable_offset=durable) if r is None else r
+            durable = self._finish_many(items, now_ms, operator, reason, parked).durable_offset
+        return [_end_result(first[h.tran_state_table_offset], durable,
+                            parked.get(h.tran_state_table_offset)) if r is None else r
                 for h, r in zip(headers, results, strict=True)]
 
     def _decide(self, h: EndTransactionRequestHeader) -> EndResult | tuple[HalfEntry, Outcome]:
@@ -234,29 +242,46 @@ class TransactionService:
         return self._finish_many([(entry, outcome)], now_ms, operator, reason)
 
     def _finish_many(self, items: list[tuple[HalfEntry, Outcome]], now_ms: int,
-                     operator: str = "", reason: str = "") -> EndResult:
+                     operator: str = "", reason: str = "",
+                     parked: dict[int, str] | None = None) -> EndResult:
         """Settle pending transactions with one append: a real (or discard) record per committed
         (or discarded) message, then op records whose bodies list the settled half offsets per
         outcome, at most ``limits.TRANSACTION_OP_MSG_MAX_SIZE`` characters each (RocketMQ 5.1
-        batches op messages the same way)."""
+        batches op messages the same way).
+
+        ``parked`` (half offset → reason) names discards to mark with a park reason; a commit
+        whose half message has no valid real topic or queue is discarded instead and added there.
+        """
+        parked = {} if parked is None else parked
         records: list[Record] = []
         discard_at: dict[int, int] = {}
+        settled: list[tuple[HalfEntry, Outcome]] = []
         for entry, outcome in items:
             cached = self._uncache_half(entry.commit_log_offset)
             if outcome is not Outcome.ROLLBACK:
                 half = cached or self.store.read_at(entry.commit_log_offset)
+                problem = self._problem(half.properties.get(PROPERTY_REAL_TOPIC),
+                                        half.properties.get(PROPERTY_REAL_QUEUE_ID))
+                if outcome is Outcome.COMMIT and problem is not None:
+                    outcome, parked[entry.half_offset] = Outcome.DISCARD, f"cannot be committed: {problem}"
                 if outcome is Outcome.DISCARD:
                     discard_at[entry.half_offset] = len(records)
-                records.append(self._real_or_discard_record(half, entry, outcome, now_ms))
-        records += self._op_records(items, now_ms, operator, reason)
+                records.append(self._real_or_discard_record(half, entry, outcome, now_ms,
+                                                            parked.get(entry.half_offset)))
+            settled.append((entry, outcome))
+        records += self._op_records(settled, now_ms, operator, reason)
         results = self._append(records)
-        for entry, outcome in items:
+        for entry, outcome in settled:
             if entry.half_offset in discard_at:
                 self.index.discarded[entry.half_offset] = \
                     results[discard_at[entry.half_offset]].commit_log_offset
+            if entry.half_offset in parked:
+                self.stats["parked"] += 1
+                log.warning("half message %s (offset %d) discarded: %s", entry.msg_id,
+                            entry.half_offset, parked[entry.half_offset])
             self._settled(entry, outcome, now_ms)
         last = results[-1]
-        return EndResult(ResponseCode.SUCCESS, items[-1][1].value,
+        return EndResult(ResponseCode.SUCCESS, settled[-1][1].value,
                          durable_offset=last.commit_log_offset + last.size)
 
     def _cache_half(self, rec: Record, commit_log_offset: int) -> None:
@@ -308,11 +333,15 @@ class TransactionService:
         self.finish_latency.observe(max(0, now_ms - entry.born_ms) / 1000)
 
     def _real_or_discard_record(self, half: MessageExt | Record, entry: HalfEntry, outcome: Outcome,
-                                now_ms: int) -> Record:
+                                now_ms: int, park_reason: str | None = None) -> Record:
         props = dict(half.properties)
         if outcome is Outcome.DISCARD:
             props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(entry.check_count)
             props[PROPERTY_TXMQ_HALF_OFFSET] = str(entry.half_offset)
+            if park_reason is not None:
+                origin = MessageExt(topic=HALF_TOPIC, body=b"", queue_offset=entry.half_offset,
+                                    commit_log_offset=entry.commit_log_offset)
+                props.update(park_properties("transaction", park_reason, origin))
             return Record(topic=TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0, body=half.body,
                           tags=half.tags, keys=half.keys, properties=props,
                           born_timestamp_ms=half.born_timestamp_ms, store_timestamp_ms=now_ms,
@@ -363,16 +392,23 @@ class TransactionService:
             self._finish(entry, Outcome.ROLLBACK, now_ms)
             self.stats["sink_orphans_rolled_back"] += 1
             return None
-        conn = self._clients.pick_producer(entry.producer_group, entry.sender_client_id)
-        self.index.reschedule(entry, now_ms + cfg.transaction_check_interval_ms)
-        if conn is None:
-            self.stats["checks_no_producer"] += 1  # retried next round, budget not spent
-            return None
         try:
             half = self.store.read_at(entry.commit_log_offset)
         except CorruptRecord:
             self.stats["check_errors"] += 1
             log.error("half message at %d unreadable; will retry", entry.commit_log_offset)
+            self.index.reschedule(entry, now_ms + cfg.transaction_check_interval_ms)
+            return None
+        problem = self._problem(half.properties.get(PROPERTY_REAL_TOPIC),
+                                half.properties.get(PROPERTY_REAL_QUEUE_ID))
+        if problem is not None:  # it can never be committed: park it resumably (I5, I6)
+            self._finish_many([(entry, Outcome.DISCARD)], now_ms,
+                              parked={entry.half_offset: f"cannot be committed: {problem}"})
+            return None
+        conn = self._clients.pick_producer(entry.producer_group, entry.sender_client_id)
+        self.index.reschedule(entry, now_ms + cfg.transaction_check_interval_ms)
+        if conn is None:
+            self.stats["checks_no_producer"] += 1  # retried next round, budget not spent
             return None
         entry.check_count += 1
         self.stats["checks_sent"] += 1
@@ -507,6 +543,8 @@ class TransactionService:
         props = dict(parked.properties)
         props.pop(PROPERTY_TRANSACTION_CHECK_TIMES, None)
         props.pop(PROPERTY_TXMQ_HALF_OFFSET, None)
+        for key in PARK_PROPERTIES:  # resumed: no longer parked
+            props.pop(key, None)
         props[PROPERTY_TXMQ_RESUMED_FROM] = str(half_offset)
         rec = Record(topic=HALF_TOPIC, queue_id=0, body=parked.body, tags=parked.tags,
                      keys=parked.keys, properties=props, born_timestamp_ms=now_ms,
@@ -591,3 +629,12 @@ class TransactionService:
                         log.warning("sink batch %s: completing %s of half %d after a crash",
                                     batch, outcome.value, off)
                         self._finish(entry, outcome, now_ms)
+
+
+def _end_result(outcome: Outcome, durable: int, park_reason: str | None) -> EndResult:
+    """The answer to an end request that settled its half message (or, when the commit could not
+    be done, discarded it: MESSAGE_ILLEGAL with the reason)."""
+    if park_reason is None:
+        return EndResult(ResponseCode.SUCCESS, outcome.value, durable_offset=durable)
+    return EndResult(ResponseCode.MESSAGE_ILLEGAL, Outcome.DISCARD.value, durable_offset=durable,
+                     remark=f"half message {park_reason}; discarded to {TRANS_CHECK_MAX_TIME_TOPIC}")

@@ -1,0 +1,173 @@
+"""``txmq broker status`` (the health check) and ``txmq parked``: messages the schedulers parked."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from txmq import limits
+from txmq.cli._app import app, broker_app
+from txmq.cli._group import dlq_row
+from txmq.client import Admin
+from txmq.errors import TxmqError
+from txmq.protocol import (
+    BROKER_TIMERS,
+    PARKED_TOPIC,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TXMQ_PARK_REASON,
+    PROPERTY_TXMQ_PARK_SOURCE,
+    BrokerRuntimeInfo,
+    MessageExt,
+    park_source_kind,
+)
+
+__all__ = ["parked_app", "parked_id", "timer_rows"]
+
+parked_app = typer.Typer(help="Messages the broker's schedulers could not deliver: list, show, resend.",
+                         no_args_is_help=True)
+app.add_typer(parked_app, name="parked")
+
+BrokerAddr = Annotated[str, typer.Option("--broker", "--endpoints", help="Broker host:port.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+_out = Console()
+_err = Console(stderr=True)
+
+
+def _admin_call(endpoints: str, fn: Any) -> Any:
+    try:
+        with Admin(endpoints) as adm:
+            return fn(adm)
+    except TxmqError as exc:
+        _err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
+
+
+def timer_rows(info: BrokerRuntimeInfo, stale_ms: int) -> list[dict[str, Any]]:
+    """One row per timer: last successful tick, its age by the broker's clock, failures, and
+    whether it is stale (no successful tick for more than ``stale_ms``; a timer that never ticked
+    counts from the broker's start)."""
+    rows = []
+    for name in sorted(set(BROKER_TIMERS) | set(info.timers)):
+        last = info.timers.get(name)
+        age_ms = info.now_ms - (info.boot_ms if last is None else last)
+        rows.append({"timer": name, "last_tick_ms": last, "age_s": round(age_ms / 1000, 1),
+                     "errors": info.timer_errors.get(name, 0), "stale": age_ms > stale_ms})
+    return rows
+
+
+@broker_app.command("status")
+def status(
+    endpoints: BrokerAddr = "127.0.0.1:10911",
+    stale_ms: Annotated[int, typer.Option(help="A timer is stale after this long without a "
+                                               "successful tick (ms).")] = limits.BROKER_TIMER_STALE_MS,
+    as_json: AsJson = False,
+) -> None:
+    """Each timer's last tick (stale ones flagged), task restarts, parked messages and pending
+    transactions. Exits 1 when a timer is stale."""
+    info: BrokerRuntimeInfo = _admin_call(endpoints, lambda a: a.runtime_info())
+    rows = timer_rows(info, stale_ms)
+    stale = [r["timer"] for r in rows if r["stale"]]
+    if as_json:
+        print(json.dumps({**msgspec.to_builtins(info), "timer_rows": rows, "stale": stale}, indent=2))
+    else:
+        table = Table("timer", "last tick", "age (s)", "errors", "stale",
+                      title=f"broker {endpoints} (up {(info.now_ms - info.boot_ms) / 1000:.0f} s)")
+        for r in rows:
+            last = "never" if r["last_tick_ms"] is None else _time(r["last_tick_ms"])
+            table.add_row(r["timer"], last, str(r["age_s"]), str(r["errors"]),
+                          "[red]STALE[/red]" if r["stale"] else "ok")
+        _out.print(table)
+        counts = Table("parked by", "since start", title=f"parked ({info.parked_stored} stored "
+                                                         f"in {PARKED_TOPIC})")
+        for source, n in sorted(info.parked.items()):
+            counts.add_row(source, str(n))
+        _out.print(counts)
+        restarts = ", ".join(f"{k} {v}" for k, v in sorted(info.task_restarts.items())) or "none"
+        _out.print(f"timer task restarts: {restarts}; pending transactions: "
+                   f"{info.pending_transactions}")
+    if stale:
+        _err.print(f"[red]stale timers (no tick for > {stale_ms} ms): {', '.join(stale)}[/red]")
+        raise typer.Exit(1)
+
+
+def _time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000).isoformat(" ", "milliseconds")
+
+
+# -- parked -----------------------------------------------------------------------------------------
+def parked_id(m: MessageExt) -> str:
+    """How ``txmq parked`` names a parked message: ``parked:<queue offset>`` in the parked topic,
+    ``discarded:<queue offset>`` for a half message in TRANS_CHECK_MAX_TIME_TOPIC."""
+    return f"{'parked' if m.topic == PARKED_TOPIC else 'discarded'}:{m.queue_offset}"
+
+
+def _find(endpoints: str, ident: str) -> MessageExt:
+    msgs: list[MessageExt] = _admin_call(endpoints, lambda a: a.parked_messages())
+    found = [m for m in msgs if ident in (parked_id(m), m.msg_id)]
+    if not found:
+        _err.print(f"[red]{ident} is not a parked message[/red]")
+        raise typer.Exit(1)
+    return found[-1]
+
+
+@parked_app.command("list")
+def parked_list(
+    endpoints: BrokerAddr = "127.0.0.1:10911",
+    source: Annotated[str | None, typer.Option(help="Only schedule, retry or transaction.")] = None,
+    limit: Annotated[int, typer.Option(help="Most messages shown.")] = 1000,
+    as_json: AsJson = False,
+) -> None:
+    """Parked messages, oldest first: id, source, reason, real topic, message id."""
+    msgs: list[MessageExt] = _admin_call(endpoints, lambda a: a.parked_messages(limit))
+    if source:
+        msgs = [m for m in msgs
+                if park_source_kind(m.properties.get(PROPERTY_TXMQ_PARK_SOURCE, "")) == source]
+    if as_json:
+        print(json.dumps([{"id": parked_id(m), **dlq_row(m)} for m in msgs], indent=2))
+        return
+    if not msgs:
+        _out.print("parked messages: none")
+        return
+    table = Table("id", "source", "reason", "real topic", "msg_id", "parked at", "bytes",
+                  title="parked messages")
+    for m in msgs:
+        p = m.properties
+        table.add_row(parked_id(m), p.get(PROPERTY_TXMQ_PARK_SOURCE, ""),
+                      p.get(PROPERTY_TXMQ_PARK_REASON, "")[:80], p.get(PROPERTY_REAL_TOPIC, "")[:40],
+                      m.msg_id, _time(m.store_timestamp_ms), str(len(m.body)))
+    _out.print(table)
+
+
+@parked_app.command("show")
+def parked_show(ident: Annotated[str, typer.Argument(help="parked:<n>, discarded:<n> or a msg id.")],
+                endpoints: BrokerAddr = "127.0.0.1:10911", as_json: AsJson = False) -> None:
+    """One parked message with its properties and body."""
+    m = _find(endpoints, ident)
+    row = {"id": parked_id(m), **dlq_row(m)}
+    if as_json:
+        print(json.dumps(row, indent=2))
+        return
+    table = Table("field", "value", title=row["id"])
+    for k, v in row.items():
+        table.add_row(k, json.dumps(v) if isinstance(v, dict) else str(v))
+    _out.print(table)
+
+
+@parked_app.command("resend")
+def parked_resend(
+    ident: Annotated[str, typer.Argument(help="parked:<n>, discarded:<n> or a msg id.")],
+    topic: Annotated[str, typer.Option(help="Valid topic to send it to.")],
+    queue: Annotated[int, typer.Option(help="Queue id (-1: the broker picks).")] = -1,
+    endpoints: BrokerAddr = "127.0.0.1:10911",
+) -> None:
+    """Send a parked message to a chosen topic as a new message (delivered at once). The parked
+    copy stays where it is (the parked topic is append-only)."""
+    m = _find(endpoints, ident)
+    off = _admin_call(endpoints, lambda a: a.resend_parked(m, topic, queue))
+    _out.print(f"{ident}: sent to {topic} (queue offset {off})")

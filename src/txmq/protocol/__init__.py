@@ -18,12 +18,14 @@ from txmq.protocol._headers import (
     GroupRequestHeader,
     HeartbeatData,
     OffsetRequestHeader,
+    PendingTransactionsRequestHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
     QueryMessageRequestHeader,
     QueueRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
+    SinkBatchRequestHeader,
     TopicRequestHeader,
     TransactionIdRequestHeader,
     ViewMessageRequestHeader,
@@ -32,6 +34,8 @@ from txmq.protocol._headers import (
 )
 from txmq.protocol._message import *  # noqa: F403
 from txmq.protocol._message import __all__ as _message_all
+from txmq.protocol._validate import *  # noqa: F403
+from txmq.protocol._validate import __all__ as _validate_all
 
 __all__ = [
     "FLAG_ONEWAY",
@@ -50,6 +54,7 @@ __all__ = [
     "GroupRequestHeader",
     "HeartbeatData",
     "OffsetRequestHeader",
+    "PendingTransactionsRequestHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
     "QueryMessageRequestHeader",
@@ -57,6 +62,7 @@ __all__ = [
     "RequestCode",
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
+    "SinkBatchRequestHeader",
     "TopicRequestHeader",
     "TransactionIdRequestHeader",
     "ViewMessageRequestHeader",
@@ -66,4 +72,5 @@ __all__ = [
     "to_ext",
     *_consume_all,
     *_message_all,
+    *_validate_all,
 ]

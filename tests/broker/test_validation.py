@@ -13,6 +13,7 @@ from txmq import limits
 from txmq.errors import ResponseCode, StoreError
 from txmq.protocol import (
     ConsumerData,
+    ConsumerSendMsgBackRequestHeader,
     CreateTopicRequestHeader,
     HeartbeatData,
     OffsetRequestHeader,
@@ -176,3 +177,29 @@ def test_the_file_store_refuses_a_record_whose_topic_is_not_a_path_it_may_create
                           Record(topic=topic, queue_id=qid, body=b"x")])
     assert store.write_offset == end and not (tmp_path / "x").exists()
     store.close()
+
+
+def test_send_back_names_a_stored_message_of_a_client_topic() -> None:
+    h = BrokerHarness()
+    h.heartbeat(1, "p1", ["pg"])
+    half = h.send(1, "t", b"half", transactional=True)
+    plain = h.send(1, "t", b"plain")
+
+    def back(offset: int, group: str = "cg") -> int:
+        ext = to_ext(ConsumerSendMsgBackRequestHeader(group=group, commit_log_offset=offset))
+        return h.request(1, RequestCode.CONSUMER_SEND_MSG_BACK, ext).code
+
+    assert back(10**12) == back(-1) == back(1) == ResponseCode.MESSAGE_ILLEGAL
+    assert back(int(half.ext["commit_log_offset"])) == ResponseCode.NO_PERMISSION  # the half record
+    assert back(int(plain.ext["commit_log_offset"]), "a/b") == ResponseCode.MESSAGE_ILLEGAL
+    assert back(int(plain.ext["commit_log_offset"])) == ResponseCode.SUCCESS
+
+
+def test_unparsable_transaction_ids_and_sink_batches_get_malformed_request() -> None:
+    h = BrokerHarness()
+    malformed = ResponseCode.MALFORMED_REQUEST
+    assert h.request(1, RequestCode.QUERY_TRANSACTION, {"id": "half:abc"}).code == malformed
+    assert h.request(1, RequestCode.QUERY_TRANSACTION, {"id": "half:7"}).code == ResponseCode.SUCCESS
+    assert h.request(1, RequestCode.ABORT_SINK_BATCH, {"batch": 5}).code == malformed
+    assert h.request(1, RequestCode.COMMIT_SINK_BATCH, {"batch": "s/1", "producer_group": "a b"},
+                     msgspec.msgpack.encode({"0.1": 1})).code == ResponseCode.MESSAGE_ILLEGAL

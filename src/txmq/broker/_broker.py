@@ -79,6 +79,7 @@ from txmq.protocol import (
     encode_messages,
     from_ext,
     is_broker_topic,
+    parse_int,
     to_ext,
 )
 from txmq.store import AppendResult, Record, Store
@@ -663,6 +664,8 @@ class Broker:
 
     def _tx_offset(self, cmd: Command) -> int:
         h = from_ext(cmd.ext, TransactionIdRequestHeader)
+        if h.id.startswith("half:"):
+            parse_int(h.id[5:], "half offset", 0, limits.TIMESTAMP_MAX_MS)
         off = self.tx.lookup(h.id)
         if off is None:
             raise _Fail(ResponseCode.TRANSACTION_NOT_FOUND, f"no pending or discarded transaction {h.id!r}")

@@ -19,6 +19,7 @@ __all__ = [
     "CorruptRecord",
     "DiskFull",
     "FrameTooLarge",
+    "InvalidRequest",
     "LocalError",
     "MalformedFrame",
     "MessageTooLarge",
@@ -103,6 +104,23 @@ class MalformedFrame(ProtocolError):
     """A frame whose length fields, header or body cannot be decoded."""
 
     code = "MALFORMED_FRAME"
+
+
+class InvalidRequest(LocalError):
+    """A well-framed request that names something illegal or forbidden (a bad topic or group name,
+    a broker-only property, a queue id out of range, an unparsable number). The broker answers it
+    with ``response_code`` and stores nothing; the connection stays usable.
+
+    Attributes:
+        response_code: the :class:`ResponseCode` to answer with (``MESSAGE_ILLEGAL``,
+            ``NO_PERMISSION``, ``MALFORMED_REQUEST``, ...).
+    """
+
+    code = "INVALID_REQUEST"
+
+    def __init__(self, response_code: ResponseCode, message: str) -> None:
+        super().__init__(message)
+        self.response_code = response_code
 
 
 class FrameTooLarge(ProtocolError):

@@ -321,10 +321,52 @@ assert OUTBOX_MAX_COMMIT_RECONSUME_TIMES < MAX_RECONSUME_TIMES  # rollback is em
 assert OUTBOX_RETENTION_MS > 5 * 3600 * 1000
 assert (OUTBOX_APP_ID_MAX_CHARS + OUTBOX_BIZ_KEY_MAX_CHARS + 32) * 4 <= 3072
 
-# --- issue 11 part 4 (sched): parking, timer guards, health check --------------------------------
+# --- validation at the door (issue 11, part 1: validate) -----------------------------------------
 TOPIC_NAME_MAX_CHARS = 127
-"""Longest topic name a scheduler delivers to. RocketMQ TopicValidator ``TOPIC_MAX_LENGTH``."""
+"""Longest topic name. RocketMQ ``TopicValidator.TOPIC_MAX_LENGTH`` (127). Topic names are ASCII
+(``^[%|a-zA-Z0-9_-]+$``), so this is also its length in bytes as a consume queue directory name."""
 
+GROUP_NAME_MAX_CHARS = TOPIC_NAME_MAX_CHARS - len("%RETRY%")
+"""Longest producer or consumer group name: 120, so that ``%RETRY%<group>`` and ``%DLQ%<group>`` are
+still legal topic names (and file names). Stricter than RocketMQ's 255 (``Validators
+.CHARACTER_MAX_LENGTH``), whose retry topic of a 255-character group cannot be created (txmq)."""
+
+QUEUE_NUMS_MAX = 1024
+"""Most queues of one topic; a queue id is in ``0 .. QUEUE_NUMS_MAX - 1`` (txmq; RocketMQ's
+``defaultTopicQueueNums`` is 8 and its admin tools accept up to 1024 in practice)."""
+
+PROPERTY_KEY_MAX_CHARS = 256
+"""Longest message property name (txmq; RocketMQ bounds only the whole properties string)."""
+
+PROPERTY_VALUE_MAX_CHARS = 16 * 1024
+"""Longest message property value (txmq; keys and user ids, not payloads)."""
+
+PROPERTIES_MAX_BYTES = 32_767
+"""Most bytes of all properties of one message, encoded as RocketMQ does (``name\\u0001value\\u0002``
+each). RocketMQ ``DefaultMessageStore.checkMessage``: a properties string longer than
+``Short.MAX_VALUE`` is refused with ``PROPERTIES_SIZE_EXCEEDED``."""
+
+CHECK_IMMUNITY_TIME_MAX_S = FILE_RESERVED_TIME_MS // 1000
+"""Largest ``CHECK_IMMUNITY_TIME_IN_SECONDS`` accepted: a half message is discarded after the file
+reserved time (72 h) anyway, so a longer immunity never takes effect (txmq)."""
+
+TIMESTAMP_MAX_MS = 2**63 - 1
+"""Largest timestamp accepted in a request (Java ``Long.MAX_VALUE``, what RocketMQ's headers hold).
+Timestamps below 0 are refused, except -1 where a header documents it as "none"."""
+
+PENDING_TRANSACTIONS_LIST_MAX = 10_000
+"""Most pending half messages one GET_PENDING_TRANSACTIONS answer lists (txmq)."""
+
+FRAME_HEADER_EXT_DEPTH_MAX = 2
+"""Nesting of values in a frame header's ``ext`` map: a scalar, or a list or a string-keyed map of
+scalars (message properties). The frame decoder decodes ``ext`` into that bounded type, so deeper
+headers (60,000 nested arrays) are refused as ``MalformedFrame`` without recursion (txmq; RocketMQ's
+``extFields`` is a flat ``HashMap<String, String>``)."""
+
+assert 0 < GROUP_NAME_MAX_CHARS <= TOPIC_NAME_MAX_CHARS - len("%DLQ%")
+assert PROPERTY_KEY_MAX_CHARS + PROPERTY_VALUE_MAX_CHARS <= PROPERTIES_MAX_BYTES
+
+# --- issue 11 part 4 (sched): parking, timer guards, health check --------------------------------
 PARK_REASON_MAX_CHARS = 1_000
 """Longest reason stored with a parked message (an exception text can be long; txmq)."""
 

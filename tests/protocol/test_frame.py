@@ -91,3 +91,39 @@ def test_message_ext_round_trip() -> None:
                    queue_id=3, queue_offset=7, commit_log_offset=99, born_timestamp_ms=5)
     assert decode_message_ext(encode_message_ext(m)) == m
     assert m.msg_id == "X"
+
+
+# -- issue 11: every decoding failure is MalformedFrame ---------------------------------------------
+def _frame(header: bytes) -> bytes:
+    return struct.pack(">II", 4 + len(header), len(header)) + header
+
+
+_HEAD = bytes([0x96, 10, 1, 0, 1])  # msgpack array of 6: code 10, opaque 1, flags 0, version 1
+
+
+@pytest.mark.parametrize("header", [
+    _HEAD + b"\xa2\xff\xfe" + b"\x80",  # remark that is not UTF-8
+    _HEAD + b"\xa0" + b"\x81\xa2\xc3\x28\xc0",  # ext key that is not UTF-8
+    _HEAD + b"\xa0" + b"\x81\xa1k\xa1\xff",  # ext value that is not UTF-8
+], ids=["remark", "ext-key", "ext-value"])
+def test_invalid_utf8_in_a_header_is_malformed(header: bytes) -> None:
+    d = FrameDecoder()
+    with pytest.raises(MalformedFrame):
+        d.feed(_frame(header))
+    with pytest.raises(MalformedFrame):  # poisoned
+        d.feed(b"")
+
+
+def test_sixty_thousand_nested_levels_are_malformed_not_a_recursion_error() -> None:
+    header = _HEAD + b"\xa0" + b"\x81\xa1a" + b"\x91" * 60_000 + b"\xc0"
+    with pytest.raises(MalformedFrame):
+        FrameDecoder().feed(_frame(header))
+
+
+def test_ext_values_nest_at_most_the_depth_limit() -> None:
+    props = Command(code=10, ext={"properties": {"k": "v"}, "ids": ["a", "b"], "n": 1})
+    [back] = FrameDecoder().feed(encode_command(props))
+    assert back.ext == props.ext
+    deeper = Command(code=10, ext={"properties": {"k": {"k": "v"}}})
+    with pytest.raises(MalformedFrame):
+        FrameDecoder().feed(encode_command(deeper))

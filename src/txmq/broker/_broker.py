@@ -29,7 +29,14 @@ from txmq.broker.transaction import (
     Outcome,
     TransactionService,
 )
-from txmq.errors import CorruptRecord, DiskFull, MalformedFrame, ResponseCode, StoreError
+from txmq.errors import (
+    CorruptRecord,
+    DiskFull,
+    InvalidRequest,
+    MalformedFrame,
+    ResponseCode,
+    StoreError,
+)
 from txmq.protocol import (
     FLAG_ONEWAY,
     PARK_SOURCES,
@@ -51,6 +58,7 @@ from txmq.protocol import (
     Message,
     MessageExt,
     OffsetRequestHeader,
+    PendingTransactionsRequestHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
     QueryMessageRequestHeader,
@@ -58,12 +66,24 @@ from txmq.protocol import (
     RequestCode,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
+    SinkBatchRequestHeader,
     TopicRequestHeader,
     TransactionIdRequestHeader,
     ViewMessageRequestHeader,
+    check_group,
+    check_offset,
+    check_properties,
+    check_queue_id,
+    check_send_properties,
+    check_send_topic,
+    check_timestamp,
+    check_topic,
     decode_messages,
+    delay_level,
     encode_messages,
     from_ext,
+    is_broker_topic,
+    parse_int,
     to_ext,
 )
 from txmq.store import AppendResult, Record, Store
@@ -77,6 +97,7 @@ _OFFSETS_META = "consumerOffset.json"
 _SYSTEM_TOPICS = {HALF_TOPIC: 1, OP_TOPIC: 1, TRANS_CHECK_MAX_TIME_TOPIC: 1, SINK_BATCH_TOPIC: 1}
 _SYSTEM_TOPICS[PARKED_TOPIC] = 1  # issue 11 part 4: messages the schedulers could not deliver
 _NOT_A_REAL_TOPIC = frozenset({*_SYSTEM_TOPICS, SCHEDULE_TOPIC})
+assert all(is_broker_topic(t) for t in (*_SYSTEM_TOPICS, SCHEDULE_TOPIC))
 Handler = Callable[[int, Command, int], list[Action]]
 
 
@@ -210,6 +231,8 @@ class Broker:
             return fn()
         except _Fail as f:
             return self._error(conn, cmd, f.code, f.remark)
+        except InvalidRequest as exc:
+            return self._error(conn, cmd, exc.response_code, str(exc))
         except MalformedFrame as exc:
             return self._error(conn, cmd, ResponseCode.MALFORMED_REQUEST, str(exc))
         except DiskFull as exc:
@@ -330,6 +353,7 @@ class Broker:
 
     # -- topics -----------------------------------------------------------------------------------
     def _queue_nums(self, topic: str) -> int:
+        check_topic(topic)
         n = self.topics.get(topic)
         if n is None:
             if not self.config.auto_create_topic_enable or topic.startswith("%"):
@@ -343,12 +367,13 @@ class Broker:
         return self._queue_nums(topic)
 
     def create_topic(self, topic: str, queue_nums: int) -> int:
-        """Create (or widen) a topic; returns its queue count. ``@`` is refused: it separates the
-        parts of a consumer offset key."""
-        if not topic or len(topic) > 127 or any(c in topic for c in " ,/\\\0@"):
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"illegal topic name {topic!r}")
-        if not 0 < queue_nums <= 1024:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue count {queue_nums} not in 1..1024")
+        """Create (or widen) a topic; returns its queue count. The name must pass
+        :func:`~txmq.protocol.check_send_topic` (its charset has no ``@``, which separates the
+        parts of a consumer offset key, and no ``.`` or ``/``); broker topics are refused."""
+        check_send_topic(topic)
+        if not 0 < queue_nums <= limits.QUEUE_NUMS_MAX:
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL,
+                        f"queue count {queue_nums} not in 1..{limits.QUEUE_NUMS_MAX}")
         if self.topics.get(topic, 0) < queue_nums:
             self.topics[topic] = queue_nums
             self._save_topics()
@@ -364,14 +389,21 @@ class Broker:
 
     # -- send -------------------------------------------------------------------------------------
     def _record(self, h: SendMessageRequestHeader, body: bytes, now: int, born_host: str = "") -> Record:
+        """The record a client's send stores, after validating all it names: the topic (not a
+        broker topic), the properties (:func:`~txmq.protocol.check_send_properties`), the queue,
+        the producer group of a half message, the born timestamp and the body size."""
         if len(body) > self.config.max_message_size:
             raise _Fail(ResponseCode.MESSAGE_TOO_LARGE,
                         f"body of {len(body)} bytes exceeds max_message_size "
                         f"{self.config.max_message_size}")
+        check_send_topic(h.topic)
+        if check_send_properties(h.properties) or h.producer_group:
+            check_group(h.producer_group)
+        check_timestamp(h.born_timestamp_ms, "born timestamp")
         n = self._queue_nums(h.topic)
         qid = h.queue_id if h.queue_id >= 0 else next(self._rr) % n
-        if qid >= n:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue {qid} not in topic {h.topic!r} ({n})")
+        if h.queue_id < -1 or qid >= n:
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue {h.queue_id} not in topic {h.topic!r} ({n})")
         return Record(topic=h.topic, queue_id=qid, body=body, tags=h.tags, keys=h.keys,
                       properties=dict(h.properties), born_timestamp_ms=h.born_timestamp_ms or now,
                       store_timestamp_ms=now, reconsume_times=h.reconsume_times, born_host=born_host)
@@ -397,9 +429,8 @@ class Broker:
         if stored is not rec:
             res = self.append([stored])[0]
             self.tx.on_half_stored(stored, res)
-        elif int(rec.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0") or 0) > 0:
-            res = self.append([self.schedule.schedule_record(
-                rec, int(rec.properties[PROPERTY_DELAY_TIME_LEVEL]))])[0]
+        elif (level := delay_level(rec.properties)) > 0:
+            res = self.append([self.schedule.schedule_record(rec, level)])[0]
         else:
             res = self.append([rec])[0]
         return self._send_reply(conn, cmd, rec, res)
@@ -448,9 +479,9 @@ class Broker:
     # -- pull -------------------------------------------------------------------------------------
     def _pull(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, PullMessageRequestHeader)
-        n = self._queue_nums(h.topic)
-        if not 0 <= h.queue_id < n:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue {h.queue_id} not in {h.topic!r}")
+        check_group(h.consumer_group)
+        check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
+        check_offset(h.commit_offset, "commit offset", none_ok=True)
         if h.commit_offset >= 0:
             self.set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         lo, hi = self.store.queue_bounds(h.topic, h.queue_id)
@@ -491,7 +522,9 @@ class Broker:
     def _query_message(self, conn: int, cmd: Command, now: int) -> list[Action]:
         """QUERY_MESSAGE: durable messages of a topic by key in a store-time range (the index)."""
         h = from_ext(cmd.ext, QueryMessageRequestHeader)
-        if h.topic not in self.topics:
+        check_timestamp(h.begin_timestamp_ms, "begin timestamp")
+        check_timestamp(h.end_timestamp_ms, "end timestamp")
+        if check_topic(h.topic) not in self.topics:
             raise _Fail(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic!r} does not exist")
         if h.begin_timestamp_ms > h.end_timestamp_ms or not h.key:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "need a key and begin <= end timestamp")
@@ -529,6 +562,9 @@ class Broker:
 
     def _query_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, OffsetRequestHeader)
+        check_group(h.consumer_group)
+        if check_topic(h.topic) in self.topics:
+            check_queue_id(h.queue_id, self.topics[h.topic], h.topic)
         off = self.offsets.get(f"{h.consumer_group}@{h.topic}@{h.queue_id}")
         if off is None:
             raise _Fail(ResponseCode.QUERY_NOT_FOUND, "no offset stored for this group and queue")
@@ -536,18 +572,20 @@ class Broker:
 
     def _update_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, OffsetRequestHeader)
-        self._queue_nums(h.topic)
+        check_group(h.consumer_group)
+        check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
+        check_offset(h.commit_offset, "commit offset")
         self.set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return self._ok(conn, cmd)
 
     def _min_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, QueueRequestHeader)
-        self._queue_nums(h.topic)
+        check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
         return self._ok(conn, cmd, {"offset": self.store.queue_bounds(h.topic, h.queue_id)[0]})
 
     def _max_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, QueueRequestHeader)
-        self._queue_nums(h.topic)
+        check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
         return self._ok(conn, cmd, {"offset": self.store.queue_bounds(h.topic, h.queue_id)[1]})
 
     # -- clients ----------------------------------------------------------------------------------
@@ -556,7 +594,10 @@ class Broker:
             data = msgspec.msgpack.decode(cmd.body, type=HeartbeatData)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise _Fail(ResponseCode.MALFORMED_REQUEST, f"heartbeat body: {exc}") from exc
+        for g in data.producer_groups:
+            check_group(g)
         for cd in data.consumer_groups:
+            check_group(cd.group)
             if cd.message_model == "CLUSTERING" and retry_topic(cd.group) not in self.topics:
                 self.create_topic(retry_topic(cd.group), 1)
             for topic in cd.subscriptions:
@@ -577,12 +618,16 @@ class Broker:
 
     def _consumer_list(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, GroupRequestHeader)
+        check_group(h.consumer_group)
         return self._ok(conn, cmd, {"client_ids": sorted(self.clients.consumer_conns(h.consumer_group))})
 
     # -- retries ----------------------------------------------------------------------------------
     def _send_back(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, ConsumerSendMsgBackRequestHeader)
-        msg = self.store.read_at(h.commit_log_offset)
+        check_group(h.group)
+        msg = self._read_client_offset(h.commit_log_offset)
+        if is_broker_topic(msg.topic):
+            raise _Fail(ResponseCode.NO_PERMISSION, f"a message of {msg.topic!r} is not sent back")
         props = dict(msg.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or props.get(PROPERTY_UNIQ_KEY, ""))
@@ -600,11 +645,22 @@ class Broker:
             res = self.append([self.schedule.schedule_record(base, level)])[0]
         return self._ok(conn, cmd, durable_offset=res.commit_log_offset + res.size)
 
+    def _read_client_offset(self, offset: int) -> MessageExt:
+        """The stored message at a commit log offset a client named; MESSAGE_ILLEGAL if none."""
+        if not self.store.min_offset <= offset < self.store.flushed_offset:
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"commit log offset {offset} is not stored")
+        try:
+            return self.store.read_at(offset)
+        except CorruptRecord as exc:  # not a record boundary, or damaged
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"no message at commit log offset {offset}: "
+                                                      f"{exc}") from exc
+
     # -- transactions -----------------------------------------------------------------------------
     def _end_transaction(self, conn: int, cmd: Command, now: int) -> list[Action]:
         if self.config.broker_role == "SLAVE":
             raise _Fail(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
         h = from_ext(cmd.ext, EndTransactionRequestHeader)
+        check_group(h.producer_group)
         return self._end_reply(conn, cmd, self.tx.end(h, now))
 
     def _end_transaction_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
@@ -645,14 +701,17 @@ class Broker:
 
     def _tx_offset(self, cmd: Command) -> int:
         h = from_ext(cmd.ext, TransactionIdRequestHeader)
+        if h.id.startswith("half:"):
+            parse_int(h.id[5:], "half offset", 0, limits.TIMESTAMP_MAX_MS)
         off = self.tx.lookup(h.id)
         if off is None:
             raise _Fail(ResponseCode.TRANSACTION_NOT_FOUND, f"no pending or discarded transaction {h.id!r}")
         return off
 
     def _tx_pending(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        limit = int(cmd.ext.get("limit", 100))
-        body = msgspec.json.encode(self.tx.pending_list(now, max(1, min(limit, 10_000))))
+        h = from_ext(cmd.ext, PendingTransactionsRequestHeader)
+        limit = max(1, min(h.limit, limits.PENDING_TRANSACTIONS_LIST_MAX))
+        body = msgspec.json.encode(self.tx.pending_list(now, limit))
         return self._ok(conn, cmd, {"pending": len(self.tx.index.pending)}, body)
 
     def _tx_query(self, conn: int, cmd: Command, now: int) -> list[Action]:
@@ -662,6 +721,7 @@ class Broker:
         if self.config.broker_role == "SLAVE":
             raise _Fail(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
         h = from_ext(cmd.ext, AdminEndTransactionRequestHeader)
+        check_properties({"TXMQ_OPERATOR": h.operator, "TXMQ_REASON": h.reason})  # op message props
         off = self._tx_offset(cmd)
         outcome = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK}.get(h.outcome)
         if outcome is None:
@@ -669,17 +729,22 @@ class Broker:
         return self._end_reply(conn, cmd, self.tx.operator_end(off, outcome, h.operator, h.reason, now))
 
     def _sink_commit(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        batch, group = str(cmd.ext.get("batch", "")), str(cmd.ext.get("producer_group", ""))
+        h = from_ext(cmd.ext, SinkBatchRequestHeader)
+        batch, group = h.batch, h.producer_group
         try:
             tasks = msgspec.msgpack.decode(cmd.body, type=dict[str, int])
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise _Fail(ResponseCode.MALFORMED_REQUEST, f"sink batch body: {exc}") from exc
         if not batch or not group:
             raise _Fail(ResponseCode.MALFORMED_REQUEST, "batch and producer_group are required")
+        check_group(group)
+        for task in (batch, *tasks):  # stored as TXMQ_SINK_BATCH / TXMQ_SINK_TASK values
+            check_properties({"TXMQ_SINK_BATCH": task})
         return self._end_reply(conn, cmd, self.tx.commit_batch(batch, tasks, group, now))
 
     def _sink_abort(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        batch = str(cmd.ext.get("batch", ""))
+        batch = from_ext(cmd.ext, SinkBatchRequestHeader).batch
+        check_properties({"TXMQ_SINK_BATCH": batch})
         if not batch:
             raise _Fail(ResponseCode.MALFORMED_REQUEST, "batch is required")
         return self._end_reply(conn, cmd, self.tx.abort_batch(batch, now))

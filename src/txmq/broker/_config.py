@@ -10,6 +10,7 @@ import msgspec
 
 from txmq import limits
 from txmq.errors import ConfigError
+from txmq.protocol import is_broker_topic, is_valid_topic
 from txmq.store import StoreConfig
 
 __all__ = ["BrokerConfig", "load_config", "parse_delay_levels"]
@@ -63,8 +64,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         if self.max_message_size > limits.MESSAGE_SIZE_MAX_BYTES * 4:
             raise ConfigError("max_message_size above 16 MiB does not fit a frame")
         for topic, n in self.topics.items():
-            if not 0 < n <= 1024:
-                raise ConfigError(f"topic {topic!r}: queue count {n} not in 1..1024")
+            if not is_valid_topic(topic) or is_broker_topic(topic):
+                raise ConfigError(f"topic {topic[:160]!r}: not a legal topic name, or a broker topic")
+            if not 0 < n <= limits.QUEUE_NUMS_MAX:
+                raise ConfigError(f"topic {topic!r}: queue count {n} not in 1..{limits.QUEUE_NUMS_MAX}")
         parse_delay_levels(self.message_delay_level)
         if self.store.file_reserved_time_ms not in (limits.FILE_RESERVED_TIME_MS,
                                                     self.file_reserved_time_ms):

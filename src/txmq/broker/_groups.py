@@ -30,6 +30,8 @@ from txmq.protocol import (
     ResetOffsetEntry,
     ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
+    check_group,
+    check_timestamp,
     decode_body,
     encode_body,
     from_ext,
@@ -156,6 +158,7 @@ class GroupService:
 
     def _search_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, SearchOffsetRequestHeader)
+        check_timestamp(h.timestamp_ms)
         n = self.b.queue_nums(h.topic)
         if not 0 <= h.queue_id < n:
             return _error(conn, cmd, ResponseCode.MESSAGE_ILLEGAL, f"queue {h.queue_id} not in {h.topic!r}")
@@ -164,6 +167,7 @@ class GroupService:
     # -- orderly locks ------------------------------------------------------------------------------
     def _lock(self, conn: int, cmd: Command, now: int) -> list[Action]:
         body = decode_body(cmd.body, LockBatchRequestBody)
+        check_group(body.consumer_group)
         locked = self.locks.try_lock(body.consumer_group, body.client_id, conn, body.mqs, now)
         return _ok(conn, cmd, body=encode_body(LockBatchResponseBody(locked=locked)))
 
@@ -213,12 +217,15 @@ class GroupService:
 
     def _consume_stats(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, ConsumeStatsRequestHeader)
+        check_group(h.consumer_group)
         if h.topic:
             self.b.queue_nums(h.topic)
         return _ok(conn, cmd, body=encode_body(self.consume_stats(h.consumer_group, h.topic, now)))
 
     def _reset_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, ResetOffsetRequestHeader)
+        check_group(h.consumer_group)
+        check_timestamp(h.timestamp_ms, none_ok=True)
         n = self.b.queue_nums(h.topic)
         if (h.timestamp_ms < 0) == (h.offset < 0):
             return _error(conn, cmd, ResponseCode.MALFORMED_REQUEST,

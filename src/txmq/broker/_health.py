@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from txmq import limits
 from txmq.protocol import (
+    PARK_PROPERTY_NAMES,
     PARKED_TOPIC,
     PROPERTY_TXMQ_PARK_ORIGIN_COMMIT_LOG_OFFSET,
     PROPERTY_TXMQ_PARK_ORIGIN_QUEUE_ID,
@@ -27,6 +28,8 @@ from txmq.protocol import (
     PROPERTY_TXMQ_PARK_REASON,
     PROPERTY_TXMQ_PARK_SOURCE,
     MessageExt,
+    is_broker_topic,
+    is_valid_topic,
 )
 from txmq.store import Record
 
@@ -36,8 +39,6 @@ __all__ = ["PARK_PROPERTIES", "TimerHealth", "destination_problem", "park_proper
 log = logging.getLogger("txmq.broker.health")
 T = TypeVar("T")
 
-_TOPIC_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
-"""RocketMQ TopicValidator ``VALID_PATTERN_STR`` ``^[%|a-zA-Z0-9_-]+$``."""
 _QUEUE_ID = re.compile(r"[0-9]{1,9}")
 
 
@@ -49,14 +50,13 @@ def destination_problem(topic: str | None, queue_id: str | None, queue_nums: Map
     A valid topic matches RocketMQ's ``^[%|a-zA-Z0-9_-]+$`` with at most
     ``limits.TOPIC_NAME_MAX_CHARS`` characters, is not one of ``system_topics``, and exists in
     ``queue_nums`` (topic → queue count); the queue id is a decimal number below its queue count.
-    This is a local copy of the door's rules (issue 11 part 1); it should call the shared
-    validator once there is one.
+    The name rules are the door's (:func:`txmq.protocol.is_valid_topic`, ``is_broker_topic``).
     """
     if not topic:
         return "REAL_TOPIC is missing or empty"
-    if len(topic) > limits.TOPIC_NAME_MAX_CHARS or not _TOPIC_NAME.fullmatch(topic):
+    if not is_valid_topic(topic):
         return f"REAL_TOPIC {topic[:200]!r} is not a valid topic name"
-    if topic in system_topics:
+    if topic in system_topics or is_broker_topic(topic):
         return f"REAL_TOPIC {topic!r} is a system topic"
     n = queue_nums.get(topic)
     if n is None:
@@ -68,9 +68,7 @@ def destination_problem(topic: str | None, queue_id: str | None, queue_nums: Map
     return None
 
 
-PARK_PROPERTIES = (PROPERTY_TXMQ_PARK_REASON, PROPERTY_TXMQ_PARK_SOURCE, PROPERTY_TXMQ_PARK_ORIGIN_TOPIC,
-                   PROPERTY_TXMQ_PARK_ORIGIN_QUEUE_ID, PROPERTY_TXMQ_PARK_ORIGIN_QUEUE_OFFSET,
-                   PROPERTY_TXMQ_PARK_ORIGIN_COMMIT_LOG_OFFSET)
+PARK_PROPERTIES = PARK_PROPERTY_NAMES
 """The properties :func:`park_properties` sets (dropped when a parked message is resumed)."""
 
 

@@ -161,6 +161,8 @@ class BrokerServer:
                 await self._backpressure(conn, writer)
         except (ConnectionError, OSError):
             pass
+        except Exception as exc:  # no traceback per connection (a log flood): one line, then close
+            log.error("connection %d: unexpected %s: %s; closing", conn, type(exc).__name__, exc)
         finally:
             self._writers.pop(conn, None)
             self._resume.pop(conn, None)

@@ -16,6 +16,7 @@ from txmq.client._core import PullStatus, check_response
 from txmq.client._pull import _PullMixin, validate_group
 from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, RequestTimeout, ResponseCode
 from txmq.protocol import (
+    BROKER_ONLY_PROPERTIES,
     PARKED_TOPICS,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -45,8 +46,10 @@ __all__ = ["AsyncAdmin", "ResendResult", "dlq_topic", "retry_topic"]
 log = logging.getLogger("txmq.client.admin")
 
 ADMIN_GROUP = "TXMQ_ADMIN"
-_DROPPED_ON_RESEND = (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
-                      PROPERTY_TRANSACTION_PREPARED)
+_DROPPED_ON_RESEND = frozenset({PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
+                                PROPERTY_TRANSACTION_PREPARED, *BROKER_ONLY_PROPERTIES})
+"""A DLQ copy of a committed transactional message carries broker-only properties
+(``TRAN_PREPARED_QUEUE_OFFSET``), which the broker refuses from clients."""
 
 
 def retry_topic(group: str) -> str:

@@ -18,12 +18,14 @@ from txmq.protocol._headers import (
     GroupRequestHeader,
     HeartbeatData,
     OffsetRequestHeader,
+    PendingTransactionsRequestHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
     QueryMessageRequestHeader,
     QueueRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
+    SinkBatchRequestHeader,
     TopicRequestHeader,
     TransactionIdRequestHeader,
     ViewMessageRequestHeader,
@@ -34,6 +36,8 @@ from txmq.protocol._message import *  # noqa: F403
 from txmq.protocol._message import __all__ as _message_all
 from txmq.protocol._parked import *  # noqa: F403
 from txmq.protocol._parked import __all__ as _parked_all
+from txmq.protocol._validate import *  # noqa: F403
+from txmq.protocol._validate import __all__ as _validate_all
 
 __all__ = [
     "FLAG_ONEWAY",
@@ -52,6 +56,7 @@ __all__ = [
     "GroupRequestHeader",
     "HeartbeatData",
     "OffsetRequestHeader",
+    "PendingTransactionsRequestHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
     "QueryMessageRequestHeader",
@@ -59,6 +64,7 @@ __all__ = [
     "RequestCode",
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
+    "SinkBatchRequestHeader",
     "TopicRequestHeader",
     "TransactionIdRequestHeader",
     "ViewMessageRequestHeader",
@@ -69,4 +75,5 @@ __all__ = [
     *_consume_all,
     *_message_all,
     *_parked_all,
+    *_validate_all,
 ]

@@ -17,12 +17,12 @@ commands; :func:`encode_command` takes a command and returns bytes.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 
 from txmq.errors import FrameTooLarge, MalformedFrame
-from txmq.limits import FRAME_HEADER_MAX_BYTES, FRAME_SIZE_MAX_BYTES
+from txmq.limits import FRAME_HEADER_EXT_DEPTH_MAX, FRAME_HEADER_MAX_BYTES, FRAME_SIZE_MAX_BYTES
 
 __all__ = [
     "FLAG_ONEWAY",
@@ -75,13 +75,21 @@ class Command(msgspec.Struct, array_like=True, omit_defaults=False):
                        ext=ext or {}, body=body)
 
 
+_Scalar = Union[None, bool, int, float, str]  # noqa: UP007 (a runtime type for msgspec)
+_ExtValue = Union[_Scalar, list[_Scalar], dict[str, _Scalar]]  # noqa: UP007
+assert FRAME_HEADER_EXT_DEPTH_MAX == 2  # _ExtValue: a container of scalars at most
+
+
 class _Header(msgspec.Struct, array_like=True):
+    """What the decoder accepts: ``ext`` values nest at most ``FRAME_HEADER_EXT_DEPTH_MAX``
+    levels, so a deeply nested header fails validation at its second level instead of recursing."""
+
     code: int
     opaque: int
     flags: int
     version: int
     remark: str
-    ext: dict[str, Any]
+    ext: dict[str, _ExtValue]
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -159,8 +167,10 @@ class FrameDecoder:
         start = _PREFIX.size
         try:
             h = _header_decoder.decode(bytes(buf[start : start + header_len]))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise MalformedFrame(f"header does not decode: {exc}") from exc
+        except (msgspec.MsgspecError, ValueError, RecursionError, MemoryError) as exc:
+            # ValueError covers UnicodeDecodeError (a str that is not UTF-8)
+            raise MalformedFrame(f"header does not decode: {type(exc).__name__}: "
+                                 f"{str(exc)[:200]}") from exc
         body = bytes(buf[start + header_len : 4 + length])
         del buf[: 4 + length]
         return Command(h.code, h.opaque, h.flags, h.version, h.remark, h.ext, body)

@@ -27,11 +27,13 @@ __all__ = [
     "GroupRequestHeader",
     "HeartbeatData",
     "OffsetRequestHeader",
+    "PendingTransactionsRequestHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
     "QueueRequestHeader",
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
+    "SinkBatchRequestHeader",
     "TopicRequestHeader",
     "TransactionIdRequestHeader",
     "from_ext",
@@ -228,3 +230,17 @@ class AdminEndTransactionRequestHeader(msgspec.Struct, kw_only=True):
     outcome: str
     operator: str
     reason: str = ""
+
+
+class PendingTransactionsRequestHeader(msgspec.Struct, kw_only=True):
+    """GET_PENDING_TRANSACTIONS: list at most ``limit`` of the oldest pending half messages."""
+
+    limit: int = 100
+
+
+class SinkBatchRequestHeader(msgspec.Struct, kw_only=True):
+    """COMMIT_SINK_BATCH / ABORT_SINK_BATCH: the sink's ``<sink id>/<batch id>`` and, to commit,
+    the producer group its halves were sent with."""
+
+    batch: str
+    producer_group: str = ""

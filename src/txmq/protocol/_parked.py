@@ -22,6 +22,7 @@ __all__ = [
     "BROKER_TIMERS",
     "PARKED_TOPIC",
     "PARKED_TOPICS",
+    "PARK_PROPERTY_NAMES",
     "PARK_SOURCES",
     "PROPERTY_TXMQ_PARK_ORIGIN_COMMIT_LOG_OFFSET",
     "PROPERTY_TXMQ_PARK_ORIGIN_QUEUE_ID",
@@ -45,6 +46,12 @@ PROPERTY_TXMQ_PARK_ORIGIN_QUEUE_ID = "TXMQ_PARK_ORIGIN_QID"
 PROPERTY_TXMQ_PARK_ORIGIN_QUEUE_OFFSET = "TXMQ_PARK_ORIGIN_QUEUE_OFFSET"
 PROPERTY_TXMQ_PARK_ORIGIN_COMMIT_LOG_OFFSET = "TXMQ_PARK_ORIGIN_COMMIT_LOG_OFFSET"
 """Commit log offset of the original record (-1 when it could not be read)."""
+
+PARK_PROPERTY_NAMES = (PROPERTY_TXMQ_PARK_REASON, PROPERTY_TXMQ_PARK_SOURCE,
+                       PROPERTY_TXMQ_PARK_ORIGIN_TOPIC, PROPERTY_TXMQ_PARK_ORIGIN_QUEUE_ID,
+                       PROPERTY_TXMQ_PARK_ORIGIN_QUEUE_OFFSET,
+                       PROPERTY_TXMQ_PARK_ORIGIN_COMMIT_LOG_OFFSET)
+"""Every property a parked or reason-discarded record carries (broker-only: clients may not set them)."""
 
 PARKED_TOPICS = (PARKED_TOPIC, "TRANS_CHECK_MAX_TIME_TOPIC")
 """Where parked messages are: the parked topic, and the discard topic of half messages (those of

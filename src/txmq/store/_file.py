@@ -30,7 +30,7 @@ from pathlib import Path
 
 from txmq import limits
 from txmq.errors import CorruptRecord, DiskFull, StoreError
-from txmq.protocol import PROPERTY_UNIQ_KEY, MessageExt
+from txmq.protocol import PROPERTY_UNIQ_KEY, MessageExt, is_valid_topic
 from txmq.store._base import AppendResult, CleanReport, DiskStatus, Record, Store
 from txmq.store._codec import (
     RECORD_HEAD_SIZE,
@@ -156,6 +156,10 @@ class FileStore(Store):
     def append(self, records: list[Record]) -> list[AppendResult]:
         if self._failed or self._closed or not self._writable:
             self._refuse()
+        for rec in records:  # a topic and queue id become a directory path: nothing unchecked
+            if not is_valid_topic(rec.topic) or not 0 <= rec.queue_id < limits.QUEUE_NUMS_MAX:
+                raise StoreError(f"refused: topic {rec.topic[:160]!r} queue {rec.queue_id} is not a "
+                                 f"legal consume queue; nothing appended")
         if len(records) == 1:
             return [self._append_one(records[0])]
         self._assign_queue_offsets(records)

@@ -320,3 +320,15 @@ assert MESSAGE_SIZE_MAX_BYTES + OUTBOX_SEND_BATCH_BYTES_MAX + FRAME_HEADER_MAX_B
 assert OUTBOX_MAX_COMMIT_RECONSUME_TIMES < MAX_RECONSUME_TIMES  # rollback is emitted before the DLQ
 assert OUTBOX_RETENTION_MS > 5 * 3600 * 1000
 assert (OUTBOX_APP_ID_MAX_CHARS + OUTBOX_BIZ_KEY_MAX_CHARS + 32) * 4 <= 3072
+
+# --- chaos (issue 11, part 6: txmq.testing.chaos) ------------------------------------------------
+
+CHAOS_CLOCK_POLL_MS = 100
+"""How often a broker started by the chaos run re-reads its clock-offset test file (txmq: a jump
+takes effect within this time; the file is read at most this often, never per request)."""
+
+CHAOS_OFFSET_SAMPLE_INTERVAL_MS = 500
+"""How often the chaos run samples each group's committed offsets (QUERY_CONSUMER_OFFSET) (txmq)."""
+
+CHAOS_QUIESCE_TIMEOUT_MS = 90_000
+"""Longest wait, after every fault is healed, for the workload to drain before the check (txmq)."""

@@ -27,7 +27,9 @@ def render_markdown(res: ChaosResult) -> str:
              f"- faults injected: {sum(res.faults_by_kind.values())} of {len(res.schedule)} scheduled; "
              f"elapsed {res.elapsed_s} s; drained after healing: {res.quiesced}",
              f"- messages in the broker at the end: {res.stored}; transactions by broker state: "
-             f"{res.tx_states}; consumer offsets sampled: {res.offset_samples} times"]
+             f"{res.tx_states}",
+             f"- consumer offsets sampled: {res.offset_samples} times; redeliveries absorbed by the "
+             f"inbox: {res.redeliveries}"]
     lines += [f"- fault kind `{k}` skipped: {why}" for k, why in res.skipped_kinds.items()]
     lines += [f"- note: {n}" for n in res.notes]
     lines += ["", "## Faults by kind", "",

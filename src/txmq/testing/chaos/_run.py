@@ -56,6 +56,7 @@ class ChaosResult(msgspec.Struct, kw_only=True):
     skipped_kinds: dict[str, str]
     stored: int
     offset_samples: int
+    redeliveries: int
     tx_states: dict[str, int]
     elapsed_s: float
     quiesced: bool
@@ -283,6 +284,18 @@ def _observe(r: _Run, pc: PullConsumer, events: list[dict[str, Any]]) -> Observa
                        broker_restarts=list(r.target.restarts))
 
 
+def _redeliveries(events: list[dict[str, Any]]) -> int:
+    """Deliveries of a key a group had already received (the inbox must absorb them)."""
+    seen: set[tuple[str, str]] = set()
+    n = 0
+    for e in events:
+        if e["op"] == "deliver":
+            k = (e["group"], e["key"])
+            n += k in seen
+            seen.add(k)
+    return n
+
+
 def run_chaos(run_dir: Path, config: ChaosConfig) -> ChaosResult:
     """Run the workload under the seeded nemesis in ``run_dir`` and check the histories.
 
@@ -313,5 +326,6 @@ def run_chaos(run_dir: Path, config: ChaosConfig) -> ChaosResult:
         seed=config.seed, config=config, schedule=faults, operations=dict(sorted(ops.items())),
         faults_by_kind=dict(Counter(f.kind for f in faults if f.started_ms)), violations=violations,
         skipped_kinds=r.skipped, stored=len(obs.stored), offset_samples=len(obs.offsets),
+        redeliveries=_redeliveries(events),
         tx_states=dict(Counter(obs.tx_broker.values())), elapsed_s=round(time.monotonic() - began, 1),
         quiesced=not left, notes=notes)

@@ -17,6 +17,7 @@ Producers stop producing (and keep serving check-backs and relaying) once ``RUN_
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import sys
@@ -47,7 +48,17 @@ _TIMEOUT_MS = 2000
 _PAUSE_S = 0.03
 
 
+_PARENT = os.getppid()
+
+
+def _orphaned() -> bool:
+    """The chaos run that started us is gone: exit rather than linger."""
+    return os.getppid() != _PARENT
+
+
 def _stopping(run: Path) -> bool:
+    if _orphaned():
+        os._exit(0)  # client and relay threads would keep the interpreter alive
     return (run / "stop").exists()
 
 
@@ -200,8 +211,9 @@ def run_consumer(run: Path, endpoints: str, h: HistoryWriter) -> None:
 
 
 def _idle() -> None:
-    while True:
-        time.sleep(3600)
+    while not _orphaned():
+        time.sleep(1)
+    os._exit(0)
 
 
 def main(argv: list[str]) -> None:

@@ -386,3 +386,15 @@ BROKER_TIMER_STALE_MS = 60_000
 
 assert 5 * max(CLEAN_RESOURCE_INTERVAL_MS, CONSUMER_OFFSET_FLUSH_INTERVAL_MS, FLUSHER_IDLE_TICK_MS,
               TIMER_TASK_RESTART_DELAY_MS) <= BROKER_TIMER_STALE_MS
+
+# --- chaos (issue 11, part 6: txmq.testing.chaos) ------------------------------------------------
+
+CHAOS_CLOCK_POLL_MS = 100
+"""How often a broker started by the chaos run re-reads its clock-offset test file (txmq: a jump
+takes effect within this time; the file is read at most this often, never per request)."""
+
+CHAOS_OFFSET_SAMPLE_INTERVAL_MS = 500
+"""How often the chaos run samples each group's committed offsets (QUERY_CONSUMER_OFFSET) (txmq)."""
+
+CHAOS_QUIESCE_TIMEOUT_MS = 90_000
+"""Longest wait, after every fault is healed, for the workload to drain before the check (txmq)."""

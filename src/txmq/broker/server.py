@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -48,8 +49,23 @@ log = logging.getLogger("txmq.broker.server")
 _READ_BYTES = 256 * 1024
 
 
+# Test hook (txmq.testing.chaos): a file named by this variable holds a clock offset in ms that
+# the chaos nemesis writes to jump the broker's clock forward or back; read at most every
+# CHAOS_CLOCK_POLL_MS. Unset (always, outside chaos runs) it costs one test per call.
+_CLOCK_FILE = os.environ.get("TXMQ_TEST_CLOCK_OFFSET_FILE", "")
+_clock_skew = [0, 0]  # [offset ms, next read at (monotonic ms)]
+
+
 def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    now = time.time_ns() // 1_000_000
+    if _CLOCK_FILE:
+        mono = time.monotonic_ns() // 1_000_000
+        if mono >= _clock_skew[1]:
+            with contextlib.suppress(OSError, ValueError), open(_CLOCK_FILE) as f:
+                _clock_skew[0] = int(f.read() or 0)
+            _clock_skew[1] = mono + limits.CHAOS_CLOCK_POLL_MS
+        now += _clock_skew[0]
+    return now
 
 
 def _runs(cmds: list[Command]) -> list[list[Command]]:

@@ -73,6 +73,7 @@ def main() -> None:
         _bench_send,  # noqa: F401  (registers `txmq bench send`)
         _bench_spark,  # noqa: F401  (registers `txmq bench spark`)
         _bench_tx,  # noqa: F401  (registers `txmq bench tx`)
+        _chaos,  # noqa: F401  (registers `txmq chaos`)
         _demo_cmd,  # noqa: F401  (registers `txmq demo`)
         _group,  # noqa: F401  (registers `txmq group`, `txmq dlq`)
         _message,  # noqa: F401  (registers `txmq message`)

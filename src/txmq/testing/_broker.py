@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -34,15 +35,17 @@ class BrokerProcess:
         data_dir: the broker's data directory (kept across :meth:`kill` / :meth:`start`).
         config: extra BrokerConfig keys (e.g. ``transaction_timeout_ms=1000``).
         log_path: where the broker's stderr goes.
+        env: extra environment variables of the process (e.g. the chaos clock hook's).
     """
 
     def __init__(self, data_dir: Path, config: dict[str, Any] | None = None,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config = dict(config or {})
         self.log_path = log_path or self.data_dir / "broker.log"
         self.port = int(self.config.pop("port", 0))
+        self.env = {**os.environ, **env} if env else None
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -60,7 +63,7 @@ class BrokerProcess:
                str(port_file)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
-                                         start_new_session=True)
+                                         start_new_session=True, env=self.env)
         deadline = time.monotonic() + _START_TIMEOUT_S
         while not port_file.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -1,0 +1,49 @@
+"""``txmq chaos``: the workload under a seeded nemesis over real processes, then the history check."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from txmq.cli._app import app
+
+_console = Console(stderr=True)
+
+
+@app.command()
+def chaos(
+    seed: Annotated[int, typer.Option(help="Seed of the fault schedule; the same seed replays it.")] = 1,
+    faults: Annotated[int, typer.Option(help="How many faults to inject.")] = 12,
+    duration_s: Annotated[float, typer.Option(help="Seconds the faults spread over.")] = 60.0,
+    report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
+    run_dir: Annotated[Path | None, typer.Option(help="Keep histories, databases and logs here "
+                                                      "(default: a temporary directory).")] = None,
+) -> None:
+    """Run producers, transactions, an outbox relay and two consumer groups while killing, pausing,
+    partitioning, filling the disk and jumping the clock; exit 1 on any violation."""
+    from txmq.testing.chaos import ChaosConfig, run_chaos, write_reports
+
+    with tempfile.TemporaryDirectory(prefix="txmq-chaos-") as tmp:
+        where = run_dir or Path(tmp)
+        where.mkdir(parents=True, exist_ok=True)
+        res = run_chaos(where, ChaosConfig(seed=seed, faults=faults, duration_s=duration_s))
+    write_reports(res, report, json_path)
+    t = Table("measure", "value", title=f"chaos seed {seed}")
+    t.add_row("faults injected", str(sum(res.faults_by_kind.values())))
+    for kind, n in sorted(res.faults_by_kind.items()):
+        t.add_row(f"  {kind}", str(n))
+    t.add_row("operations", str(sum(res.operations.values())))
+    t.add_row("violations", str(len(res.violations)))
+    _console.print(t)
+    for kind, why in res.skipped_kinds.items():
+        _console.print(f"[yellow]skipped {kind}:[/yellow] {why}")
+    for v in res.violations:
+        _console.print(f"[red]{v.kind}[/red] {v.key}: {v.detail}")
+    if res.violations:
+        raise typer.Exit(1)

@@ -1,0 +1,46 @@
+"""Jepsen-style chaos testing over real processes: a workload, a nemesis, histories and a checker.
+
+A run (:func:`run_chaos`, ``txmq chaos``, ``tests/testing/test_chaos.py``) starts:
+
+- a broker (``txmq broker``) whose store lives on a small tmpfs, behind a :class:`FaultProxy` that
+  every client connects through;
+- the workload, one process each: a plain producer, a transactional producer with a local SQLite
+  record of each local transaction, an outbox writer + relay, and one consumer in each of two
+  consumer groups whose side effects go through the outbox's inbox (:mod:`._worker`). Each appends
+  its history (every operation's invoke and completion: ok / fail / unknown) to a JSON-lines file;
+- the nemesis: a schedule drawn from ``random.Random(seed)`` of SIGKILL (+ restart) and SIGSTOP /
+  SIGCONT of every process, drop / blackhole / delay / half-open connections in the proxy, a full
+  disk under the broker's store, and broker clock jumps forward and back (:mod:`._nemesis`).
+
+After the last fault every fault is healed, the producers stop, and the run waits until every
+transaction is settled, the outbox is sent and both groups have everything; then :func:`check` reads
+the histories, a scan of the broker, the transaction states, the databases and the offset samples,
+and lists violations (see :mod:`._check`). The report (:func:`render_markdown`, JSON) gives the
+schedule, the counts, each violation with its history excerpt, and the seed that replays it.
+"""
+
+from txmq.testing.chaos._check import Observation, OffsetSample, Stored, Violation, check
+from txmq.testing.chaos._history import HistoryWriter, read_histories
+from txmq.testing.chaos._nemesis import KINDS, Fault, schedule
+from txmq.testing.chaos._proxy import FaultProxy
+from txmq.testing.chaos._report import render_markdown, write_reports
+from txmq.testing.chaos._run import ChaosConfig, ChaosResult, run_chaos
+
+__all__ = [
+    "KINDS",
+    "ChaosConfig",
+    "ChaosResult",
+    "Fault",
+    "FaultProxy",
+    "HistoryWriter",
+    "Observation",
+    "OffsetSample",
+    "Stored",
+    "Violation",
+    "check",
+    "read_histories",
+    "render_markdown",
+    "run_chaos",
+    "schedule",
+    "write_reports",
+]

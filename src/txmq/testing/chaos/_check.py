@@ -1,0 +1,191 @@
+"""The check at the end of a chaos run: histories + what the broker and the databases hold.
+
+Pure functions over data (no I/O), so the checker is tested on synthetic histories. Violations:
+
+- ``lost``: an acknowledged plain send (``send`` ok), a locally committed transaction, or a committed
+  outbox event is missing from the broker, or never had its side effect in one of the groups (I2, I8);
+- ``rolled_back_visible``: a transaction whose local record says rolled back, or that the broker
+  discarded, is stored in its topic or had a side effect (I1, I3);
+- ``duplicate_side_effect``: a group's side effect for one key happened more than once (I8);
+- ``two_terminal_states``: the broker's state of a transaction contradicts the local record, or two
+  end replies for it gave different outcomes (I4);
+- ``offset_skip``: a sampled committed offset of a group passes a message the group never received
+  (I7); ``offset_regression``: a sampled committed offset moved backwards with no broker restart in
+  between (a restart may lose offsets committed since the last persist; that only redelivers).
+
+A send or transaction that completed ``unknown`` (or ``fail``) may or may not be present: never a
+violation either way.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from typing import Any
+
+import msgspec
+
+__all__ = ["Observation", "OffsetSample", "Stored", "Violation", "check"]
+
+_EXCERPT_MAX = 12
+
+
+class Stored(msgspec.Struct, frozen=True):
+    """A message found in the broker by the final scan."""
+
+    topic: str
+    queue_id: int
+    offset: int
+    key: str
+    msg_id: str = ""
+
+
+class OffsetSample(msgspec.Struct, frozen=True):
+    """A group's committed offset of one queue, sampled at ``t`` (ms since the epoch)."""
+
+    t: float
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+class Observation(msgspec.Struct, kw_only=True):
+    """What the end of the run found, besides the histories.
+
+    Attributes:
+        groups: the consumer groups that must each receive every acknowledged message.
+        stored: every message in the workload's topics (final scan of every queue).
+        tx_local: the transactional producer's local records, key → ``committed`` | ``rolled_back``.
+        tx_broker: the broker's state (QUERY_TRANSACTION) by message id: PENDING, COMMIT, ROLLBACK,
+            DISCARD.
+        outbox_keys: keys of the events committed into the outbox table.
+        effects: group → key → how many times the side effect happened.
+        offsets: samples of QUERY_CONSUMER_OFFSET taken during the run.
+        broker_restarts: times (ms since the epoch) the broker was started again.
+    """
+
+    groups: list[str]
+    stored: list[Stored] = msgspec.field(default_factory=list)
+    tx_local: dict[str, str] = msgspec.field(default_factory=dict)
+    tx_broker: dict[str, str] = msgspec.field(default_factory=dict)
+    outbox_keys: list[str] = msgspec.field(default_factory=list)
+    effects: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
+    offsets: list[OffsetSample] = msgspec.field(default_factory=list)
+    broker_restarts: list[float] = msgspec.field(default_factory=list)
+
+
+class Violation(msgspec.Struct, frozen=True):
+    """One broken guarantee, with the history events about it."""
+
+    kind: str
+    key: str
+    detail: str
+    excerpt: list[dict[str, Any]] = msgspec.field(default_factory=list)
+
+
+def _excerpt(events: list[dict[str, Any]], key: str, msg_id: str = "") -> list[dict[str, Any]]:
+    hits = [e for e in events if e.get("key") == key or (msg_id and e.get("msg_id") == msg_id)]
+    return hits[:_EXCERPT_MAX]
+
+
+def _acknowledged(events: list[dict[str, Any]], obs: Observation) -> dict[str, str]:
+    """key → why it must be present."""
+    acked = {e["key"]: "send ok" for e in events if e["op"] == "send" and e["phase"] == "ok"}
+    acked.update((k, "local transaction committed") for k, s in obs.tx_local.items() if s == "committed")
+    acked.update((k, "outbox event committed") for k in obs.outbox_keys)
+    return acked
+
+
+def check(events: list[dict[str, Any]], obs: Observation) -> list[Violation]:
+    """Every violation found in the histories ``events`` and the observation ``obs``."""
+    out: list[Violation] = []
+    stored_keys = {m.key for m in obs.stored}
+    for key, why in sorted(_acknowledged(events, obs).items()):
+        missing = [] if key in stored_keys else ["the broker"]
+        missing += [g for g in obs.groups if not obs.effects.get(g, {}).get(key)]
+        if missing:
+            out.append(Violation("lost", key, f"{why}, but missing from {', '.join(missing)}",
+                                 _excerpt(events, key)))
+    out += _rolled_back_visible(events, obs, stored_keys)
+    for g, counts in sorted(obs.effects.items()):
+        for key, n in sorted(counts.items()):
+            if n > 1:
+                out.append(Violation("duplicate_side_effect", key, f"group {g}: side effect {n} times",
+                                     _excerpt(events, key)))
+    out += _terminal_states(events, obs)
+    out += _offsets(events, obs)
+    return out
+
+
+def _tx_ids(events: list[dict[str, Any]]) -> dict[str, str]:
+    """msg id → key of every half message the producer saw stored or ran a local transaction for."""
+    return {e["msg_id"]: e["key"] for e in events
+            if e["op"] in ("tx", "local", "check") and e.get("msg_id") and e.get("key")}
+
+
+def _rolled_back_visible(events: list[dict[str, Any]], obs: Observation,
+                         stored_keys: set[str]) -> list[Violation]:
+    ids = _tx_ids(events)
+    dead = {k: "local transaction rolled back" for k, s in obs.tx_local.items() if s == "rolled_back"}
+    dead.update((ids[m], f"broker state {s}") for m, s in obs.tx_broker.items()
+                if s in ("ROLLBACK", "DISCARD") and m in ids and ids[m] not in dead)
+    out = []
+    for key, why in sorted(dead.items()):
+        seen = (["the broker"] if key in stored_keys else []) + \
+               [g for g in obs.groups if obs.effects.get(g, {}).get(key)]
+        if seen:
+            out.append(Violation("rolled_back_visible", key, f"{why}, but visible in {', '.join(seen)}",
+                                 _excerpt(events, key)))
+    return out
+
+
+def _terminal_states(events: list[dict[str, Any]], obs: Observation) -> list[Violation]:
+    out = []
+    ids = _tx_ids(events)
+    for msg_id, state in sorted(obs.tx_broker.items()):
+        key = ids.get(msg_id, "")
+        local = obs.tx_local.get(key)
+        if (local == "committed" and state in ("ROLLBACK", "DISCARD")) or \
+                (local != "committed" and state == "COMMIT"):
+            out.append(Violation("two_terminal_states", key,
+                                 f"broker says {state}, local record says {local or 'nothing'}",
+                                 _excerpt(events, key, msg_id)))
+    ends: dict[str, set[str]] = defaultdict(set)
+    for e in events:
+        if e["op"] == "tx" and e["phase"] == "ok" and e.get("outcome") in ("COMMIT", "ROLLBACK"):
+            ends[e["msg_id"]].add(e["outcome"])
+    for msg_id, outcomes in sorted(ends.items()):
+        if len(outcomes) > 1:
+            out.append(Violation("two_terminal_states", ids.get(msg_id, ""),
+                                 f"end replies gave {sorted(outcomes)}", _excerpt(events, "", msg_id)))
+    return out
+
+
+def _offsets(events: list[dict[str, Any]], obs: Observation) -> list[Violation]:
+    delivered: dict[str, set[str]] = defaultdict(set)
+    for e in events:
+        if e["op"] == "deliver":
+            delivered[e["group"]].add(e["key"])
+    for g, counts in obs.effects.items():
+        delivered[g].update(k for k, n in counts.items() if n)
+    by_queue: dict[tuple[str, int], list[Stored]] = defaultdict(list)
+    for m in obs.stored:
+        by_queue[(m.topic, m.queue_id)].append(m)
+    series: dict[tuple[str, str, int], list[OffsetSample]] = defaultdict(list)
+    for s in sorted(obs.offsets, key=lambda s: s.t):
+        series[(s.group, s.topic, s.queue_id)].append(s)
+    out = []
+    for (g, topic, q), samples in sorted(series.items()):
+        for a, b in itertools.pairwise(samples):
+            if b.offset < a.offset and not any(a.t < r <= b.t for r in obs.broker_restarts):
+                out.append(Violation("offset_regression", f"{g}/{topic}/{q}",
+                                     f"committed offset {a.offset} at {a.t:.0f} went back to {b.offset} "
+                                     f"at {b.t:.0f} without a broker restart"))
+        top = max(s.offset for s in samples)
+        skipped = [m for m in by_queue[(topic, q)] if m.offset < top and m.key not in delivered[g]]
+        for m in skipped[:_EXCERPT_MAX]:
+            out.append(Violation("offset_skip", m.key,
+                                 f"group {g} committed offset {top} of {topic}/{q} past offset "
+                                 f"{m.offset}, never delivered to it", _excerpt(events, m.key)))
+    return out

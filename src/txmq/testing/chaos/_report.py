@@ -1,0 +1,60 @@
+"""The chaos report: Markdown for people, JSON for machines (the same :class:`ChaosResult`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+
+from txmq.testing.chaos._run import ChaosResult
+
+__all__ = ["render_markdown", "write_reports"]
+
+
+def _table(head: list[str], rows: list[list[object]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *("| " + " | ".join(str(c) for c in r) + " |" for r in rows)]
+
+
+def render_markdown(res: ChaosResult) -> str:
+    """The report: seed, verdict, counts, fault schedule, and each violation with its excerpt."""
+    t0 = min((f.started_ms for f in res.schedule if f.started_ms), default=0.0)
+    lines = [f"# Chaos run, seed {res.seed}", "",
+             f"- verdict: **{'PASS' if not res.violations else 'FAIL'}** — {len(res.violations)} "
+             f"violations; replay with `txmq chaos --seed {res.seed} --faults {res.config.faults} "
+             f"--duration-s {res.config.duration_s:g}`",
+             f"- faults injected: {sum(res.faults_by_kind.values())} of {len(res.schedule)} scheduled; "
+             f"elapsed {res.elapsed_s} s; drained after healing: {res.quiesced}",
+             f"- messages in the broker at the end: {res.stored}; transactions by broker state: "
+             f"{res.tx_states}",
+             f"- consumer offsets sampled: {res.offset_samples} times; redeliveries absorbed by the "
+             f"inbox: {res.redeliveries}"]
+    lines += [f"- fault kind `{k}` skipped: {why}" for k, why in res.skipped_kinds.items()]
+    lines += [f"- note: {n}" for n in res.notes]
+    lines += ["", "## Faults by kind", "",
+              *_table(["kind", "injected"], [[k, n] for k, n in sorted(res.faults_by_kind.items())])]
+    lines += ["", "## Operations", "",
+              *_table(["operation", "result", "count"],
+                      [[*k.split(" ", 1), n] for k, n in res.operations.items()])]
+    lines += ["", "## Fault schedule", "",
+              *_table(["at (s)", "fault", "target", "duration (s)", "amount (ms)", "note"],
+                      [[f"{(f.started_ms - t0) / 1000:.1f}" if f.started_ms else f"({f.at_s:.1f})",
+                        f.kind, f.target, f"{f.duration_s:.2f}", f.amount_ms or "", f.note]
+                       for f in res.schedule])]
+    lines += ["", "## Violations", ""]
+    if not res.violations:
+        lines.append("None.")
+    for v in res.violations:
+        lines += [f"### {v.kind}: `{v.key}`", "", v.detail, "", "```"]
+        lines += [json.dumps(e, separators=(",", ":")) for e in v.excerpt]
+        lines += ["```", ""]
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(res: ChaosResult, markdown: Path | None, json_path: Path | None) -> None:
+    """Write the Markdown and/or JSON report."""
+    if markdown is not None:
+        markdown.write_text(render_markdown(res), encoding="utf-8")
+    if json_path is not None:
+        json_path.write_bytes(msgspec.json.format(msgspec.json.encode(res)))

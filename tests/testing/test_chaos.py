@@ -1,0 +1,29 @@
+"""A small chaos run over real processes: the workload under ≥ 10 faults of every kind, then the
+history check finds no violation (see txmq.testing.chaos and docs/reliability.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from txmq.testing.chaos import KINDS, ChaosConfig, render_markdown, run_chaos
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+
+def test_a_small_chaos_schedule_leaves_no_violation(tmp_path: Path) -> None:
+    res = run_chaos(tmp_path / "run", ChaosConfig(seed=11, faults=len(KINDS) + 2, duration_s=55))
+    report = render_markdown(res)
+    (tmp_path / "report.md").write_text(report)
+    if res.skipped_kinds and os.environ.get("TXMQ_REQUIRE_TMPFS") == "1":
+        pytest.fail(f"fault kinds skipped: {res.skipped_kinds}")
+    assert res.violations == [], report
+    assert res.quiesced, report
+    injected = sum(res.faults_by_kind.values())
+    assert injected >= 10 and set(res.faults_by_kind) == set(KINDS) - set(res.skipped_kinds), report
+    ops = res.operations
+    assert min(ops.get("send ok", 0), ops.get("tx ok", 0), ops.get("put ok", 0)) > 50, report
+    assert res.tx_states.get("COMMIT", 0) > 20 and res.tx_states.get("ROLLBACK", 0) > 5, report
+    assert all(f.healed_ms > f.started_ms > 0 for f in res.schedule), report

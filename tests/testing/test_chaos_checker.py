@@ -1,0 +1,132 @@
+"""The chaos checker catches each kind of violation in a synthetic history, and nothing in a clean
+one; the nemesis schedule is a function of its seed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from txmq.testing.chaos import KINDS, Observation, OffsetSample, Stored, check, schedule
+
+G = ["g1", "g2"]
+
+
+def ev(t: float, op: str, phase: str, **kw: Any) -> dict[str, Any]:
+    return {"t": t, "proc": "p", "inc": 1, "op": op, "phase": phase, **kw}
+
+
+def clean() -> tuple[list[dict[str, Any]], Observation]:
+    """Two plain sends (one ok, one unknown and absent), a committed and a rolled-back transaction,
+    one outbox event; everything where it belongs."""
+    events = [
+        ev(1, "send", "invoke", key="a"), ev(2, "send", "ok", key="a", msg_id="A"),
+        ev(3, "send", "invoke", key="u"), ev(4, "send", "unknown", key="u"),
+        ev(5, "tx", "invoke", key="c"), ev(6, "local", "ok", key="c", msg_id="C", state="committed"),
+        ev(7, "tx", "ok", key="c", msg_id="C", half_offset=0, outcome="COMMIT"),
+        ev(8, "tx", "invoke", key="r"), ev(9, "local", "ok", key="r", msg_id="R", state="rolled_back"),
+        ev(10, "tx", "ok", key="r", msg_id="R", half_offset=1, outcome="ROLLBACK"),
+        *[ev(11, "deliver", "ok", group=g, key=k) for g in G for k in ("a", "c", "o")],
+    ]
+    obs = Observation(
+        groups=G,
+        stored=[Stored("plain", 0, 0, "a"), Stored("tx", 0, 0, "c"), Stored("outbox", 0, 0, "o")],
+        tx_local={"c": "committed", "r": "rolled_back"},
+        tx_broker={"C": "COMMIT", "R": "ROLLBACK"},
+        outbox_keys=["o"],
+        effects={g: {"a": 1, "c": 1, "o": 1} for g in G},
+        offsets=[OffsetSample(20, g, "plain", 0, 1) for g in G],
+    )
+    return events, obs
+
+
+def kinds(events: list[dict[str, Any]], obs: Observation) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for v in check(events, obs):
+        out.setdefault(v.kind, set()).add(v.key)
+        assert v.detail
+    return out
+
+
+def test_a_clean_history_has_no_violation() -> None:
+    assert check(*clean()) == []
+
+
+def test_an_unknown_send_may_be_present_or_absent() -> None:
+    events, obs = clean()
+    obs.stored.append(Stored("plain", 0, 1, "u"))
+    for g in G:
+        obs.effects[g]["u"] = 1
+        events.append(ev(12, "deliver", "ok", group=g, key="u"))
+    assert check(events, obs) == []
+
+
+def test_a_lost_acknowledged_message_is_reported_with_its_history() -> None:
+    events, obs = clean()
+    obs.stored = [m for m in obs.stored if m.key != "a"]
+    del obs.effects["g2"]["a"]
+    (v,) = check(events, obs)
+    assert (v.kind, v.key) == ("lost", "a")
+    assert "the broker" in v.detail and "g2" in v.detail and "g1" not in v.detail
+    assert [e["phase"] for e in v.excerpt] == ["invoke", "ok", "ok", "ok"]
+
+
+def test_a_lost_committed_transaction_and_outbox_event() -> None:
+    events, obs = clean()
+    del obs.effects["g1"]["c"], obs.effects["g1"]["o"]
+    assert kinds(events, obs) == {"lost": {"c", "o"}}
+
+
+def test_a_duplicate_side_effect() -> None:
+    events, obs = clean()
+    obs.effects["g1"]["c"] = 2
+    assert kinds(events, obs) == {"duplicate_side_effect": {"c"}}
+
+
+def test_a_visible_rolled_back_message() -> None:
+    events, obs = clean()
+    obs.stored.append(Stored("tx", 0, 1, "r"))
+    obs.effects["g2"]["r"] = 1
+    events.append(ev(12, "deliver", "ok", group="g2", key="r"))
+    (v,) = check(events, obs)
+    assert (v.kind, v.key) == ("rolled_back_visible", "r")
+    assert "the broker" in v.detail and "g2" in v.detail and "g1" not in v.detail
+
+
+def test_a_discarded_transaction_must_not_be_visible() -> None:
+    events, obs = clean()
+    obs.tx_local["c"] = "rolled_back"  # the local database never committed it ...
+    obs.tx_broker["C"] = "DISCARD"     # ... and the broker discarded it, yet it was delivered
+    assert kinds(events, obs) == {"rolled_back_visible": {"c"}}
+
+
+def test_two_terminal_states() -> None:
+    events, obs = clean()
+    obs.tx_broker["R"] = "COMMIT"  # the broker committed what the local record rolled back
+    events.append(ev(13, "tx", "ok", key="c", msg_id="C", half_offset=0, outcome="ROLLBACK"))
+    got = kinds(events, obs)
+    assert got == {"two_terminal_states": {"r", "c"}}
+
+
+def test_an_offset_regression_and_an_offset_skip() -> None:
+    events, obs = clean()
+    obs.stored.append(Stored("plain", 0, 1, "x"))  # stored, never delivered to g1
+    obs.offsets += [OffsetSample(30, "g1", "plain", 0, 2), OffsetSample(40, "g1", "plain", 0, 1)]
+    got = check(events, obs)
+    assert {(v.kind, v.key) for v in got} == {
+        ("offset_regression", "g1/plain/0"), ("offset_skip", "x")}
+
+
+def test_an_offset_going_back_across_a_broker_restart_is_not_a_regression() -> None:
+    events, obs = clean()
+    obs.offsets += [OffsetSample(30, "g1", "plain", 0, 1), OffsetSample(40, "g1", "plain", 0, 0)]
+    obs.broker_restarts = [35]
+    assert check(events, obs) == []
+
+
+def test_the_schedule_is_a_function_of_the_seed() -> None:
+    targets = ["broker", "plain", "tx"]
+    a = schedule(7, 30, 60, targets)
+    assert a == schedule(7, 30, 60, targets) and a != schedule(8, 30, 60, targets)
+    assert {f.kind for f in a[:len(KINDS)]} == set(KINDS)  # every kind before any repeats
+    assert all(0 < f.duration_s < 60 / 30 and f.at_s < 60 for f in a)
+    assert all(f.amount_ms > 0 for f in a if f.kind in ("delay", "clock_forward"))
+    assert all(f.amount_ms < 0 for f in a if f.kind == "clock_back")

@@ -141,6 +141,10 @@ TRANSACTION_CHECKS_IN_FLIGHT_MAX = 2_000
 """Most check-back requests outstanding at once (back-pressure). RocketMQ's check executor queue is
 2000 (AbstractTransactionalMessageCheckListener)."""
 
+CLOCK_BACK_TOLERANCE_MS = 1_000
+"""A clock that goes back by more than this between two checker rounds counts as a jump: check-backs
+scheduled relative to the later time are brought back (txmq; RocketMQ has no such guard)."""
+
 TRANSACTION_CHECK_ANSWER_TIMEOUT_MS = 10_000
 """A check-back unanswered this long frees its in-flight slot (txmq)."""
 

@@ -356,3 +356,16 @@ def test_a_commit_builds_the_real_message_from_the_log_when_the_half_left_the_ca
         assert props["TRAN_PREPARED_QUEUE_OFFSET"] == str(half.ext["queue_offset"])
     assert set(got[b"first-body"].properties) == set(got[b"second-body"].properties)
     assert h.broker.tx._half_cache == {} and h.broker.tx._half_cache_bytes == 0
+
+
+def test_clock_jump_back_does_not_delay_check_backs_by_the_jump() -> None:
+    """Found by the chaos run: checks scheduled one interval after a "now" far in the future
+    waited the jump as well once the clock came back."""
+    h = harness()
+    half = h.send(1, "t", b"x", transactional=True)
+    assert h.end(1, half, "UNKNOWN").ext["outcome"] == "PENDING"
+    jump = 100_000  # below CLIENT_EXPIRED_MS, so the producer is still there
+    assert len(h.tick(jump)) == 1  # the clock leaps forward: the half is checked at once
+    assert h.tick(-jump) == []  # back to the real time
+    h.tick(INTERVAL - 1)
+    assert len(h.tick(1)) == 1  # one interval after the return, not after jump + interval

@@ -130,6 +130,7 @@ class TransactionService:
                       "checks_answered": 0, "duplicate_ends": 0, "check_errors": 0,
                       "checks_no_producer": 0, "sink_batches": 0, "sink_duplicate_batches": 0,
                       "sink_orphans_rolled_back": 0, "parked": 0}
+        self._last_tick_ms = 0
         self.finish_latency = LatencyHistogram()
         """Prepare-to-finish latency of settled transactions, seconds."""
 
@@ -362,6 +363,7 @@ class TransactionService:
         Each message is handled on its own (I6): a failure holds back only that message.
         """
         self._finish_torn_batches(now_ms)
+        self._after_clock_back(now_ms)
         for off, sent in list(self._in_flight.items()):
             if now_ms - sent > limits.TRANSACTION_CHECK_ANSWER_TIMEOUT_MS:
                 del self._in_flight[off]
@@ -378,6 +380,21 @@ class TransactionService:
             if action is not None:
                 out.append(action)
         return out
+
+    def _after_clock_back(self, now_ms: int) -> None:
+        """When the clock went back by more than ``CLOCK_BACK_TOLERANCE_MS`` since the last round,
+        bring checks that were scheduled "one interval after" a now in the future back to one
+        interval after this now; otherwise they would wait the size of the jump as well (found by
+        the chaos run's clock jumps). O(pending), only on a backward jump."""
+        last, self._last_tick_ms = self._last_tick_ms, now_ms
+        if last - now_ms <= limits.CLOCK_BACK_TOLERANCE_MS:
+            return
+        latest = now_ms + self.config.transaction_check_interval_ms
+        moved = [e for e in self.index.pending.values()
+                 if e.check_count > 0 and e.next_check_ms > latest]
+        for e in moved:
+            self.index.reschedule(e, latest)
+        log.warning("clock went back %d ms: %d check-backs rescheduled", last - now_ms, len(moved))
 
     def _check_one(self, entry: HalfEntry, now_ms: int) -> SendTo | None:
         cfg = self.config

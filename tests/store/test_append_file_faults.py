@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from txmq.errors import DiskFull, StoreError
 from txmq.protocol import PROPERTY_UNIQ_KEY
 from txmq.store import FileStore, Record, StoreConfig
+from txmq.store._index import Index
 
 CONFIG = StoreConfig(max_hash_slot_num=64, max_index_num=4)
 
@@ -112,3 +115,42 @@ def test_consume_queue_file_fault_does_not_touch_append(tmp_path: Path,
     reopened = FileStore(tmp_path, CONFIG)
     assert bodies(reopened, "q") == [b"m0", b"m1", b"m2"]
     reopened.close()
+
+
+def test_index_rollover_on_time_cannot_be_created(tmp_path: Path, fault: Callable[..., None]) -> None:
+    """An index file spans at most 2**31 ms from its first entry; the record past that rolls over."""
+    store = FileStore(tmp_path, StoreConfig(max_hash_slot_num=64, max_index_num=1000))
+    store.append([rec("t", 0)])
+    end = store.write_offset
+    late = rec("t", 1)
+    late.store_timestamp_ms += 2**31
+    fault("index")
+    with pytest.raises(StoreError):
+        store.append([late])
+    assert store.write_offset == end
+    fault(None)
+    store.append([late])
+    assert len(list((tmp_path / "index").iterdir())) == 2
+    store.close()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(keys=st.lists(st.text(alphabet=" a\t\u3000b", max_size=12), min_size=1, max_size=6),
+       uniq=st.booleans())
+def test_may_roll_false_means_add_opens_no_file(tmp_path: Path, keys: list[str], uniq: bool) -> None:
+    """The cheap bound of Index.may_roll never misses a rollover (else add would open a file after
+    the commit log write)."""
+    index = Index(tmp_path / f"ix{len(os.listdir(tmp_path))}", 16, 7)
+    index.add(Record(topic="t", queue_id=0, body=b"", keys="k"), 0)
+    for i, k in enumerate(keys):
+        r = Record(topic="t", queue_id=0, body=b"", keys=k,
+                   properties={PROPERTY_UNIQ_KEY: f"u{i}"} if uniq else {})
+        files = len(index.files)
+        if not index.may_roll([r]):
+            assert not index.may_roll_one(r)
+            index.add(r, i + 1)
+            assert len(index.files) == files
+        else:
+            index.reserve([(r, i + 1)])
+            index.add(r, i + 1)
+    index.close()

@@ -171,7 +171,7 @@ class FileStore(Store):
             data = b"".join(chunks)
         except (ValueError, OSError) as exc:
             raise self._append_error(exc) from exc
-        if self._index is not None:
+        if self._index is not None and self._index.may_roll(records):
             self._reserve_index([(r, o.commit_log_offset) for r, o in zip(records, out, strict=True)])
         self._write_log(data, base)
         self._dispatch(records, out)
@@ -189,7 +189,7 @@ class FileStore(Store):
             data = encode_record(rec, base, self._store_host, tail)
         except (ValueError, OSError) as exc:
             raise self._append_error(exc) from exc
-        if self._index is not None and self._index.may_roll(rec):
+        if self._index is not None and self._index.may_roll_one(rec):
             self._reserve_index([(rec, base)])
         self._write_log(data, base)
         try:

@@ -204,14 +204,26 @@ class Index:
             f.min_ms = ms
         f.end_clo = clo
 
-    def may_roll(self, rec: Record) -> bool:
-        """Cheap test (no allocation): could indexing ``rec`` start a new file? False means
-        :meth:`add` of this one record opens nothing; True means call :meth:`reserve`."""
+    def may_roll(self, records: list[Record]) -> bool:
+        """Cheap test (no allocation per record): could indexing these records start a new file?
+        False means :meth:`add` of them opens nothing; True means call :meth:`reserve`."""
         f = self.files[-1] if self.files else None
-        # a record adds at most one entry per key (keys are whitespace-separated) plus its id
-        n = (len(rec.keys) + 1) // 2 + 1
-        return f is None or f.count + len(f.buf) + n > self.entries_max or not (
-            _DIFF_MIN <= rec.store_timestamp_ms - f.base_ms <= _DIFF_MAX)
+        if f is None:
+            return True
+        n = f.count + len(f.buf)
+        for rec in records:
+            # at most one entry per key (keys are whitespace-separated) plus one for the id
+            n += (len(rec.keys) + 1) // 2 + 1
+            if n > self.entries_max or not (
+                    _DIFF_MIN <= rec.store_timestamp_ms - f.base_ms <= _DIFF_MAX):
+                return True
+        return False
+
+    def may_roll_one(self, rec: Record) -> bool:
+        """:meth:`may_roll` of one record (the common send), without building a list."""
+        f = self.files[-1] if self.files else None
+        return f is None or f.count + len(f.buf) + (len(rec.keys) + 1) // 2 + 1 > self.entries_max \
+            or not _DIFF_MIN <= rec.store_timestamp_ms - f.base_ms <= _DIFF_MAX
 
     def reserve(self, placed: list[tuple[Record, int]]) -> None:
         """Open now every new file that :meth:`add` of these ``(record, commit log offset)`` pairs

@@ -5,6 +5,8 @@ global budget for partial frames, and an idle timeout."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import os
 import resource
 import select
@@ -17,8 +19,10 @@ import msgspec
 import pytest
 
 from txmq import limits
+from txmq.broker import BrokerConfig
+from txmq.broker.server import BrokerServer
 from txmq.client import AsyncConnection, Message, Producer
-from txmq.errors import ResponseCode
+from txmq.errors import ConfigError, ResponseCode
 from txmq.protocol import (
     Command,
     FrameDecoder,
@@ -30,6 +34,7 @@ from txmq.protocol import (
     encode_command,
     to_ext,
 )
+from txmq.store import MemoryStore
 from txmq.testing import BrokerProcess, run_broker, wait_until
 
 BUDGET_BYTES = 256 * 1024 * 1024  # the default buffer_budget_bytes
@@ -235,3 +240,36 @@ def test_idle_connections_are_closed_and_active_ones_kept(tmp_path: Path,
         log = bp.log_path.read_text()
     assert held == ResponseCode.PULL_NOT_FOUND and held_s > 2.5, (held, held_s)
     assert log.count("no traffic for 1500 ms") == 1, log  # only the silent socket
+
+
+def test_resource_keys_are_checked() -> None:
+    assert BrokerConfig(channel_idle_max_ms=0, max_connections=5).validate().max_connections == 5
+    with pytest.raises(ConfigError, match="buffer_budget_bytes"):
+        BrokerConfig(buffer_budget_bytes=limits.FRAME_SIZE_MAX_BYTES - 1).validate()
+    with pytest.raises(ConfigError, match="negative"):
+        BrokerConfig(channel_idle_max_ms=-1).validate()
+
+
+def test_accept_failures_are_logged_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    """On asyncio's own loop, accept at the descriptor limit fails once a second (asyncio retries
+    it); the broker logs that once per ACCEPT_ERROR_LOG_INTERVAL_MS, and other errors as before."""
+    server = BrokerServer(BrokerConfig(port=0), MemoryStore())
+    seen: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, ctx: seen.append(ctx["message"]))
+        await server.start()
+        try:
+            for _ in range(3):
+                loop.call_exception_handler({"message": "socket.accept() out of system resource",
+                                             "exception": OSError(errno.EMFILE, "Too many open files")})
+            loop.call_exception_handler({"message": "something else"})
+        finally:
+            await server.close()
+
+    with caplog.at_level(logging.ERROR, logger="txmq.broker.server"):
+        asyncio.run(main())
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["cannot accept connections"]
+    assert "(1 failures)" in caplog.records[0].getMessage()
+    assert seen == ["something else"]

@@ -214,6 +214,11 @@ class BrokerServer:
             start_metrics(self.broker, self.config.metrics_port)
         log.info("txmq broker listening on %s:%d (data %s, %s)", self.config.host, self.port,
                  self.config.data_dir, self.config.flush_disk_type)
+        fd_cap = max_connections(msgspec.structs.replace(self.config, max_connections=0))
+        if self.config.max_connections > fd_cap:
+            log.warning("max_connections %d is above %d, the file-descriptor limit less the "
+                        "store's reserve: at the limit new connections are reset and writes that "
+                        "need a new file are refused", self.config.max_connections, fd_cap)
 
     async def close(self) -> None:
         """Stop listening, flush, persist offsets and close the store."""

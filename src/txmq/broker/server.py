@@ -16,8 +16,10 @@ moves bytes, keeps time and runs blocking disk work in one thread:
   fsync, or with ``WRITE_BUFFER_HIGH_BYTES`` of unsent replies, is not read from until they go.
 - **Resources** (``limits.CONNECTIONS_MAX`` and the following): at most ``max_connections``
   connections (one more is answered SYSTEM_BUSY and closed), so the store keeps descriptors for its
-  files; accept failing at the descriptor limit is retried by asyncio every second and logged once
-  per ``ACCEPT_ERROR_LOG_INTERVAL_MS``. Partial frames and unsent replies share one
+  files. Should accept still fail at the descriptor limit, asyncio's loop retries it every second
+  (logged once per ``ACCEPT_ERROR_LOG_INTERVAL_MS``) and uvloop's (libuv) accepts and closes the
+  waiting connections; either way the broker serves again once descriptors are free. Partial
+  frames and unsent replies share one
   ``buffer_budget_bytes`` (:class:`_BufferBudget`), and a connection silent for
   ``channel_idle_max_ms`` is closed.
 """

@@ -22,7 +22,7 @@ from txmq import limits
 from txmq.broker import BrokerConfig
 from txmq.broker.server import BrokerServer
 from txmq.client import AsyncConnection, Message, Producer
-from txmq.errors import ConfigError, ResponseCode
+from txmq.errors import ConfigError, RemoteError, ResponseCode, TxmqError
 from txmq.protocol import (
     Command,
     FrameDecoder,
@@ -117,6 +117,13 @@ def test_connection_cap_refuses_clearly_and_keeps_descriptors_for_the_store(tmp_
         main, extra, outcomes = fill_connections(bp, limit)
         sent = ask(main, send_frame("fresh", "m1"), timeout_s=10)
         assert ask(main, HEARTBEAT) == ResponseCode.SUCCESS
+        late = Producer("p", bp.endpoints)
+        refused: TxmqError | None = None
+        try:
+            late.start()
+        except TxmqError as exc:
+            refused = exc
+        late.shutdown()
         for s in [main, *extra]:
             s.close()
         bp.restart()  # a new process, with the usual descriptor limit
@@ -127,6 +134,9 @@ def test_connection_cap_refuses_clearly_and_keeps_descriptors_for_the_store(tmp_
     cap = limit - min(limits.CONNECTION_FD_RESERVE, limit // 2)  # a small limit: half is kept
     assert accepted == cap - 1, outcomes  # main is one of the cap
     assert outcomes[accepted:] == [f"busy: too many connections ({cap})"] * 2
+    assert isinstance(refused, RemoteError), refused  # the SDK says why, and may retry
+    assert (refused.code, refused.retriable) == ("SYSTEM_BUSY", True)
+    assert f"too many connections ({cap})" in str(refused)
 
 
 def test_at_the_descriptor_limit_sends_are_all_or_nothing_and_the_broker_recovers(

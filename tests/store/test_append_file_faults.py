@@ -154,3 +154,23 @@ def test_may_roll_false_means_add_opens_no_file(tmp_path: Path, keys: list[str],
             index.reserve([(r, i + 1)])
             index.add(r, i + 1)
     index.close()
+
+
+def test_a_dispatch_failure_after_the_write_does_not_fail_the_append(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should dispatch fail after the commit log write anyway, append still answers (the record is
+    stored) and the store refuses later writes until it is reopened; recovery dispatches it."""
+    store = FileStore(tmp_path, CONFIG)
+    assert store._index is not None
+
+    def broken(rec: Record, clo: int) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(store._index, "add", broken)
+    store.append([rec("d", 0)])
+    with pytest.raises(StoreError, match="reopened"):
+        store.append([rec("d", 1)])
+    store.close()
+    reopened = FileStore(tmp_path, CONFIG)
+    assert bodies(reopened, "d") == [b"m0"]
+    reopened.close()

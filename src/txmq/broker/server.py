@@ -77,7 +77,7 @@ def store_config(config: BrokerConfig) -> StoreConfig:
                                    store_host=host).validate()
 
 
-def max_connections(config: BrokerConfig) -> int:
+def _max_connections(config: BrokerConfig) -> int:
     """``config.max_connections``, or when 0 the file-descriptor limit (``RLIMIT_NOFILE``, read
     now) less ``limits.CONNECTION_FD_RESERVE`` (half the limit when it is small), at most
     ``limits.CONNECTIONS_MAX``."""
@@ -216,7 +216,7 @@ class BrokerServer:
             start_metrics(self.broker, self.config.metrics_port)
         log.info("txmq broker listening on %s:%d (data %s, %s)", self.config.host, self.port,
                  self.config.data_dir, self.config.flush_disk_type)
-        fd_cap = max_connections(msgspec.structs.replace(self.config, max_connections=0))
+        fd_cap = _max_connections(msgspec.structs.replace(self.config, max_connections=0))
         if self.config.max_connections > fd_cap:
             log.warning("max_connections %d is above %d, the file-descriptor limit less the "
                         "store's reserve: at the limit new connections are reset and writes that "
@@ -236,7 +236,7 @@ class BrokerServer:
 
     # -- connections ------------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._writers) >= (cap := max_connections(self.config)):
+        if len(self._writers) >= (cap := _max_connections(self.config)):
             await self._refuse(reader, writer, cap)
             return
         conn = next(self._ids)

@@ -251,6 +251,10 @@ CONNECTION_REFUSE_WAIT_MS = 1_000
 """A refused connection's first request is awaited this long, to answer SYSTEM_BUSY with its opaque
 (txmq)."""
 
+CONNECTIONS_REFUSING_MAX = 16
+"""Refused connections awaiting their first request at once; more are answered and closed at once
+(opaque 0), so a flood of refused connections cannot hold the store's descriptors (txmq)."""
+
 BUFFER_BUDGET_BYTES = 256 * 1024 * 1024
 """Global budget for frames being received and replies not yet sent, over all connections (txmq;
 Kafka bounds the same memory with ``queued.max.request.bytes``). A frame larger than

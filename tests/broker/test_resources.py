@@ -283,3 +283,25 @@ def test_accept_failures_are_logged_once_per_interval(caplog: pytest.LogCaptureF
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["cannot accept connections"]
     assert "(1 failures)" in caplog.records[0].getMessage()
     assert seen == ["something else"]
+
+
+def test_a_flood_of_refused_connections_is_closed_without_waiting(tmp_path: Path) -> None:
+    """Refused connections wait for their first request (to answer it) only up to
+    CONNECTIONS_REFUSING_MAX at a time; the others are answered and closed at once."""
+    with run_broker(tmp_path, max_connections=1) as bp:
+        holder = socket.create_connection(("127.0.0.1", bp.port))
+        assert ask(holder, HEARTBEAT) == ResponseCode.SUCCESS
+        n = limits.CONNECTIONS_REFUSING_MAX + 24
+        t0 = time.monotonic()
+        silent = [socket.create_connection(("127.0.0.1", bp.port)) for _ in range(n)]
+        quick = 0
+        for s in silent:
+            s.settimeout(max(0.01, t0 + 0.6 - time.monotonic()))
+            try:
+                cmds = FrameDecoder().feed(s.recv(65536))
+                quick += bool(cmds) and cmds[0].code == ResponseCode.SYSTEM_BUSY
+            except TimeoutError:
+                pass
+        for s in [holder, *silent]:
+            s.close()
+    assert quick >= 24, f"{quick} of {n} refused within 0.6 s"

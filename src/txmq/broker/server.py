@@ -191,6 +191,7 @@ class BrokerServer:
         self._clock_s = 0.0  # coarse monotonic clock, set by _reaper
         self._budget = _BufferBudget(config.buffer_budget_bytes, self._unsent_bytes)
         self._refused = 0
+        self._refusing = 0
         self._accept_errors = 0
         self._accept_logged_s = float("-inf")
         self._register_retention_hooks()
@@ -309,18 +310,24 @@ class BrokerServer:
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       cap: int) -> None:
         """Answer a connection over the cap with SYSTEM_BUSY and close it: the reply to its first
-        request if one comes within ``CONNECTION_REFUSE_WAIT_MS`` (so the client sees the error),
-        else an unsolicited response (opaque 0)."""
+        request if one comes within ``CONNECTION_REFUSE_WAIT_MS`` (so the client sees the error;
+        at most ``CONNECTIONS_REFUSING_MAX`` wait at once), else an unsolicited response
+        (opaque 0)."""
         self._refused += 1
         if self._refused == 1 or self._refused % 1000 == 0:
             log.warning("refusing connection: too many connections (%d); %d refused so far",
                         cap, self._refused)
         opaque = 0
-        with contextlib.suppress(Exception):
-            data = await asyncio.wait_for(reader.read(_READ_BYTES),
-                                          limits.CONNECTION_REFUSE_WAIT_MS / 1000)
-            cmds = FrameDecoder().feed(data)
-            opaque = cmds[0].opaque if cmds else 0
+        if self._refusing < limits.CONNECTIONS_REFUSING_MAX:
+            self._refusing += 1
+            try:
+                with contextlib.suppress(Exception):
+                    data = await asyncio.wait_for(reader.read(_READ_BYTES),
+                                                  limits.CONNECTION_REFUSE_WAIT_MS / 1000)
+                    cmds = FrameDecoder().feed(data)
+                    opaque = cmds[0].opaque if cmds else 0
+            finally:
+                self._refusing -= 1
         busy = Command(code=ResponseCode.SYSTEM_BUSY, flags=FLAG_RESPONSE, opaque=opaque,
                        remark=f"too many connections ({cap})")
         with contextlib.suppress(Exception):

@@ -156,10 +156,13 @@ def test_at_the_descriptor_limit_sends_are_all_or_nothing_and_the_broker_recover
         busy_ticks = cpu_ticks(pid) - ticks
         for s in extra:
             s.close()
-        late = socket.create_connection(("127.0.0.1", bp.port))
-        wait_until(lambda: ask(late, HEARTBEAT) == ResponseCode.SUCCESS, timeout_s=10)
+
+        def serves_a_new_connection() -> bool:
+            with socket.create_connection(("127.0.0.1", bp.port)) as late:
+                return ask(late, HEARTBEAT, timeout_s=1) == ResponseCode.SUCCESS
+
+        wait_until(serves_a_new_connection, timeout_s=10)
         assert ask(main, send_frame("fresh", "m2")) == ResponseCode.SUCCESS
-        late.close()
         main.close()
         bp.restart()
         n = stored(bp, "fresh")

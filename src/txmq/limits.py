@@ -240,6 +240,48 @@ connection until some are answered (back-pressure; txmq). RocketMQ bounds the cl
 WRITE_BUFFER_HIGH_BYTES = 8 * 1024 * 1024
 """A connection whose unsent replies exceed this is not read from until they drain (txmq)."""
 
+# --- connection resources: count, buffered bytes, idle time (issue 11, part 2 "resources") ------
+CONNECTIONS_MAX = 10_000
+"""Upper bound of the default connection limit, which is otherwise the file-descriptor limit
+(``RLIMIT_NOFILE``) less ``CONNECTION_FD_RESERVE`` (txmq; RocketMQ sets no cap and lets accept
+fail). Set ``max_connections`` in the broker config to choose another limit."""
+
+CONNECTION_FD_RESERVE = 256
+"""File descriptors the default connection limit leaves to the store: commit log segments, consume
+queue and index files, checkpoint and metadata writes (txmq). With a descriptor limit below twice
+this, half of the limit is kept instead."""
+
+CONNECTION_REFUSE_WAIT_MS = 1_000
+"""A refused connection's first request is awaited this long, to answer SYSTEM_BUSY with its opaque
+(txmq)."""
+
+CONNECTIONS_REFUSING_MAX = 16
+"""Refused connections awaiting their first request at once; more are answered and closed at once
+(opaque 0), so a flood of refused connections cannot hold the store's descriptors (txmq)."""
+
+BUFFER_BUDGET_BYTES = 256 * 1024 * 1024
+"""Global budget for frames being received and replies not yet sent, over all connections (txmq;
+Kafka bounds the same memory with ``queued.max.request.bytes``). A frame larger than
+``FRAME_UNRESERVED_BYTES_MAX`` reserves its declared size before the rest of it is read; when the
+budget is spent its connection is not read from until earlier frames complete."""
+
+FRAME_UNRESERVED_BYTES_MAX = 256 * 1024
+"""Bytes of a partial frame a connection may buffer without a reservation from
+``BUFFER_BUDGET_BYTES``, so small requests never wait behind big ones (txmq)."""
+
+CHANNEL_IDLE_MAX_MS = 120_000
+"""A connection that neither sent nor received bytes for this long is closed, unless it holds a
+long-polling pull or waits on the broker. RocketMQ NettyServerConfig
+``serverChannelMaxIdleTimeSeconds`` 120 (Netty's all-idle state: no read and no write)."""
+
+ACCEPT_ERROR_LOG_INTERVAL_MS = 60_000
+"""At the file-descriptor limit ``accept`` fails (EMFILE) and is retried every second; the error
+is logged at most once per this interval, with the count of failures in between (txmq)."""
+
+assert BUFFER_BUDGET_BYTES >= FRAME_SIZE_MAX_BYTES
+assert FRAME_UNRESERVED_BYTES_MAX < FRAME_SIZE_MAX_BYTES
+assert CHANNEL_IDLE_MAX_MS > 2 * HEARTBEAT_INTERVAL_MS
+
 assert FRAME_HEADER_MAX_BYTES < FRAME_SIZE_MAX_BYTES
 assert MESSAGE_SIZE_MAX_BYTES + FRAME_HEADER_MAX_BYTES <= FRAME_SIZE_MAX_BYTES
 assert PULL_BATCH_BYTES_MAX + FRAME_HEADER_MAX_BYTES <= FRAME_SIZE_MAX_BYTES

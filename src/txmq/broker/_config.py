@@ -48,6 +48,14 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     message_delay_level: str = limits.MESSAGE_DELAY_LEVELS
     metrics_port: int = 0
     """Prometheus endpoint port; 0 turns it off."""
+    max_connections: int = 0
+    """Most client connections at once; one more is answered SYSTEM_BUSY and closed. 0: the
+    file-descriptor limit less ``limits.CONNECTION_FD_RESERVE``, at most
+    ``limits.CONNECTIONS_MAX``."""
+    buffer_budget_bytes: int = limits.BUFFER_BUDGET_BYTES
+    """Bytes of partial frames and unsent replies over all connections (back-pressure above)."""
+    channel_idle_max_ms: int = limits.CHANNEL_IDLE_MAX_MS
+    """Close a connection idle this long (RocketMQ ``serverChannelMaxIdleTimeSeconds``); 0: never."""
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     """The ``[store]`` table: :class:`~txmq.store.StoreConfig` (RocketMQ MessageStoreConfig names:
     segment size, retention hour, disk ratios, index). ``file_reserved_time_ms`` is set at the top
@@ -61,6 +69,11 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                      "transaction_check_max", "max_message_size", "default_topic_queue_nums"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_connections < 0 or self.channel_idle_max_ms < 0:
+            raise ConfigError("max_connections and channel_idle_max_ms must not be negative")
+        if self.buffer_budget_bytes < limits.FRAME_SIZE_MAX_BYTES:
+            raise ConfigError(f"buffer_budget_bytes must hold one largest frame "
+                              f"({limits.FRAME_SIZE_MAX_BYTES} bytes)")
         if self.max_message_size > limits.MESSAGE_SIZE_MAX_BYTES * 4:
             raise ConfigError("max_message_size above 16 MiB does not fit a frame")
         for topic, n in self.topics.items():

@@ -17,6 +17,14 @@ moves bytes, keeps time and runs blocking disk work in one thread:
 - **Timers never die**: each part of the ticker, upkeep and flusher runs guarded (a failure is
   logged, rate-limited, and counted in ``broker.health``); a task that ends anyway is restarted by
   a supervisor. Each part's last successful tick is the health check (``txmq broker status``).
+- **Resources** (``limits.CONNECTIONS_MAX`` and the following): at most ``max_connections``
+  connections (one more is answered SYSTEM_BUSY and closed), so the store keeps descriptors for its
+  files. Should accept still fail at the descriptor limit, asyncio's loop retries it every second
+  (logged once per ``ACCEPT_ERROR_LOG_INTERVAL_MS``) and uvloop's (libuv) accepts and closes the
+  waiting connections; either way the broker serves again once descriptors are free. Partial
+  frames and unsent replies share one
+  ``buffer_budget_bytes`` (:class:`_BufferBudget`), and a connection silent for
+  ``channel_idle_max_ms`` is closed.
 """
 
 from __future__ import annotations
@@ -25,12 +33,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from itertools import count
+from typing import Any
 
 import msgspec
 
@@ -87,6 +97,87 @@ def store_config(config: BrokerConfig) -> StoreConfig:
                                    store_host=host).validate()
 
 
+def _max_connections(config: BrokerConfig) -> int:
+    """``config.max_connections``, or when 0 the file-descriptor limit (``RLIMIT_NOFILE``, read
+    now) less ``limits.CONNECTION_FD_RESERVE`` (half the limit when it is small), at most
+    ``limits.CONNECTIONS_MAX``."""
+    if config.max_connections:
+        return config.max_connections
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return limits.CONNECTIONS_MAX
+    return max(1, min(limits.CONNECTIONS_MAX, soft - min(limits.CONNECTION_FD_RESERVE, soft // 2)))
+
+
+class _BufferBudget:
+    """The global budget of received-but-unparsed frame bytes and unsent replies.
+
+    A connection whose partial frame passes ``FRAME_UNRESERVED_BYTES_MAX`` reserves the frame's
+    declared size (:meth:`acquire`) before reading more of it, and gives it back when the frame is
+    complete or the connection closes. A reservation is granted when reservations plus the replies
+    now unsent (``replies()``) plus the frame fit the budget, or when nothing is reserved (so one
+    largest frame always gets through); otherwise the connection is not read from, and requests
+    are granted in arrival order as reservations are released. Reserving the declared size (as
+    Kafka's request memory pool does) bounds the memory by the budget whatever peers do, and a
+    granted frame can always complete, so the budget frees itself without a low-water mark.
+    """
+
+    def __init__(self, budget_bytes: int, replies: Callable[[], int]) -> None:
+        self.budget = budget_bytes
+        self.reserved = 0
+        self._replies = replies
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    def _fits(self, n: int) -> bool:
+        return self.reserved == 0 or self.reserved + self._replies() + n <= self.budget
+
+    async def acquire(self, n: int) -> None:
+        """Reserve ``n`` bytes, waiting while the budget is spent."""
+        if not self._waiters and self._fits(n):
+            self.reserved += n
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((n, fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release(n)
+            raise
+
+    def release(self, n: int) -> None:
+        self.reserved -= n
+        assert self.reserved >= 0
+        self.grant()
+
+    def grant(self) -> None:
+        """Wake the waiters that fit now, oldest first (called on release and periodically, as
+        replies drain)."""
+        while self._waiters:
+            n, fut = self._waiters[0]
+            if fut.done():
+                self._waiters.popleft()
+                continue
+            if not self._fits(n):
+                return
+            self._waiters.popleft()
+            self.reserved += n
+            fut.set_result(None)
+
+
+class _Conn:
+    """Per-connection state the resource checks use."""
+
+    __slots__ = ("seen", "waiting", "writer")
+
+    def __init__(self, writer: asyncio.StreamWriter, now: float) -> None:
+        self.writer = writer
+        self.seen = now
+        """Coarse monotonic time (s) of the last bytes received or replies sent."""
+        self.waiting = False
+        """Not read from by the broker's choice (budget), so not idle."""
+
+
 class BrokerServer:
     """Serve one :class:`Broker` over TCP.
 
@@ -116,24 +207,42 @@ class BrokerServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
+        self._conns: dict[int, _Conn] = {}
+        self._clock_s = 0.0  # coarse monotonic clock, set by _reaper
+        self._budget = _BufferBudget(config.buffer_budget_bytes, self._unsent_bytes)
+        self._refused = 0
+        self._refusing = 0
+        self._accept_errors = 0
+        self._accept_logged_s = float("-inf")
         self._register_retention_hooks()
 
     async def start(self) -> None:
         """Listen and start the flusher, the ticker and store upkeep."""
+        loop = asyncio.get_running_loop()
+        self._clock_s = loop.time()
+        self._chain_exception_handler(loop)
+        # reads take at most _READ_BYTES, so the StreamReader needs no larger buffer: it stops
+        # reading the socket past twice its limit (the default, the frame size, let every
+        # connection buffer 32 MiB)
         self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port,
-                                                  limit=limits.FRAME_SIZE_MAX_BYTES)
+                                                  limit=_READ_BYTES)
         self.port = self._server.sockets[0].getsockname()[1]
         if not self.config.store.store_host:
             self.store.set_store_host(f"{self.config.host}:{self.port}")  # port 0: now known
         self._tasks = [asyncio.create_task(self._supervised(name, body)) for name, body in
                        (("flusher", self._flusher), ("ticker", self._ticker),
-                        ("upkeep", self._upkeep))]
+                        ("upkeep", self._upkeep), ("reaper", self._reaper))]
         if self.config.metrics_port:
             from txmq.broker._metrics import start_metrics
 
             start_metrics(self.broker, self.config.metrics_port)
         log.info("txmq broker listening on %s:%d (data %s, %s)", self.config.host, self.port,
                  self.config.data_dir, self.config.flush_disk_type)
+        fd_cap = _max_connections(msgspec.structs.replace(self.config, max_connections=0))
+        if self.config.max_connections > fd_cap:
+            log.warning("max_connections %d is above %d, the file-descriptor limit less the "
+                        "store's reserve: at the limit new connections are reset and writes that "
+                        "need a new file are refused", self.config.max_connections, fd_cap)
 
     async def close(self) -> None:
         """Stop listening, flush, persist offsets and close the store."""
@@ -149,8 +258,13 @@ class BrokerServer:
 
     # -- connections ------------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._writers) >= (cap := _max_connections(self.config)):
+            await self._refuse(reader, writer, cap)
+            return
         conn = next(self._ids)
         self._writers[conn] = writer
+        self._conns[conn] = state = _Conn(writer, self._clock_s)
+        held = 0  # bytes of the budget this connection holds for its partial frame
         peer = writer.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.broker.connection_opened(conn, f"{peer[0]}:{peer[1]}")
@@ -174,6 +288,9 @@ class BrokerServer:
                         if self._out_bytes.get(conn, 0) > limits.WRITE_BUFFER_HIGH_BYTES:
                             self._send_out()  # a chunk of requests with big replies (pulls)
                             await writer.drain()
+                state.seen = self._clock_s
+                if held or decoder.buffered > limits.FRAME_UNRESERVED_BYTES_MAX:
+                    held = await self._reserve(state, decoder, held)
                 await self._backpressure(conn, writer)
         except (ConnectionError, OSError):
             pass
@@ -181,10 +298,115 @@ class BrokerServer:
             log.error("connection %d: unexpected %s: %s; closing", conn, type(exc).__name__, exc)
         finally:
             self._writers.pop(conn, None)
+            self._conns.pop(conn, None)
+            if held:
+                self._budget.release(held)
             self._resume.pop(conn, None)
             self._apply(self.broker.connection_closed(conn))
             with contextlib.suppress(Exception):
                 writer.close()
+
+    async def _reserve(self, state: _Conn, decoder: FrameDecoder, held: int) -> int:
+        """Hold as much of the buffer budget as the partial frame declares (nothing for a small
+        one), waiting while the budget is spent; return the bytes held."""
+        want = decoder.frame_bytes if decoder.buffered > limits.FRAME_UNRESERVED_BYTES_MAX else 0
+        if want == held:
+            return held
+        if held:
+            self._budget.release(held)
+        if want:
+            state.waiting = True
+            try:
+                await self._budget.acquire(want)
+            finally:
+                state.waiting = False
+                state.seen = self._clock_s
+        return want
+
+    def _unsent_bytes(self) -> int:
+        """Replies queued or in transport buffers, over all connections (the budget's slow path)."""
+        n = sum(self._out_bytes.values())
+        for w in self._writers.values():
+            n += w.transport.get_write_buffer_size()
+        return n
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      cap: int) -> None:
+        """Answer a connection over the cap with SYSTEM_BUSY and close it: the reply to its first
+        request if one comes within ``CONNECTION_REFUSE_WAIT_MS`` (so the client sees the error;
+        at most ``CONNECTIONS_REFUSING_MAX`` wait at once), else an unsolicited response
+        (opaque 0)."""
+        self._refused += 1
+        if self._refused == 1 or self._refused % 1000 == 0:
+            log.warning("refusing connection: too many connections (%d); %d refused so far",
+                        cap, self._refused)
+        opaque = 0
+        if self._refusing < limits.CONNECTIONS_REFUSING_MAX:
+            self._refusing += 1
+            try:
+                with contextlib.suppress(Exception):
+                    data = await asyncio.wait_for(reader.read(_READ_BYTES),
+                                                  limits.CONNECTION_REFUSE_WAIT_MS / 1000)
+                    cmds = FrameDecoder().feed(data)
+                    opaque = cmds[0].opaque if cmds else 0
+            finally:
+                self._refusing -= 1
+        busy = Command(code=ResponseCode.SYSTEM_BUSY, flags=FLAG_RESPONSE, opaque=opaque,
+                       remark=f"too many connections ({cap})")
+        with contextlib.suppress(Exception):
+            writer.write(encode_command(busy))
+            writer.close()
+            await writer.wait_closed()
+
+    def _chain_exception_handler(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Log asyncio's accept failures at the fd limit once per ``ACCEPT_ERROR_LOG_INTERVAL_MS``
+        instead of once a second with a traceback; pass every other error on."""
+        previous = loop.get_exception_handler()
+
+        def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            if context.get("message") != "socket.accept() out of system resource":
+                if previous is not None:
+                    previous(loop, context)
+                else:
+                    loop.default_exception_handler(context)
+                return
+            self._accept_errors += 1
+            now = loop.time()
+            if (now - self._accept_logged_s) * 1000 >= limits.ACCEPT_ERROR_LOG_INTERVAL_MS:
+                self._accept_logged_s = now
+                log.error("cannot accept connections: %s (%d failures); retrying every second. "
+                          "Raise the file-descriptor limit or lower max_connections",
+                          context.get("exception"), self._accept_errors)
+
+        loop.set_exception_handler(handler)
+
+    async def _reaper(self) -> None:
+        """Keep the coarse clock, re-check budget waiters (replies drain without a release) and
+        close connections idle for ``channel_idle_max_ms``."""
+        loop = asyncio.get_running_loop()
+        idle_s = self.config.channel_idle_max_ms / 1000
+        step_s = min(limits.SCHEDULE_TICK_MS / 1000, idle_s / 4) if idle_s else 0.1
+        while True:
+            await asyncio.sleep(step_s)
+            self._clock_s = now = loop.time()
+            self._budget.grant()
+            if idle_s:
+                self._close_idle(now - idle_s)
+            self.broker.health.ok("reaper", _now_ms())
+
+    def _close_idle(self, before_s: float) -> None:
+        stale = [c for c, st in self._conns.items() if st.seen < before_s and not st.waiting
+                 and c not in self._resume and c not in self._out]
+        if not stale:
+            return
+        holding = {h.conn for hs in self._holds.values() for h in hs}
+        for conn in stale:
+            if conn in holding:
+                continue
+            log.info("closing connection %d: no traffic for %d ms (channel_idle_max_ms)", conn,
+                     self.config.channel_idle_max_ms)
+            self._conns[conn].writer.transport.abort()
+            self._conns[conn].seen = float("inf")  # closing: not again
 
     async def _backpressure(self, conn: int, writer: asyncio.StreamWriter) -> None:
         """Stop reading a connection while too many of its replies wait for fsync or the peer."""
@@ -221,6 +443,7 @@ class BrokerServer:
             w = self._writers.get(conn)
             if w is not None and not w.is_closing():
                 w.write(b"".join(frames))
+                self._conns[conn].seen = self._clock_s  # a reply is traffic too (Netty's all-idle)
 
     def _apply(self, actions: list[Action]) -> None:
         for a in actions:

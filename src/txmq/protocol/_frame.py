@@ -134,6 +134,13 @@ class FrameDecoder:
         """Bytes received but not yet part of a whole frame."""
         return len(self._buf)
 
+    @property
+    def frame_bytes(self) -> int:
+        """Size (length prefix included) of the frame being received, once its 4-byte length has
+        arrived; 0 before."""
+        buf = self._buf
+        return 4 + int.from_bytes(buf[:4], "big") if len(buf) >= 4 else 0
+
     def feed(self, data: bytes) -> list[Command]:
         """Add received bytes; return every command now complete, in order.
 

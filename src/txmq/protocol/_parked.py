@@ -62,10 +62,11 @@ PARK_SOURCES = ("schedule", "retry", "transaction")
 
 
 BROKER_TIMERS = ("schedule", "clients", "transaction", "holds", "offsets", "disk", "checkpoint",
-                 "retention", "flusher")
+                 "retention", "flusher", "reaper")
 """The broker's timer parts (:class:`BrokerRuntimeInfo` ``timers`` keys): delay and retry scheduler,
 client expiry, transaction checker, long-poll hold expiry, offset persistence, disk check, store
-checkpoint, retention, group-commit flusher."""
+checkpoint, retention, group-commit flusher, and the connection reaper (buffer budget grants, idle
+connections)."""
 
 
 def park_source_kind(source: str) -> str:

@@ -172,9 +172,12 @@ class FileStore(Store):
                 chunks.append(encode_record(rec, pos, self._store_host, tail))
                 out.append(AppendResult(pos, rec.queue_offset, size))
                 pos += size
-            self._log.append(b"".join(chunks), base)
+            data = b"".join(chunks)
         except (ValueError, OSError) as exc:
             raise self._append_error(exc) from exc
+        if self._index is not None and self._index.may_roll(records):
+            self._reserve_index([(r, o.commit_log_offset) for r, o in zip(records, out, strict=True)])
+        self._write_log(data, base)
         self._dispatch(records, out)
         self._appended(base, pos, out[-1].commit_log_offset)
         return out
@@ -187,12 +190,48 @@ class FileStore(Store):
             tail = record_tail(rec)
             size = RECORD_HEAD_SIZE + len(rec.body) + len(tail)
             base = self._log.place(size)
-            self._log.append(encode_record(rec, base, self._store_host, tail), base)
+            data = encode_record(rec, base, self._store_host, tail)
         except (ValueError, OSError) as exc:
             raise self._append_error(exc) from exc
-        self._dispatch_one(rec, base, size)
+        if self._index is not None and self._index.may_roll_one(rec):
+            self._reserve_index([(rec, base)])
+        self._write_log(data, base)
+        try:
+            self._dispatch_one(rec, base, size)
+        except OSError as exc:
+            self._dispatch_failed(exc)
         self._appended(base, base + size, base)
         return AppendResult(base, rec.queue_offset, size)
+
+    def _reserve_index(self, placed: list[tuple[Record, int]]) -> None:
+        """Create the index files the records will need before the commit log is written, so the
+        dispatch after the write cannot fail on a full disk or at the fd limit (consume queues
+        open no file at dispatch: a checkpoint creates their files, and retries when it fails).
+        Raises DiskFull or StoreError with nothing appended."""
+        assert self._index is not None
+        try:
+            self._index.reserve(placed)
+        except OSError as exc:
+            if _disk_full(exc):
+                raise DiskFull(f"disk full creating an index file at {self.root}") from exc
+            raise StoreError(f"cannot create an index file at {self.root}: {exc}") from exc
+
+    def _write_log(self, data: bytes, base: int) -> None:
+        try:
+            self._log.append(data, base)
+        except OSError as exc:
+            if self._index is not None:
+                self._index.unreserve()
+            raise self._append_error(exc) from exc
+
+    def _dispatch_failed(self, exc: OSError) -> None:
+        """The records are in the commit log but not in a consume queue or the index (nothing
+        should fail there once :meth:`_reserve_index` succeeded). The append still succeeds (its
+        records are stored, and recovery dispatches them again); later writes are refused until
+        the store is reopened, as after a failed fsync."""
+        self._failed = (f"dispatch to consume queues or index failed ({exc}); the store refuses "
+                        f"writes until it is reopened and recovered")
+        log.critical("store %s: %s", self.root, self._failed)
 
     def _append_error(self, exc: ValueError | OSError) -> StoreError:
         if isinstance(exc, ValueError):
@@ -219,9 +258,13 @@ class FileStore(Store):
             rec.queue_offset, next_qo[key] = qo, qo + 1
 
     def _dispatch(self, records: list[Record], results: list[AppendResult]) -> None:
-        """Build the consume queue entries and index entries of appended records."""
-        for rec, res in zip(records, results, strict=True):
-            self._dispatch_one(rec, res.commit_log_offset, res.size)
+        """Build the consume queue entries and index entries of appended records (never raises
+        OSError: see :meth:`_dispatch_failed`)."""
+        try:
+            for rec, res in zip(records, results, strict=True):
+                self._dispatch_one(rec, res.commit_log_offset, res.size)
+        except OSError as exc:
+            self._dispatch_failed(exc)
 
     def _dispatch_one(self, rec: Record, commit_log_offset: int, size: int) -> None:
         cq = self._queues.get((rec.topic, rec.queue_id))

@@ -138,6 +138,7 @@ class Index:
         self.slot_count = slot_count
         self.entries_max = entries_max
         self.files: list[_File] = []
+        self._spare: list[_File] = []  # opened ahead by reserve(), taken by _new_file in order
 
     # -- opening ----------------------------------------------------------------------------------
     def load(self, metas: list[IndexMeta]) -> bool:
@@ -203,14 +204,82 @@ class Index:
             f.min_ms = ms
         f.end_clo = clo
 
+    def may_roll(self, records: list[Record]) -> bool:
+        """Cheap test (no allocation per record): could indexing these records start a new file?
+        False means :meth:`add` of them opens nothing; True means call :meth:`reserve`."""
+        f = self.files[-1] if self.files else None
+        if f is None:
+            return True
+        n = f.count + len(f.buf)
+        for rec in records:
+            # at most one entry per key (keys are whitespace-separated) plus one for the id
+            n += (len(rec.keys) + 1) // 2 + 1
+            if n > self.entries_max or not (
+                    _DIFF_MIN <= rec.store_timestamp_ms - f.base_ms <= _DIFF_MAX):
+                return True
+        return False
+
+    def may_roll_one(self, rec: Record) -> bool:
+        """:meth:`may_roll` of one record (the common send), without building a list."""
+        f = self.files[-1] if self.files else None
+        return f is None or f.count + len(f.buf) + (len(rec.keys) + 1) // 2 + 1 > self.entries_max \
+            or not _DIFF_MIN <= rec.store_timestamp_ms - f.base_ms <= _DIFF_MAX
+
+    def reserve(self, placed: list[tuple[Record, int]]) -> None:
+        """Open now every new file that :meth:`add` of these ``(record, commit log offset)`` pairs
+        will roll over to, so that the adds themselves cannot fail: the store calls this before it
+        writes the commit log (append stays all-or-nothing at the fd limit or on a full disk).
+
+        Raises:
+            OSError: a file cannot be created; nothing is left open or created.
+        """
+        assert not self._spare
+        f = self.files[-1] if self.files else None
+        total, base_ms = (f.total, f.base_ms) if f is not None else (self.entries_max, 0)
+        try:
+            for rec, clo in placed:
+                ms = rec.store_timestamp_ms
+                n = len(rec.keys.split()) + (1 if rec.properties.get(PROPERTY_UNIQ_KEY) else 0)
+                for _ in range(n):
+                    if total >= self.entries_max or not _DIFF_MIN <= ms - base_ms <= _DIFF_MAX:
+                        self._spare.append(self._open_file(clo, ms))
+                        total, base_ms = 0, ms
+                    total += 1
+        except OSError:
+            self.unreserve()
+            raise
+
+    def unreserve(self) -> None:
+        """Close and delete the files :meth:`reserve` opened and :meth:`add` did not take (the
+        commit log write failed after all)."""
+        spare, self._spare = self._spare, []
+        for f in spare:
+            os.close(f.fd)
+            f.path.unlink(missing_ok=True)
+
     def _new_file(self, clo: int, ms: int) -> _File:
+        if self._spare:
+            f = self._spare.pop(0)
+            assert f.begin_clo == clo, (f.path, clo)
+        else:  # recovery's dispatch (its OSError is recovery's to handle)
+            f = self._open_file(clo, ms)
+        self.files.append(f)
+        return f
+
+    def _open_file(self, clo: int, ms: int) -> _File:
+        """Create the file of a new index file whose first entry is at ``clo``. Raises OSError
+        (nothing left open)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / f"{clo:020d}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         f = _File(path, fd, self.slot_count, (path.name, ms, ms, ms, clo, clo, 0))
+        try:
+            os.ftruncate(fd, f.entries_start)
+        except OSError:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
         f.slots = array("I", bytes(self.slot_count * _SLOT_SIZE))
-        os.ftruncate(fd, f.entries_start)
-        self.files.append(f)
         return f
 
     # -- lookup -----------------------------------------------------------------------------------
@@ -328,6 +397,7 @@ class Index:
         return [f.fd for f in gone]
 
     def close(self) -> None:
+        self.unreserve()
         for f in self.files:
             os.close(f.fd)
         self.files = []

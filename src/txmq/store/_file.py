@@ -46,10 +46,12 @@ from txmq.store._codec import (
 )
 from txmq.store._commitlog import CommitLog, fsync_dir
 from txmq.store._config import StoreConfig
-from txmq.store._consumequeue import ConsumeQueue
+from txmq.store._consumequeue import ConsumeQueue, topic_dir_problem
 from txmq.store._index import Index, id_key, key_key
+from txmq.store._quarantine import Quarantine
 from txmq.store._recovery import recover
 from txmq.store._retention import SegmentInfo, log_report, plan_clean
+from txmq.store._table import FileStateTable, StateTable
 
 __all__ = ["FileStore"]
 
@@ -91,6 +93,7 @@ class FileStore(Store):
         recovery: what opening did (:class:`~txmq.store._recovery.RecoveryReport`).
 
     Raises:
+        CommitLogDamaged: the commit log is damaged below its last checkpoint (not a torn tail).
         StoreError: the directory cannot be created or a file cannot be opened or repaired.
     """
 
@@ -106,17 +109,24 @@ class FileStore(Store):
         self._failed = ""
         self._closed = False
         self._writable, self._usage, self._since_check = True, 0.0, 0
+        self.quarantine = Quarantine(self.root)
+        """Where opening moved what it could not use (:mod:`txmq.store._quarantine`)."""
+        log_: CommitLog | None = None
         try:
             (self.root / "meta").mkdir(parents=True, exist_ok=True)
-            self._log = CommitLog(self.root / "commitlog", self.config.mapped_file_size_commit_log,
-                                  self._lock)
+            self._log = log_ = CommitLog(self.root / "commitlog",
+                                         self.config.mapped_file_size_commit_log, self._lock)
             self._index = Index(self.root / "index", self.config.max_hash_slot_num,
                                 self.config.max_index_num) if self.config.message_index_enable else None
             self._queues, self.recovery = recover(self._log, self.root / "consumequeue",
                                                   self._make_queue, self._index,
-                                                  self._load_checkpoint())
+                                                  self._load_checkpoint(), self.quarantine)
         except OSError as exc:
+            self._abandon(log_)
             raise StoreError(f"cannot open store at {self.root}: {exc}") from exc
+        except StoreError:
+            self._abandon(log_)
+            raise
         self._write = self._flushed = self._log.end
         self._tail = self._flushed_tail = (self._write, self.recovery.last_record)
         self._store_host = host_bytes(self.config.store_host)
@@ -125,6 +135,12 @@ class FileStore(Store):
         self.truncated_bytes = self.recovery.truncated_bytes
         self.check_disk()
         self.checkpoint()()
+
+    @staticmethod
+    def _abandon(clog: CommitLog | None) -> None:
+        """Release what a failed opening holds."""
+        if clog is not None:
+            clog.close()
 
     def _make_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         return ConsumeQueue(self.root / "consumequeue" / topic / str(queue_id),
@@ -136,9 +152,10 @@ class FileStore(Store):
             return decode_checkpoint(path.read_bytes())
         except FileNotFoundError:
             return None
-        except CorruptRecord as exc:
-            log.warning("store %s: %s; rebuilding consume queues and index from the commit log",
-                        self.root, exc)
+        except (CorruptRecord, OSError) as exc:
+            log.warning("store %s: checkpoint unusable (%s); rebuilding consume queues and index "
+                        "from the commit log", self.root, exc)
+            self.quarantine.put(path, f"checkpoint unusable: {exc}")
             return None
 
     # -- writing ----------------------------------------------------------------------------------
@@ -178,6 +195,8 @@ class FileStore(Store):
     def _append_one(self, rec: Record) -> AppendResult:
         """:meth:`append` of one record (the common send), without the batch bookkeeping."""
         cq = self._queues.get((rec.topic, rec.queue_id))
+        if cq is None:
+            self._check_new_queue(rec)
         rec.queue_offset = cq.max if cq is not None else 0
         try:
             tail = record_tail(rec)
@@ -189,6 +208,13 @@ class FileStore(Store):
         self._dispatch_one(rec, base, size)
         self._appended(base, base + size, base)
         return AppendResult(base, rec.queue_offset, size)
+
+    @staticmethod
+    def _check_new_queue(rec: Record) -> None:
+        """Refuse (before anything is written) a record whose queue could not get a directory."""
+        why = topic_dir_problem(rec.topic) or ("negative queue id" if rec.queue_id < 0 else "")
+        if why:
+            raise StoreError(f"cannot store a record of topic {rec.topic[:300]!r}: {why}")
 
     def _append_error(self, exc: ValueError | OSError) -> StoreError:
         if isinstance(exc, ValueError):
@@ -211,6 +237,8 @@ class FileStore(Store):
             qo = next_qo.get(key)
             if qo is None:
                 cq = self._queues.get(key)
+                if cq is None:
+                    self._check_new_queue(rec)
                 qo = cq.max if cq is not None else 0
             rec.queue_offset, next_qo[key] = qo, qo + 1
 
@@ -334,6 +362,8 @@ class FileStore(Store):
                 cq.close()
             if self._index is not None:
                 self._index.close()
+            for table in self._tables.values():
+                table.close()
             self._log.close()
             self._close_retired(self._gen + 1)
 
@@ -417,7 +447,8 @@ class FileStore(Store):
         found: list[tuple[int, int]] = []
         for (t, _), cq in self._queues.items():
             if t in topics:
-                found += [e for e in cq.entries(cq.min, cq.max) if e[0] >= start_offset and e[1]]
+                lo = cq.first_at_or_after(start_offset) if start_offset > 0 else cq.min
+                found += [e for e in cq.entries(lo, cq.max) if e[0] >= start_offset and e[1]]
         for clo, size in sorted(found):
             yield clo, self._read_record(clo, size)
 
@@ -446,7 +477,10 @@ class FileStore(Store):
         for clo in candidates:
             if not self.min_offset <= clo < self._flushed:
                 continue
-            m = self.read_at(clo)
+            try:
+                m = self.read_at(clo)
+            except CorruptRecord:  # an index entry that points at no record: a miss, not a failure
+                continue
             if match(m) and begin_ms <= m.store_timestamp_ms <= end_ms:
                 out.append(m)
                 if len(out) >= max_count:
@@ -460,6 +494,23 @@ class FileStore(Store):
             return None
         except OSError as exc:
             raise StoreError(f"cannot read metadata {name}: {exc}") from exc
+
+    def quarantine_meta(self, name: str, reason: str) -> str:
+        path = self.root / "meta" / name
+        try:
+            if not path.exists() and not path.is_symlink():
+                return ""
+            return str(self.quarantine.put(path, reason))
+        except OSError as exc:
+            log.error("store %s: could not quarantine %s (%s): %s", self.root, path, reason, exc)
+            return ""
+
+    def _open_table(self, name: str) -> StateTable:
+        path = self.root / "meta" / f"{name}.table"
+        try:
+            return FileStateTable(path)
+        except OSError as exc:
+            raise StoreError(f"cannot open state table {path}: {exc}") from exc
 
     # -- retention and disk space -----------------------------------------------------------------
     def _infos(self) -> list[SegmentInfo]:

@@ -199,6 +199,9 @@ class MemoryStore(Store):
     def load_meta(self, name: str) -> bytes | None:
         return self._meta.get(name)
 
+    def _forget_meta(self, name: str) -> None:
+        self._meta.pop(name, None)
+
     # -- retention and disk space -----------------------------------------------------------------
     def _infos(self) -> list[SegmentInfo]:
         out = []

@@ -15,8 +15,8 @@ from enum import IntEnum
 
 __all__ = [
     "BrokerUnavailable",
-    "ConfigError",
     "CommitLogDamaged",
+    "ConfigError",
     "CorruptRecord",
     "DiskFull",
     "FrameTooLarge",

@@ -13,24 +13,20 @@ are rebuilt from the commit log. Run both only while no broker uses the director
 
 from __future__ import annotations
 
-import mmap
 import threading
 from pathlib import Path
 
 import msgspec
 
 from txmq.errors import CorruptRecord
-from txmq.store._codec import RECORD_MAGIC, decode_checkpoint, decode_record
-from txmq.store._commitlog import CommitLog, Segment
+from txmq.store._codec import decode_checkpoint
+from txmq.store._commitlog import CommitLog
 from txmq.store._config import StoreConfig
 from txmq.store._file import FileStore
 from txmq.store._quarantine import Quarantine
 from txmq.store._recovery import keep_tail
 
 __all__ = ["DamagedRange", "SegmentCheck", "StoreCheck", "check_store", "repair_store"]
-
-_MAGIC = RECORD_MAGIC.to_bytes(4, "big")
-
 
 class SegmentCheck(msgspec.Struct):
     """One segment: its file name, ``[base, end)`` and the good records in it."""
@@ -79,26 +75,6 @@ class StoreCheck(msgspec.Struct, kw_only=True):
         return not self.damaged
 
 
-def _next_good(seg: Segment, start: int) -> int | None:
-    """Offset of the first good record in ``seg`` after ``start`` (None if none)."""
-    if seg.end - start <= 4:
-        return None
-    with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        view = memoryview(mm)
-        try:
-            pos = start - seg.base + 1
-            while (hit := mm.find(_MAGIC, pos + 4)) >= 0:
-                rel = hit - 4
-                try:
-                    decode_record(view, rel, seg.base + rel)
-                    return seg.base + rel
-                except CorruptRecord:
-                    pos = rel + 1
-            return None
-        finally:
-            view.release()
-
-
 def _checkpoint_offset(root: Path) -> int:
     try:
         return decode_checkpoint((root / "checkpoint").read_bytes()).dispatched
@@ -126,8 +102,7 @@ def check_store(root: Path | str) -> StoreCheck:
             if not clog.scan_error:
                 break
             bad = clog.scan_end
-            seg = clog.segment_at(bad)
-            nxt = _next_good(seg, bad) if seg is not None else None
+            nxt = clog.next_good(bad)
             if nxt is None:  # the next segment, if any, starts the next good stretch
                 later = [s.base for s in clog.segments if s.base > bad]
                 nxt = later[0] if later else clog.end

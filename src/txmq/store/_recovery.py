@@ -16,7 +16,8 @@
    to its consume queue and the index. The scan stops at the first record that fails, and the log
    is cut there (a torn tail: it was never acknowledged, since an acknowledgement waits for the
    fsync that would have made it whole); the cut bytes are kept in the quarantine. Without a
-   checkpoint, a bad record in a segment that is not the last one is damage, not a torn tail.
+   checkpoint, a bad record followed by a good one, or in a segment that is not the last one, is
+   damage, not a torn tail (a crash tears only the end of what was written).
 5. What was done is logged and returned as a :class:`RecoveryReport`.
 """
 
@@ -81,7 +82,8 @@ def damaged_error(clog: CommitLog, at: int, reason: str, checkpoint_offset: int)
     """The error that stops opening: damage at ``at`` that is not a torn tail."""
     root = clog.dir.parent
     where = (f"before the last checkpoint (offset {checkpoint_offset}), so acknowledged messages "
-             f"are affected" if checkpoint_offset >= 0 else "in a segment that is not the last one")
+             f"are affected" if checkpoint_offset >= 0 else
+             "with good records after it (or in a segment that is not the last one)")
     return CommitLogDamaged(
         f"commit log {clog.dir} is damaged at offset {at} ({reason}), {where}: this is not a torn "
         f"tail, and nothing was changed. Run `txmq store check {root}` to see the damage, then "
@@ -358,8 +360,8 @@ def recover(clog: CommitLog, cq_root: Path, make: Callable[[str, int], ConsumeQu
         report.records += 1
         report.last_record = clo
     if clog.scan_error:
-        last = clog.segments[-1]
-        if cp is None and clog.scan_end < last.base:
+        if cp is None and (clog.scan_end < clog.segments[-1].base
+                           or clog.next_good(clog.scan_end) is not None):
             raise damaged_error(clog, clog.scan_end, clog.scan_error, -1)
         _cut(clog, clog.scan_end, clog.scan_error, report, quarantine)
     log.info("store %s recovered: checkpoint %d (%s), scanned %d records from %d, log ends at %d%s",

@@ -243,6 +243,11 @@ class Store(abc.ABC):
     def load_meta(self, name: str) -> bytes | None:
         """A metadata blob saved with :meth:`save_meta`, or None."""
 
+    def topic_queues(self) -> dict[str, int]:
+        """Topics that have a consume queue, with one more than their highest queue id (how the
+        broker re-derives its topic table when ``topics.json`` is lost)."""
+        return {}
+
     def quarantine_meta(self, name: str, reason: str) -> str:
         """Move a metadata blob that does not parse out of the way (a file store keeps it under
         ``quarantine/``), log it with ``reason``, and return where it went ("" if it was not there).

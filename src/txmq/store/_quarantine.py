@@ -53,8 +53,13 @@ class Quarantine:
         """Move ``path`` (file or directory) into the quarantine; log and return where it went.
 
         Raises OSError (nothing moved)."""
-        dest = self._dest(path)
-        os.replace(path, dest) if not dest.exists() else shutil.move(path, dest / path.name)
+        try:
+            dest = self._dest(path)
+            os.replace(path, dest) if not dest.exists() else shutil.move(path, dest / path.name)
+        except OSError as exc:  # no room for the quarantine directory (a full disk): set it aside
+            dest = path.with_name(f"{path.name}.quarantined-{len(self.moved) + 1}")
+            os.replace(path, dest)
+            reason = f"{reason} (kept next to it: {exc})"
         self.moved.append((path, dest, reason))
         log.warning("quarantined %s to %s: %s", path, dest, reason)
         return dest

@@ -175,7 +175,7 @@ def test_damage_in_the_middle_refuses_then_check_and_repair(
     assert found.damaged[0].end == offsets[11] and found.records_after_damage == 29
     runner = CliRunner()
     r = runner.invoke(app, ["store", "check", str(tmp_path)])
-    assert r.exit_code == 1 and "repair would cut the log at offset" in r.output
+    assert r.exit_code == 1 and "repair would cut the log at offset" in " ".join(r.output.split())
     r = runner.invoke(app, ["store", "repair", str(tmp_path)])
     assert r.exit_code == 1  # without --yes nothing changes
     assert sorted((tmp_path / "commitlog").iterdir())[0].read_bytes() == before
@@ -221,3 +221,9 @@ def test_a_torn_tail_is_cut_and_kept_in_the_quarantine(tmp_path: Path,
     kept = quarantined(tmp_path, caplog, f"commitlog/{0:020d}.from-*")
     assert kept.read_bytes().endswith(tail)
     shutil.rmtree(tmp_path / "quarantine")
+
+
+def test_check_refuses_a_directory_without_a_commit_log_and_creates_nothing(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["store", "check", str(tmp_path)])
+    assert r.exit_code == 2 and "holds no commit log" in " ".join(r.output.split())
+    assert list(tmp_path.iterdir()) == []

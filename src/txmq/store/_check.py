@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from txmq.errors import CorruptRecord
+from txmq.errors import CorruptRecord, StoreError
 from txmq.store._codec import decode_checkpoint
 from txmq.store._commitlog import CommitLog
 from txmq.store._config import StoreConfig
@@ -86,6 +86,8 @@ def check_store(root: Path | str) -> StoreCheck:
     """Verify every record of the commit log under ``root`` (read only). Raises StoreError when
     the commit log directory cannot be opened."""
     root = Path(root)
+    if not (root / "commitlog").is_dir():
+        raise StoreError(f"{root} holds no commit log (no {root / 'commitlog'} directory)")
     clog = CommitLog(root / "commitlog", StoreConfig().mapped_file_size_commit_log, threading.Lock())
     try:
         out = StoreCheck(segments=[SegmentCheck(s.path.name, s.base, s.end) for s in clog.segments],

@@ -157,3 +157,19 @@ def test_a_snapshot_ahead_of_the_log_is_quarantined_and_the_index_rebuilt(
     assert again.ext["queue_offset"] == torn.ext["queue_offset"]
     assert h.broker.tx.index.outcome(int(again.ext["queue_offset"])).value == "PENDING"
     _stop(h)
+
+
+def test_a_state_table_that_cannot_be_opened_is_quarantined_and_rebuilt(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    bodies, pending = _history(tmp_path)
+    assert pending == 2
+    table = tmp_path / "meta" / "transactionState.table"
+    table.unlink()
+    table.mkdir()
+    caplog.set_level(logging.WARNING)
+    h = _start(tmp_path)
+    assert list((tmp_path / "quarantine").glob("*/meta/transactionState.table"))
+    assert h.broker.tx.index.counts() == {"PENDING": 1, "COMMIT": 1, "ROLLBACK": 1, "DISCARD": 0}
+    assert h.broker.tx.index.outcome(0).value == "COMMIT"  # rebuilt from the log
+    assert [m.body for m in h.pull("t", 0)] == bodies
+    _stop(h)

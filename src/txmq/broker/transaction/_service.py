@@ -545,7 +545,6 @@ class TransactionService:
             discarded_ids={m: o for m, o in idx.by_msg_id.items() if o in idx.discarded},
             resumed=sorted(idx.resumed),
             settled_counts={o.value: n for o, n in idx.settled.counts.items()},
-            sink_pending={b: self.sinks.halves(b) for b in self.sinks.pending},
             sink_committed=self.sinks.committed, torn=self._torn)
         try:
             idx.settled.sync()

@@ -39,7 +39,6 @@ class TxSnapshot(msgspec.Struct, array_like=True, kw_only=True):
         discarded_ids: message id → half offset of discarded transactions.
         resumed: half offsets of discarded transactions an operator resumed.
         settled_counts: decided transactions per outcome (metrics).
-        sink_pending: batch → task → pending half offsets (Spark sinks).
         sink_committed: batch → committed task attempts.
         torn: batch → (tasks, halves) that a recovered marker still has to settle.
     """
@@ -51,7 +50,6 @@ class TxSnapshot(msgspec.Struct, array_like=True, kw_only=True):
     discarded_ids: dict[str, int]
     resumed: list[int]
     settled_counts: dict[str, int]
-    sink_pending: dict[str, dict[str, list[int]]]
     sink_committed: dict[str, dict[str, int]]
     torn: dict[str, tuple[dict[str, int], dict[str, list[int]]]]
 

@@ -227,3 +227,14 @@ def test_check_refuses_a_directory_without_a_commit_log_and_creates_nothing(tmp_
     r = CliRunner().invoke(app, ["store", "check", str(tmp_path)])
     assert r.exit_code == 2 and "holds no commit log" in " ".join(r.output.split())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stray_file_in_the_commit_log_directory(tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """Base: ``StoreError: unexpected file in commit log directory``."""
+    fill(tmp_path)
+    (tmp_path / "commitlog" / "notes.txt").write_text("x")
+    (tmp_path / "commitlog" / f"{10**9:020d}").mkdir()
+    reopen_and_read(tmp_path, caplog).close()
+    quarantined(tmp_path, caplog, "commitlog/notes.txt")
+    quarantined(tmp_path, caplog, f"commitlog/{10**9:020d}")

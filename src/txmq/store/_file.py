@@ -49,7 +49,7 @@ from txmq.store._config import StoreConfig
 from txmq.store._consumequeue import ConsumeQueue, topic_dir_problem
 from txmq.store._index import Index, id_key, key_key
 from txmq.store._quarantine import Quarantine
-from txmq.store._recovery import recover
+from txmq.store._recovery import recover, sweep_commit_log_dir
 from txmq.store._retention import SegmentInfo, log_report, plan_clean
 from txmq.store._table import FileStateTable, StateTable
 
@@ -114,6 +114,7 @@ class FileStore(Store):
         log_: CommitLog | None = None
         try:
             (self.root / "meta").mkdir(parents=True, exist_ok=True)
+            sweep_commit_log_dir(self.root / "commitlog", self.quarantine)
             self._log = log_ = CommitLog(self.root / "commitlog",
                                          self.config.mapped_file_size_commit_log, self._lock)
             self._index = Index(self.root / "index", self.config.max_hash_slot_num,

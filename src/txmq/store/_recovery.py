@@ -39,7 +39,7 @@ from txmq.store._consumequeue import ConsumeQueue, topic_dir_problem
 from txmq.store._index import Index
 from txmq.store._quarantine import Quarantine
 
-__all__ = ["RecoveryReport", "damaged_error", "keep_tail", "recover"]
+__all__ = ["RecoveryReport", "damaged_error", "keep_tail", "recover", "sweep_commit_log_dir"]
 
 log = logging.getLogger("txmq.store")
 
@@ -174,7 +174,25 @@ def _sweep_queue_dirs(cq_root: Path, listed: set[QueueKey], q: Quarantine | None
             if why:
                 _quarantine(q, qdir, why, report)
             elif (tdir.name, int(qdir.name)) not in listed:
-                shutil.rmtree(qdir)
+                try:
+                    shutil.rmtree(qdir)
+                except OSError as exc:
+                    _quarantine(q, qdir, f"not in the checkpoint and cannot be deleted: {exc}",
+                                report)
+
+
+def sweep_commit_log_dir(directory: Path, q: Quarantine) -> None:
+    """Quarantine what is not a segment (a 20-digit name) in the commit log directory, so a stray
+    file or directory does not stop the start. Raises OSError."""
+    if not directory.is_dir():
+        return
+    for path in sorted(directory.iterdir()):
+        if path.name.endswith(".tmp"):
+            continue
+        if len(path.name) != 20 or not path.name.isdigit():
+            q.put(path, "not a commit log segment (its name is not a 20-digit offset)")
+        elif not path.is_file():
+            q.put(path, "a commit log segment name, but not a regular file")
 
 
 def _verify_queue(clog: CommitLog, cq: ConsumeQueue, topic: str, qid: int) -> str:

@@ -15,6 +15,7 @@ from enum import IntEnum
 
 __all__ = [
     "BrokerUnavailable",
+    "CommitLogDamaged",
     "ConfigError",
     "CorruptRecord",
     "DiskFull",
@@ -152,6 +153,14 @@ class CorruptRecord(StoreError):
     """A stored record whose length or CRC32C does not check out on read."""
 
     code = "CORRUPT_RECORD"
+
+
+class CommitLogDamaged(StoreError):
+    """The commit log is damaged before its last trusted checkpoint (not a torn tail): the store
+    refuses to open rather than drop acknowledged messages. ``txmq store check`` reports the
+    damage, ``txmq store repair --yes`` cuts the log there into the quarantine."""
+
+    code = "COMMIT_LOG_DAMAGED"
 
 
 class DiskFull(StoreError):

@@ -444,3 +444,23 @@ CHAOS_OFFSET_SAMPLE_INTERVAL_MS = 500
 
 CHAOS_QUIESCE_TIMEOUT_MS = 90_000
 """Longest wait, after every fault is healed, for the workload to drain before the check (txmq)."""
+
+# -- recovery (issue 11 part 3) -------------------------------------------------------------------
+
+QUARANTINE_DIR = "quarantine"
+"""Directory under the data directory where recovery moves files it cannot use (consume queues,
+index files, checkpoint, metadata, a cut commit log tail), one numbered subdirectory per opening,
+instead of deleting them or refusing to start (txmq; RocketMQ deletes or aborts)."""
+
+TX_STATE_WINDOW_ENTRIES = 65_536
+"""Settled transaction outcomes kept in memory before they are written to the transaction state
+table file (1 byte per half offset, RocketMQ 3.x ``tranStateTable`` in spirit; txmq): bounds memory
+whatever the settled history."""
+
+TX_SNAPSHOT_VERSION = 1
+"""Format version of the transaction index snapshot (``meta/transactionIndex.snapshot``; txmq)."""
+
+FILE_NAME_MAX_BYTES = 255
+"""Longest file name the store creates (Linux ``NAME_MAX``): a topic whose name is longer, or not a
+plain file name, gets no consume queue directory (txmq; RocketMQ ``TopicValidator`` caps topics at
+127 characters, which the door checks)."""

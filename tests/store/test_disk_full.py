@@ -169,3 +169,53 @@ def test_a_broker_answers_disk_full_and_resumes(small_fs: Path, tmp_path: Path) 
         assert got == acked
     finally:
         broker.stop()
+
+
+def test_a_broker_killed_on_a_full_disk_starts_serves_reads_and_refuses_writes(
+        small_fs: Path, tmp_path: Path) -> None:
+    """Issue 11: base failed to start with ``DiskFull`` saving ``meta/topics.json``."""
+    home = tmp_path / "broker"
+    home.mkdir()
+    (home / "store").symlink_to(small_fs)  # only the data directory is on the small disk
+    extra = ballast(small_fs, 6)
+    broker = BrokerProcess(home, {"topics": {"t": 1}}, log_path=tmp_path / "broker.log")
+    broker.start()
+    acked: list[bytes] = []
+    try:
+        with Producer("pg", broker.endpoints) as p:
+            for i in range(1000):
+                try:
+                    p.send(Message(topic="t", body=body(i, 256 * 1024)))
+                    acked.append(body(i, 256 * 1024))
+                except RemoteError as exc:
+                    assert exc.response_code == ResponseCode.DISK_FULL
+                    break
+        with open(small_fs / "ballast2", "wb") as f:  # now 100 % full
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        broker.kill()
+        broker.start()
+        with PullConsumer(broker.endpoints) as pc:
+            r = pc.pull("t", 0, 0, 4)
+            assert [m.body for m in r.messages] == acked[:4]
+        with Producer("pg", broker.endpoints) as p:
+            with pytest.raises(RemoteError) as refused:
+                p.send(Message(topic="t", body=b"refused"))
+            assert refused.value.response_code == ResponseCode.DISK_FULL
+            extra.unlink()
+            (small_fs / "ballast2").unlink()
+            deadline = time.monotonic() + 15
+            while True:  # the broker re-reads disk usage every second
+                try:
+                    p.send(Message(topic="t", body=b"after"))
+                    break
+                except RemoteError as exc:
+                    assert exc.response_code == ResponseCode.DISK_FULL
+                    assert time.monotonic() < deadline, "writes did not resume"
+                    time.sleep(0.1)
+    finally:
+        broker.stop()

@@ -142,8 +142,11 @@ class FileStoreMachine(StoreMachine):
         abandon(self.store)
         for seg in sorted((self.dir / "commitlog").iterdir()):
             base = int(seg.name)
-            if base > cut or (base == cut and base > 0):
+            if base > cut:
                 seg.unlink()
+            elif base == cut and base > 0:  # its creation was fsynced (CommitLog._create): it stays
+                with open(seg, "r+b") as f:
+                    f.truncate(0)
             elif base + seg.stat().st_size > cut:
                 with open(seg, "r+b") as f:
                     f.truncate(cut - base)

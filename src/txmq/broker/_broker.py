@@ -19,6 +19,7 @@ from txmq.broker._clients import ClientRegistry
 from txmq.broker._config import BrokerConfig, parse_delay_levels
 from txmq.broker._groups import GroupService
 from txmq.broker._health import TimerHealth, destination_problem
+from txmq.broker._meta import load_json_meta
 from txmq.broker._schedule import SCHEDULE_TOPIC, ScheduleService
 from txmq.broker.transaction import (
     HALF_TOPIC,
@@ -133,15 +134,23 @@ class Broker:
         self.touched: set[tuple[str, int]] = set()
         self._peers: dict[int, str] = {}
         self._rr = count()
-        raw = store.load_meta(_TOPICS_META)
-        self.topics: dict[str, int] = msgspec.json.decode(raw) if raw else {}
+        saved = load_json_meta(store, _TOPICS_META, dict[str, int],
+                               "topics are re-derived from the stored consume queues")
+        self.topics: dict[str, int] = dict(saved) if saved is not None else store.topic_queues()
         self.topics.update(_SYSTEM_TOPICS)
         self.topics[SCHEDULE_TOPIC] = len(parse_delay_levels(config.message_delay_level))
         for name, n in config.topics.items():
             self.topics.setdefault(name, n)
-        self._save_topics()
-        raw = store.load_meta(_OFFSETS_META)
-        self.offsets: dict[str, int] = msgspec.json.decode(raw) if raw else {}
+        if self.topics != saved:  # a full disk must not stop the start (issue 11)
+            try:
+                self._save_topics()
+            except StoreError as exc:
+                log.error("topics not saved at start (%s); they are saved with the next change",
+                          exc)
+        self.offsets: dict[str, int] = load_json_meta(
+            store, _OFFSETS_META, dict[str, int],
+            "consumer offsets start EMPTY: consumer groups restart from their configured "
+            "position (CONSUME_FROM_*), and may receive messages again") or {}
         self._offsets_dirty = False
         self.boot_ms = now_ms
         self.health = TimerHealth()
@@ -190,15 +199,18 @@ class Broker:
     def _recover(self) -> None:
         """Rebuild the transaction index without reading the whole commit log.
 
-        Half, op, discard and sink batch marker records come through their topics' consume
-        queues. A committed real message (it carries ``TRAN_PREPARED_QUEUE_OFFSET``) is appended
-        in one batch with its op record, so only where a crash could have torn that batch, the
-        part of the log the store re-dispatched on open (from ``store.recovery_offset``), is
-        scanned for them.
+        The index snapshot holds the index as of a commit log offset; only records stored after
+        it are replayed (O(pending + recent), not O(every transaction ever stored)). Half, op,
+        discard and sink batch marker records come through their topics' consume queues. A
+        committed real message (it carries ``TRAN_PREPARED_QUEUE_OFFSET``) is appended in one
+        batch with its op record, so only where a crash could have torn that batch, the part of
+        the log the store re-dispatched on open (from ``store.recovery_offset``), is scanned for
+        them.
         """
+        start = self.tx.load_snapshot()
         tx_topics = (HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SINK_BATCH_TOPIC)
-        found = dict(self.store.iter_records(topics=tx_topics))
-        for offset, rec in self.store.iter_records(self.store.recovery_offset):
+        found = dict(self.store.iter_records(start, topics=tx_topics))
+        for offset, rec in self.store.iter_records(max(self.store.recovery_offset, start)):
             if offset not in found and self.tx.wants(rec):
                 found[offset] = rec
         self.tx.recover([(rec, AppendResult(off, rec.queue_offset, 0))
@@ -210,10 +222,13 @@ class Broker:
 
     def persist_offsets(self) -> None:
         """Save consumer offsets and delay progress if they changed (the shell calls it)."""
-        if self._offsets_dirty:
-            self.store.save_meta(_OFFSETS_META, msgspec.json.encode(self.offsets))
-            self._offsets_dirty = False
-        self.schedule.persist()
+        try:
+            if self._offsets_dirty:
+                self.store.save_meta(_OFFSETS_META, msgspec.json.encode(self.offsets))
+                self._offsets_dirty = False
+            self.schedule.persist()
+        except StoreError as exc:  # a full disk: retried next time, never fatal
+            log.error("consumer offsets or delay progress not saved: %s", exc)
         self.tx.save_snapshot()
 
     # -- dispatch ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from itertools import takewhile
 import msgspec
 
 from txmq.broker._health import parked_record
+from txmq.broker._meta import load_json_meta
 from txmq.errors import CorruptRecord, StoreError
 from txmq.protocol import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -53,8 +54,9 @@ class ScheduleService:
         self._problem = destination_problem
         self.parked: dict[str, int] = {}
         """Park source kind (``schedule``, ``retry``) → messages parked since start."""
-        raw = store.load_meta(_META)
-        saved = msgspec.json.decode(raw, type=dict[str, int]) if raw else {}
+        saved = load_json_meta(store, _META, dict[str, int],
+                               "delay levels restart from the start of their schedule queues "
+                               "(delayed messages may be delivered again)") or {}
         self.offsets = {lvl: saved.get(str(lvl), 0) for lvl in range(1, len(levels_ms) + 1)}
         self._saved = dict(self.offsets)
         self._unflushed: list[tuple[int, int, int]] = []  # (level, next offset, durable end)

@@ -22,11 +22,13 @@ app.add_typer(broker_app, name="broker")
 def _register_subapps() -> None:
     from txmq.cli._outbox import outbox_app
     from txmq.cli._reconcile import reconcile
+    from txmq.cli._store import store_app
     from txmq.cli._tx import tx_app
 
     app.add_typer(tx_app, name="tx")
     app.add_typer(outbox_app, name="outbox")
     app.command("reconcile")(reconcile)
+    app.add_typer(store_app, name="store")
 
 
 _register_subapps()

@@ -5,10 +5,12 @@ same segment rolling), used by the contract suite and the sans-IO simulations.
 """
 
 from txmq.store._base import AppendResult, CleanReport, DiskStatus, Record, RetentionHook, Store
+from txmq.store._check import StoreCheck, check_store, repair_store
 from txmq.store._config import StoreConfig, is_delete_hour
 from txmq.store._file import FileStore
 from txmq.store._memory import MemoryStore
 from txmq.store._recovery import RecoveryReport
+from txmq.store._table import StateTable
 
 __all__ = [
     "AppendResult",
@@ -19,7 +21,11 @@ __all__ = [
     "Record",
     "RecoveryReport",
     "RetentionHook",
+    "StateTable",
     "Store",
+    "StoreCheck",
     "StoreConfig",
+    "check_store",
     "is_delete_hour",
+    "repair_store",
 ]

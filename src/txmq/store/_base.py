@@ -21,6 +21,7 @@ import msgspec
 
 from txmq.protocol import MessageExt
 from txmq.store._config import StoreConfig
+from txmq.store._table import StateTable
 
 __all__ = ["AppendResult", "CleanReport", "DiskStatus", "Record", "RetentionHook", "Store"]
 
@@ -104,6 +105,7 @@ class Store(abc.ABC):
         self.config = config.validate()
         """Layout, retention and disk-space settings."""
         self._hooks: dict[str, RetentionHook] = {}
+        self._tables: dict[str, StateTable] = {}
 
     # -- writing ----------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -240,6 +242,33 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def load_meta(self, name: str) -> bytes | None:
         """A metadata blob saved with :meth:`save_meta`, or None."""
+
+    def topic_queues(self) -> dict[str, int]:
+        """Topics that have a consume queue, with one more than their highest queue id (how the
+        broker re-derives its topic table when ``topics.json`` is lost)."""
+        return {}
+
+    def quarantine_meta(self, name: str, reason: str) -> str:
+        """Move a metadata blob that does not parse out of the way (a file store keeps it under
+        ``quarantine/``), log it with ``reason``, and return where it went ("" if it was not there).
+        Never raises: a failure is logged and the blob is left in place."""
+        log.warning("metadata %s dropped: %s", name, reason)
+        self._forget_meta(name)
+        return ""
+
+    def _forget_meta(self, name: str) -> None:
+        return None
+
+    def state_table(self, name: str) -> StateTable:
+        """The named :class:`~txmq.store._table.StateTable` (1 byte per dense key), opened once and
+        kept until :meth:`close`. Raises StoreError if it cannot be opened."""
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = self._open_table(name)
+        return table
+
+    def _open_table(self, name: str) -> StateTable:
+        return StateTable()
 
     # -- retention and disk space -----------------------------------------------------------------
     def set_retention_hook(self, name: str, hook: RetentionHook | None) -> None:

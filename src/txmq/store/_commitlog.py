@@ -11,6 +11,7 @@ Nothing here knows about queues; :mod:`txmq.store._file` composes it with the co
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import threading
 from bisect import bisect_right
@@ -21,6 +22,7 @@ from txmq.errors import CorruptRecord, StoreError
 from txmq.store._base import Record
 from txmq.store._codec import (
     RECORD_HEAD_SIZE,
+    RECORD_MAGIC,
     RECORD_SIZE_MAX,
     decode_record,
     peek_size,
@@ -267,6 +269,28 @@ class CommitLog:
             yield pos, rec, size
             pos += size
             self.scan_end = pos
+
+    def next_good(self, offset: int) -> int | None:
+        """Start of the first record after ``offset`` in the same segment that checks out (found by
+        searching for the record magic), or None: tells damage in the middle of a segment from a
+        torn tail. Reads the rest of the segment. Raises OSError."""
+        seg = self.segment_at(offset)
+        if seg is None or seg.end - offset <= RECORD_HEAD_SIZE:
+            return None
+        magic = RECORD_MAGIC.to_bytes(4, "big")
+        with mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ) as mm:
+            view = memoryview(mm)
+            try:
+                pos = offset - seg.base + 1
+                while (hit := mm.find(magic, pos + 4)) >= 0:
+                    try:
+                        decode_record(view, hit - 4, seg.base + hit - 4)
+                        return seg.base + hit - 4
+                    except CorruptRecord:
+                        pos = hit - 3
+                return None
+            finally:
+                view.release()
 
     def close(self) -> None:
         for seg in self.segments:

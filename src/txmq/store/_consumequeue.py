@@ -19,11 +19,25 @@ from array import array
 from bisect import bisect_left
 from pathlib import Path
 
+from txmq import limits
 from txmq.store._codec import CQ_ENTRY, CQ_ENTRY_SIZE
 
-__all__ = ["ConsumeQueue"]
+__all__ = ["ConsumeQueue", "topic_dir_problem"]
 
 log = logging.getLogger("txmq.store")
+
+
+def topic_dir_problem(topic: str) -> str:
+    """Why ``topic`` cannot name a directory under ``consumequeue/`` ("" if it can): empty, ``.``
+    or ``..``, a path separator or NUL, or longer than ``limits.FILE_NAME_MAX_BYTES`` in UTF-8."""
+    if topic in ("", ".", ".."):
+        return f"topic name {topic!r} is not a file name"
+    if "/" in topic or "\0" in topic:
+        return f"topic name {topic!r} holds a path separator or NUL"
+    if len(topic.encode("utf-8", "surrogatepass")) > limits.FILE_NAME_MAX_BYTES:
+        return f"topic name of {len(topic.encode('utf-8', 'surrogatepass'))} bytes is over the " \
+               f"file name limit ({limits.FILE_NAME_MAX_BYTES})"
+    return ""
 
 
 class _File:
@@ -219,6 +233,11 @@ class ConsumeQueue:
         if i >= self.persisted:
             return self._clo[i - self.persisted]
         return self.entries(i, i + 1)[0][0]
+
+    def first_at_or_after(self, commit_log_offset: int) -> int:
+        """The first queue offset whose record is at or after ``commit_log_offset`` (binary search;
+        ``max`` if none). Raises OSError."""
+        return self._first_at_or_after(commit_log_offset, self.min)
 
     def _first_at_or_after(self, commit_log_offset: int, lo: int) -> int:
         hi = self.max

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from txmq import limits
 from txmq.errors import CorruptRecord, DiskFull, StoreError
-from txmq.protocol import PROPERTY_UNIQ_KEY, MessageExt, is_valid_topic
+from txmq.protocol import PROPERTY_UNIQ_KEY, MessageExt
 from txmq.store._base import AppendResult, CleanReport, DiskStatus, Record, Store
 from txmq.store._codec import (
     RECORD_HEAD_SIZE,
@@ -46,10 +46,12 @@ from txmq.store._codec import (
 )
 from txmq.store._commitlog import CommitLog, fsync_dir
 from txmq.store._config import StoreConfig
-from txmq.store._consumequeue import ConsumeQueue
+from txmq.store._consumequeue import ConsumeQueue, topic_dir_problem
 from txmq.store._index import Index, id_key, key_key
-from txmq.store._recovery import recover
+from txmq.store._quarantine import Quarantine
+from txmq.store._recovery import recover, sweep_commit_log_dir
 from txmq.store._retention import SegmentInfo, log_report, plan_clean
+from txmq.store._table import FileStateTable, StateTable
 
 __all__ = ["FileStore"]
 
@@ -91,6 +93,7 @@ class FileStore(Store):
         recovery: what opening did (:class:`~txmq.store._recovery.RecoveryReport`).
 
     Raises:
+        CommitLogDamaged: the commit log is damaged below its last checkpoint (not a torn tail).
         StoreError: the directory cannot be created or a file cannot be opened or repaired.
     """
 
@@ -106,17 +109,25 @@ class FileStore(Store):
         self._failed = ""
         self._closed = False
         self._writable, self._usage, self._since_check = True, 0.0, 0
+        self.quarantine = Quarantine(self.root)
+        """Where opening moved what it could not use (:mod:`txmq.store._quarantine`)."""
+        log_: CommitLog | None = None
         try:
             (self.root / "meta").mkdir(parents=True, exist_ok=True)
-            self._log = CommitLog(self.root / "commitlog", self.config.mapped_file_size_commit_log,
-                                  self._lock)
+            sweep_commit_log_dir(self.root / "commitlog", self.quarantine)
+            self._log = log_ = CommitLog(self.root / "commitlog",
+                                         self.config.mapped_file_size_commit_log, self._lock)
             self._index = Index(self.root / "index", self.config.max_hash_slot_num,
                                 self.config.max_index_num) if self.config.message_index_enable else None
             self._queues, self.recovery = recover(self._log, self.root / "consumequeue",
                                                   self._make_queue, self._index,
-                                                  self._load_checkpoint())
+                                                  self._load_checkpoint(), self.quarantine)
         except OSError as exc:
+            self._abandon(log_)
             raise StoreError(f"cannot open store at {self.root}: {exc}") from exc
+        except StoreError:
+            self._abandon(log_)
+            raise
         self._write = self._flushed = self._log.end
         self._tail = self._flushed_tail = (self._write, self.recovery.last_record)
         self._store_host = host_bytes(self.config.store_host)
@@ -125,6 +136,12 @@ class FileStore(Store):
         self.truncated_bytes = self.recovery.truncated_bytes
         self.check_disk()
         self.checkpoint()()
+
+    @staticmethod
+    def _abandon(clog: CommitLog | None) -> None:
+        """Release what a failed opening holds."""
+        if clog is not None:
+            clog.close()
 
     def _make_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         return ConsumeQueue(self.root / "consumequeue" / topic / str(queue_id),
@@ -136,9 +153,10 @@ class FileStore(Store):
             return decode_checkpoint(path.read_bytes())
         except FileNotFoundError:
             return None
-        except CorruptRecord as exc:
-            log.warning("store %s: %s; rebuilding consume queues and index from the commit log",
-                        self.root, exc)
+        except (CorruptRecord, OSError) as exc:
+            log.warning("store %s: checkpoint unusable (%s); rebuilding consume queues and index "
+                        "from the commit log", self.root, exc)
+            self.quarantine.put(path, f"checkpoint unusable: {exc}")
             return None
 
     # -- writing ----------------------------------------------------------------------------------
@@ -156,10 +174,6 @@ class FileStore(Store):
     def append(self, records: list[Record]) -> list[AppendResult]:
         if self._failed or self._closed or not self._writable:
             self._refuse()
-        for rec in records:  # a topic and queue id become a directory path: nothing unchecked
-            if not is_valid_topic(rec.topic) or not 0 <= rec.queue_id < limits.QUEUE_NUMS_MAX:
-                raise StoreError(f"refused: topic {rec.topic[:160]!r} queue {rec.queue_id} is not a "
-                                 f"legal consume queue; nothing appended")
         if len(records) == 1:
             return [self._append_one(records[0])]
         self._assign_queue_offsets(records)
@@ -185,6 +199,8 @@ class FileStore(Store):
     def _append_one(self, rec: Record) -> AppendResult:
         """:meth:`append` of one record (the common send), without the batch bookkeeping."""
         cq = self._queues.get((rec.topic, rec.queue_id))
+        if cq is None:
+            self._check_new_queue(rec)
         rec.queue_offset = cq.max if cq is not None else 0
         try:
             tail = record_tail(rec)
@@ -233,6 +249,16 @@ class FileStore(Store):
                         f"writes until it is reopened and recovered")
         log.critical("store %s: %s", self.root, self._failed)
 
+    @staticmethod
+    def _check_new_queue(rec: Record) -> None:
+        """Refuse (before anything is written) a record whose queue could not get a directory: a
+        topic and queue id become a path, so nothing reaches it unchecked (the broker's door applies
+        RocketMQ's stricter topic rules before this)."""
+        why = topic_dir_problem(rec.topic) or (
+            "" if 0 <= rec.queue_id < limits.QUEUE_NUMS_MAX else f"queue id {rec.queue_id} out of range")
+        if why:
+            raise StoreError(f"cannot store a record of topic {rec.topic[:300]!r}: {why}")
+
     def _append_error(self, exc: ValueError | OSError) -> StoreError:
         if isinstance(exc, ValueError):
             return StoreError(f"record does not fit the layout: {exc}")
@@ -254,6 +280,8 @@ class FileStore(Store):
             qo = next_qo.get(key)
             if qo is None:
                 cq = self._queues.get(key)
+                if cq is None:
+                    self._check_new_queue(rec)
                 qo = cq.max if cq is not None else 0
             rec.queue_offset, next_qo[key] = qo, qo + 1
 
@@ -381,6 +409,8 @@ class FileStore(Store):
                 cq.close()
             if self._index is not None:
                 self._index.close()
+            for table in self._tables.values():
+                table.close()
             self._log.close()
             self._close_retired(self._gen + 1)
 
@@ -442,6 +472,12 @@ class FileStore(Store):
             return 0, 0
         return cq.min, max(cq.min, cq.visible_max(self._flushed))
 
+    def topic_queues(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t, qid in self._queues:
+            out[t] = max(out.get(t, 0), qid + 1)
+        return out
+
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(qid for (t, qid) in self._queues if t == topic)
 
@@ -464,7 +500,8 @@ class FileStore(Store):
         found: list[tuple[int, int]] = []
         for (t, _), cq in self._queues.items():
             if t in topics:
-                found += [e for e in cq.entries(cq.min, cq.max) if e[0] >= start_offset and e[1]]
+                lo = cq.first_at_or_after(start_offset) if start_offset > 0 else cq.min
+                found += [e for e in cq.entries(lo, cq.max) if e[0] >= start_offset and e[1]]
         for clo, size in sorted(found):
             yield clo, self._read_record(clo, size)
 
@@ -493,7 +530,10 @@ class FileStore(Store):
         for clo in candidates:
             if not self.min_offset <= clo < self._flushed:
                 continue
-            m = self.read_at(clo)
+            try:
+                m = self.read_at(clo)
+            except CorruptRecord:  # an index entry that points at no record: a miss, not a failure
+                continue
             if match(m) and begin_ms <= m.store_timestamp_ms <= end_ms:
                 out.append(m)
                 if len(out) >= max_count:
@@ -507,6 +547,23 @@ class FileStore(Store):
             return None
         except OSError as exc:
             raise StoreError(f"cannot read metadata {name}: {exc}") from exc
+
+    def quarantine_meta(self, name: str, reason: str) -> str:
+        path = self.root / "meta" / name
+        try:
+            if not path.exists() and not path.is_symlink():
+                return ""
+            return str(self.quarantine.put(path, reason))
+        except OSError as exc:
+            log.error("store %s: could not quarantine %s (%s): %s", self.root, path, reason, exc)
+            return ""
+
+    def _open_table(self, name: str) -> StateTable:
+        path = self.root / "meta" / f"{name}.table"
+        try:
+            return FileStateTable(path)
+        except OSError as exc:
+            raise StoreError(f"cannot open state table {path}: {exc}") from exc
 
     # -- retention and disk space -----------------------------------------------------------------
     def _infos(self) -> list[SegmentInfo]:

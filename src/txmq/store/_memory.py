@@ -159,6 +159,12 @@ class MemoryStore(Store):
             return 0, 0
         return q.min, q.min + bisect_left(q.offsets, self._flushed)
 
+    def topic_queues(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t, qid in self._queues:
+            out[t] = max(out.get(t, 0), qid + 1)
+        return out
+
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(qid for (t, qid) in self._queues if t == topic)
 
@@ -198,6 +204,9 @@ class MemoryStore(Store):
 
     def load_meta(self, name: str) -> bytes | None:
         return self._meta.get(name)
+
+    def _forget_meta(self, name: str) -> None:
+        self._meta.pop(name, None)
 
     # -- retention and disk space -----------------------------------------------------------------
     def _infos(self) -> list[SegmentInfo]:

@@ -3,18 +3,27 @@
 RocketMQ keeps no per-transaction state (reference/rocketmq.md §1.4): it re-scans the op queue and
 re-puts whole half messages to count checks, which causes #8158 (double commit), #8311/#9320 (immunity
 eating the check budget) and #1517/#1543 (disks filled by re-puts). txmq keeps this index instead; it
-is rebuilt on start from the half topic, the op topic and committed real messages (which carry
-``TRAN_PREPARED_QUEUE_OFFSET``), so a commit is recognised even if its op record was torn off.
+is rebuilt on start from its last snapshot plus the half topic, the op topic and committed real
+messages (which carry ``TRAN_PREPARED_QUEUE_OFFSET``) stored after it, so a commit is recognised
+even if its op record was torn off.
+
+Pending transactions live in memory; decided outcomes (needed to answer a late duplicate end with
+the recorded outcome, I4) live in a :class:`~txmq.store.StateTable` of 1 byte per half offset
+(RocketMQ 3.x's ``tranStateTable`` in spirit), so neither memory nor restart time grows with the
+settled history.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator, MutableMapping
 from enum import StrEnum
 
 import msgspec
 
-__all__ = ["HalfEntry", "LatencyHistogram", "Outcome", "TransactionIndex"]
+from txmq.store import StateTable
+
+__all__ = ["HalfEntry", "LatencyHistogram", "Outcome", "SettledOutcomes", "TransactionIndex"]
 
 
 class Outcome(StrEnum):
@@ -54,12 +63,79 @@ class HalfEntry(msgspec.Struct, kw_only=True):
     """For a Spark sink's half message, ``"<partition>.<attempt>"``."""
 
 
-class TransactionIndex:
-    """Pending half messages (with a check schedule) and decided outcomes."""
+_CODE = {Outcome.COMMIT: 1, Outcome.ROLLBACK: 2, Outcome.DISCARD: 3}
+_OUTCOME = {v: k for k, v in _CODE.items()}
 
-    def __init__(self) -> None:
+
+class SettledOutcomes(MutableMapping[int, Outcome]):
+    """Decided outcomes by half offset, one byte each in a state table (0: none, 1 COMMIT,
+    2 ROLLBACK, 3 DISCARD; any other byte reads as none). Look-ups are O(1) (a ``pread`` for old
+    offsets); iterating reads the whole table (tools and tests only).
+
+    Attributes:
+        counts: decided transactions per outcome (restored from the index snapshot).
+    """
+
+    def __init__(self, table: StateTable) -> None:
+        self.table = table
+        self.counts = dict.fromkeys(_CODE, 0)
+
+    def __getitem__(self, half_offset: int) -> Outcome:
+        v = self.table.get(half_offset) if half_offset >= 0 else 0
+        if v not in _OUTCOME:
+            raise KeyError(half_offset)
+        return _OUTCOME[v]
+
+    def __contains__(self, half_offset: object) -> bool:
+        return isinstance(half_offset, int) and half_offset >= 0 and \
+            self.table.get(half_offset) in _OUTCOME
+
+    def __setitem__(self, half_offset: int, outcome: Outcome) -> None:
+        old = self.table.get(half_offset)
+        if old in _OUTCOME:
+            self.counts[_OUTCOME[old]] -= 1
+        self.table.set(half_offset, _CODE[outcome])
+        self.counts[outcome] += 1
+
+    def __delitem__(self, half_offset: int) -> None:
+        outcome = self[half_offset]
+        self.counts[outcome] -= 1
+        self.table.set(half_offset, 0)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter([k for k, v in self.table.items() if v in _OUTCOME])
+
+    def __len__(self) -> int:
+        return sum(self.counts.values())
+
+    def clear_stale(self, half_offset: int) -> None:
+        """Forget a byte left by a settlement the log no longer holds (recovery re-adds the half
+        as pending: the log, not the table, decides). Counts are not touched."""
+        if self.table.get(half_offset):
+            self.table.set(half_offset, 0)
+
+    def reset(self) -> None:
+        """Forget every outcome (before a full rebuild from the log)."""
+        self.table.reset()
+        self.counts = dict.fromkeys(_CODE, 0)
+
+    def sync(self) -> None:
+        """Make the outcomes recorded so far durable. Raises OSError."""
+        self.table.sync()
+
+
+class TransactionIndex:
+    """Pending half messages (with a check schedule) and decided outcomes.
+
+    Args:
+        table: where decided outcomes live (the store's state table); in memory if None.
+    """
+
+    def __init__(self, table: StateTable | None = None) -> None:
         self.pending: dict[int, HalfEntry] = {}
-        self.settled: dict[int, Outcome] = {}
+        self.settled = SettledOutcomes(table if table is not None else StateTable())
+        self.version = 0
+        """Bumped by every add and settle (the snapshot is saved only when it moved)."""
         self.by_msg_id: dict[str, int] = {}
         """Message id → half offset of pending and discarded transactions (operator look-ups)."""
         self.discarded: dict[int, int] = {}
@@ -71,8 +147,8 @@ class TransactionIndex:
     def add(self, entry: HalfEntry) -> None:
         """Register a new half message (or one found by recovery)."""
         assert entry.half_offset not in self.pending
-        if entry.half_offset in self.settled:
-            return  # recovery met its outcome first
+        self.settled.clear_stale(entry.half_offset)
+        self.version += 1
         self.pending[entry.half_offset] = entry
         if entry.msg_id:
             self.by_msg_id[entry.msg_id] = entry.half_offset
@@ -87,9 +163,10 @@ class TransactionIndex:
     def settle(self, half_offset: int, outcome: Outcome) -> bool:
         """Record a decision. Returns False (and changes nothing) if one was recorded already."""
         assert outcome is not Outcome.PENDING
-        if half_offset in self.settled:
-            return False
         entry = self.pending.pop(half_offset, None)
+        if entry is None and half_offset in self.settled:
+            return False
+        self.version += 1
         self.settled[half_offset] = outcome
         if entry is not None and entry.msg_id and outcome is not Outcome.DISCARD:
             self.by_msg_id.pop(entry.msg_id, None)
@@ -114,10 +191,8 @@ class TransactionIndex:
 
     def counts(self) -> dict[str, int]:
         """Number of transactions per state."""
-        out = {o.value: 0 for o in Outcome}
+        out = {o.value: self.settled.counts.get(o, 0) for o in Outcome}
         out[Outcome.PENDING.value] = len(self.pending)
-        for o in self.settled.values():
-            out[o.value] += 1
         return out
 
 

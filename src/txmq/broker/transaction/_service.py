@@ -12,13 +12,12 @@ import logging
 from collections.abc import Callable
 from itertools import count
 
-import msgspec
-
 from txmq import limits
 from txmq.broker._actions import SendTo
 from txmq.broker._clients import ClientRegistry
 from txmq.broker._config import BrokerConfig
 from txmq.broker._health import PARK_PROPERTIES, park_properties
+from txmq.broker._meta import load_json_meta
 from txmq.broker.transaction._index import HalfEntry, LatencyHistogram, Outcome, TransactionIndex
 from txmq.broker.transaction._sink import (
     PROPERTY_TXMQ_SINK_BATCH,
@@ -29,7 +28,8 @@ from txmq.broker.transaction._sink import (
     decode_marker,
     encode_marker,
 )
-from txmq.errors import CorruptRecord, ResponseCode
+from txmq.broker.transaction._snapshot import TxSnapshot, decode_snapshot, encode_snapshot
+from txmq.errors import CorruptRecord, ResponseCode, StoreError
 from txmq.protocol import (
     FLAG_ONEWAY,
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -55,7 +55,7 @@ from txmq.protocol import (
     encode_message_ext,
     to_ext,
 )
-from txmq.store import AppendResult, Record, Store
+from txmq.store import AppendResult, Record, StateTable, Store
 
 __all__ = [
     "HALF_TOPIC",
@@ -75,12 +75,27 @@ REMOVE_TAG = "d"
 PROPERTY_TXMQ_OPERATOR = "TXMQ_OPERATOR"
 PROPERTY_TXMQ_REASON = "TXMQ_REASON"
 PROPERTY_TXMQ_HALF_OFFSET = "TXMQ_HALF_OFFSET"
-_SNAPSHOT_META = "transactionIndex.json"
+_SNAPSHOT_META = "transactionIndex.snapshot"
+_LEGACY_SNAPSHOT_META = "transactionIndex.json"
+_STATE_TABLE = "transactionState"
 _DECISIONS = (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE)
 _TX_PROPS = (PROPERTY_TRANSACTION_PREPARED, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
              PROPERTY_TXMQ_SENDER_CLIENT_ID)
 
 Append = Callable[[list[Record]], list[AppendResult]]
+
+
+def _open_state_table(store: Store) -> StateTable:
+    """The store's transaction state table; one that cannot be opened is quarantined (the index is
+    then rebuilt from the log), or as a last resort kept in memory. Never raises."""
+    for _ in range(2):
+        try:
+            return store.state_table(_STATE_TABLE)
+        except StoreError as exc:
+            store.quarantine_meta(f"{_STATE_TABLE}.table", f"state table unusable: {exc}")
+            store.quarantine_meta(_SNAPSHOT_META, "its state table was quarantined")
+    log.error("transaction state table kept in memory: decided outcomes are rebuilt at each start")
+    return StateTable()
 
 
 class EndResult:
@@ -114,12 +129,14 @@ class TransactionService:
         self.config = config
         self._problem = destination_problem
         self.store = store
-        self.index = TransactionIndex()
+        self.index = TransactionIndex(_open_state_table(store))
         self._append = append
         self._clients = clients
         self._opaque = count(1 << 30)
         self._in_flight: dict[int, int] = {}  # half offset -> sent at ms
-        self._snapshot_nonempty = False
+        self._saved_sig: tuple[int, ...] = ()
+        self._legacy_counts: dict[str, int] = {}
+        self._half_max = 0
         self.sinks = SinkBatches()
         self._half_cache: dict[int, Record] = {}
         """Recently prepared half records by commit log offset (``TRANSACTION_HALF_CACHE_BYTES``)."""
@@ -129,7 +146,7 @@ class TransactionService:
         self.stats = {"commits": 0, "rollbacks": 0, "discards": 0, "checks_sent": 0,
                       "checks_answered": 0, "duplicate_ends": 0, "check_errors": 0,
                       "checks_no_producer": 0, "sink_batches": 0, "sink_duplicate_batches": 0,
-                      "sink_orphans_rolled_back": 0, "parked": 0}
+                      "sink_orphans_rolled_back": 0, "parked": 0, "recovery_skipped": 0}
         self._last_tick_ms = 0
         self.finish_latency = LatencyHistogram()
         """Prepare-to-finish latency of settled transactions, seconds."""
@@ -158,8 +175,9 @@ class TransactionService:
         with contextlib.suppress(ValueError):
             immunity_ms = max(immunity_ms,
                               int(p.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, "0")) * 1000)
-        if PROPERTY_TXMQ_RESUMED_FROM in p:
-            self.index.resumed.add(int(p[PROPERTY_TXMQ_RESUMED_FROM]))
+        resumed_from = p.get(PROPERTY_TXMQ_RESUMED_FROM, "")
+        if resumed_from.isascii() and resumed_from.isdigit():
+            self.index.resumed.add(int(resumed_from))
         first = rec.born_timestamp_ms + immunity_ms
         batch, task = p.get(PROPERTY_TXMQ_SINK_BATCH, ""), p.get(PROPERTY_TXMQ_SINK_TASK, "")
         if batch:
@@ -452,52 +470,141 @@ class TransactionService:
             PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in rec.properties)
 
     def recover(self, records: list[tuple[Record, AppendResult]]) -> None:
-        """Rebuild the index from stored half, op, discard and committed records (commit log
-        order), then apply the check counts of the last snapshot."""
+        """Apply stored half, op, discard, sink marker and committed records (commit log order,
+        those stored after the snapshot :meth:`load_snapshot` loaded). A record that does not
+        parse (an op body that is not offsets, a
+        discard copy without its half offset, a marker that does not decode) is logged, counted in
+        ``recovery_skipped`` and skipped: recovery never stops on one."""
+        self._half_max = self.store.queue_bounds(HALF_TOPIC, 0)[1]
         for rec, res in records:
-            if rec.topic == HALF_TOPIC:
-                self.on_half_stored(rec, res, cache=False)
-            elif rec.topic == OP_TOPIC and rec.tags == REMOVE_TAG:
-                outcome = Outcome(rec.properties.get(PROPERTY_TXMQ_OUTCOME, "ROLLBACK"))
-                for tok in rec.body.decode().split(","):
-                    if tok.strip():
-                        self.index.settle(int(tok), outcome)
-            elif rec.topic == SINK_BATCH_TOPIC:
-                marker = decode_marker(rec.body)
-                self.sinks.committed[marker.batch] = marker.tasks
-                # the halves before the marker are the ones this commit settles
-                self._torn[marker.batch] = (marker.tasks, self.sinks.halves(marker.batch))
-            elif rec.topic == TRANS_CHECK_MAX_TIME_TOPIC:
-                off = int(rec.properties.get(PROPERTY_TXMQ_HALF_OFFSET, "-1"))
-                self.index.discarded[off] = res.commit_log_offset
-                self.index.by_msg_id[rec.properties.get(PROPERTY_UNIQ_KEY, "")] = off
-                self.index.settle(off, Outcome.DISCARD)
-            elif PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in rec.properties:
-                self.index.settle(int(rec.properties[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET]),
-                                  Outcome.COMMIT)
+            try:
+                why = self._recover_one(rec, res)
+            except Exception as exc:  # the broker always starts again
+                why = f"{type(exc).__name__}: {exc}"
+            if why:
+                self.stats["recovery_skipped"] += 1
+                log.warning("recovery skipped the %s record at commit log offset %d: %s",
+                            rec.topic[:200], res.commit_log_offset, why)
         for batch in list(self.sinks.pending):  # drop halves settled later in the log
             for task, offs in self.sinks.halves(batch).items():
                 for off in offs:
                     if off not in self.index.pending:
                         self.sinks.remove(batch, task, off)
-        self._restore_snapshot()
-
-    def save_snapshot(self) -> None:
-        """Persist check counts of pending half messages (the broker shell calls this every few
-        seconds and at shutdown; a crash loses at most that interval's counts)."""
-        counts = {str(off): e.check_count for off, e in self.index.pending.items() if e.check_count}
-        if counts or self._snapshot_nonempty:
-            self.store.save_meta(_SNAPSHOT_META, msgspec.json.encode(counts))
-            self._snapshot_nonempty = bool(counts)
-
-    def _restore_snapshot(self) -> None:
-        raw = self.store.load_meta(_SNAPSHOT_META)
-        counts = msgspec.json.decode(raw, type=dict[str, int]) if raw else {}
-        for off, n in counts.items():
-            entry = self.index.pending.get(int(off))
+        for key, n in self._legacy_counts.items():
+            entry = self.index.pending.get(int(key)) if key.isdigit() else None
             if entry is not None:
                 entry.check_count = n
-        self._snapshot_nonempty = bool(counts)
+        self._legacy_counts = {}
+
+    def _half_offset(self, text: str) -> int | None:
+        """A stored half offset, if ``text`` is one this broker holds (or held)."""
+        off = int(text) if text.strip().isascii() and text.strip().isdigit() else -1
+        return off if 0 <= off < self._half_max else None
+
+    def _recover_one(self, rec: Record, res: AppendResult) -> str:
+        """Apply one record; return why it was skipped ("" if it was not)."""
+        p = rec.properties
+        if rec.topic == HALF_TOPIC:
+            # indexed even without a valid real topic or queue: the checker then parks it with
+            # the reason (discard, resumable), rather than leaving it unseen for ever
+            self.on_half_stored(rec, res, cache=False)
+        elif rec.topic == OP_TOPIC and rec.tags == REMOVE_TAG:
+            outcome = p.get(PROPERTY_TXMQ_OUTCOME, Outcome.ROLLBACK.value)
+            if outcome not in (Outcome.COMMIT, Outcome.ROLLBACK, Outcome.DISCARD):
+                return f"op record with outcome {outcome[:50]!r}"
+            toks = [t for t in rec.body.decode("utf-8", "replace").split(",") if t.strip()]
+            offs = [self._half_offset(t) for t in toks]
+            for off in offs:
+                if off is not None:
+                    self.index.settle(off, Outcome(outcome))
+            if None in offs:
+                return f"op record body holds {offs.count(None)} entries that are no half offset"
+        elif rec.topic == SINK_BATCH_TOPIC:
+            marker = decode_marker(rec.body)
+            self.sinks.committed[marker.batch] = marker.tasks
+            # the halves before the marker are the ones this commit settles
+            self._torn[marker.batch] = (marker.tasks, self.sinks.halves(marker.batch))
+        elif rec.topic == TRANS_CHECK_MAX_TIME_TOPIC:
+            off = self._half_offset(p.get(PROPERTY_TXMQ_HALF_OFFSET, ""))
+            if off is None:
+                return "discard copy without a valid TXMQ_HALF_OFFSET"
+            self.index.discarded[off] = res.commit_log_offset
+            self.index.by_msg_id[p.get(PROPERTY_UNIQ_KEY, "")] = off
+            self.index.settle(off, Outcome.DISCARD)
+        elif PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in p:
+            off = self._half_offset(p[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET])
+            if off is None:
+                return "committed message with an invalid TRAN_PREPARED_QUEUE_OFFSET"
+            self.index.settle(off, Outcome.COMMIT)
+        return ""
+
+    def load_snapshot(self) -> int:
+        """Load the index snapshot; return the commit log offset from which stored transaction
+        records must still be replayed with :meth:`recover` (0: no usable snapshot, replay all,
+        with the state table cleared). A snapshot that does not parse, or is ahead of the log, is
+        quarantined and logged. Never raises."""
+        try:
+            raw = self.store.load_meta(_SNAPSHOT_META)
+            snap = decode_snapshot(raw) if raw is not None else None
+            if snap is not None and snap.log_offset > self.store.write_offset:
+                raise CorruptRecord(f"it reflects the log up to offset {snap.log_offset}, but the "
+                                    f"log ends at {self.store.write_offset} (cut by recovery)")
+        except (StoreError, CorruptRecord) as exc:
+            where = self.store.quarantine_meta(_SNAPSHOT_META, f"unusable: {exc}")
+            log.warning("transaction index snapshot unusable (%s)%s; rebuilding the index from "
+                        "the whole log", exc, f", moved to {where}" if where else "")
+            snap = None
+        if snap is None:
+            self._legacy_counts = load_json_meta(
+                self.store, _LEGACY_SNAPSHOT_META, dict[str, int],
+                "check counts of pending transactions restart at 0") or {}
+            self.index.settled.reset()
+            return 0
+        self._apply_snapshot(snap)
+        return snap.log_offset
+
+    def _apply_snapshot(self, snap: TxSnapshot) -> None:
+        for entry in snap.pending:
+            self.index.add(entry)
+            if entry.sink_batch:
+                self.sinks.add(entry.sink_batch, entry.sink_task, entry.half_offset)
+        self.index.discarded.update(snap.discarded)
+        self.index.by_msg_id.update(snap.discarded_ids)
+        self.index.resumed.update(snap.resumed)
+        self.index.settled.counts = {o: snap.settled_counts.get(o.value, 0)
+                                     for o in self.index.settled.counts}
+        self.sinks.committed.update(snap.sink_committed)
+        self._torn.update(snap.torn)
+        self._saved_sig = self._signature()
+
+    def _signature(self) -> tuple[int, ...]:
+        return (self.index.version, self.stats["checks_sent"], len(self.index.resumed),
+                len(self.index.discarded), len(self._torn), len(self.sinks.committed))
+
+    def save_snapshot(self) -> None:
+        """Persist the index (the broker shell calls this every few seconds and at shutdown): fsync
+        the state table of outcomes, then replace the snapshot. Skipped when nothing changed; a
+        failure (a full disk) is logged and retried next time: a restart then replays more of
+        the log. Never raises."""
+        sig = self._signature()
+        if sig == self._saved_sig:
+            return
+        idx = self.index
+        snap = TxSnapshot(
+            version=limits.TX_SNAPSHOT_VERSION, log_offset=self.store.write_offset,
+            pending=list(idx.pending.values()), discarded=dict(idx.discarded),
+            discarded_ids={m: o for m, o in idx.by_msg_id.items() if o in idx.discarded},
+            resumed=sorted(idx.resumed),
+            settled_counts={o.value: n for o, n in idx.settled.counts.items()},
+            sink_committed=self.sinks.committed, torn=self._torn)
+        try:
+            idx.settled.sync()
+            self.store.save_meta(_SNAPSHOT_META, encode_snapshot(snap))
+        except (OSError, StoreError) as exc:
+            log.error("transaction index snapshot not saved (%s); a restart replays more of the "
+                      "log", exc)
+            return
+        self._saved_sig = sig
 
     # -- operators --------------------------------------------------------------------------------
     def lookup(self, ident: str) -> int | None:

@@ -1,0 +1,82 @@
+"""The transaction index snapshot: what recovery needs besides the log after ``log_offset``.
+
+Saved with the consumer offsets (``Broker.persist_offsets``, every few seconds and at shutdown)
+as ``meta/transactionIndex.snapshot``, after the state table of decided outcomes is fsynced::
+
+     +-----------------+-----------------+-----------------+-----------------------+
+     | magic  u32      | crc32c  u32     | length  u32     | payload (msgpack)     |
+     +-----------------+-----------------+-----------------+-----------------------+
+
+Its size is O(pending transactions) (plus discarded ones and committed Spark sink batches, which
+operators and sinks look up). On start the broker loads it and replays only the transaction records
+stored at or after ``log_offset``; a snapshot ahead of the log (a crash cut the log below it) is
+quarantined and the index is rebuilt from the whole log, as without a snapshot.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+import msgspec
+
+from txmq import limits
+from txmq.broker.transaction._index import HalfEntry
+from txmq.errors import CorruptRecord
+
+__all__ = ["TxSnapshot", "decode_snapshot", "encode_snapshot"]
+
+_HEAD = struct.Struct(">III")
+_MAGIC = 0x54585349  # "TXSI"
+
+
+class TxSnapshot(msgspec.Struct, array_like=True, kw_only=True):
+    """The index as of commit log offset ``log_offset`` (every record below it is reflected).
+
+    Attributes:
+        pending: pending half messages, with their check counts and schedule.
+        discarded: half offset → commit log offset of its copy in TRANS_CHECK_MAX_TIME_TOPIC.
+        discarded_ids: message id → half offset of discarded transactions.
+        resumed: half offsets of discarded transactions an operator resumed.
+        settled_counts: decided transactions per outcome (metrics).
+        sink_committed: batch → committed task attempts.
+        torn: batch → (tasks, halves) that a recovered marker still has to settle.
+    """
+
+    version: int
+    log_offset: int
+    pending: list[HalfEntry]
+    discarded: dict[int, int]
+    discarded_ids: dict[str, int]
+    resumed: list[int]
+    settled_counts: dict[str, int]
+    sink_committed: dict[str, dict[str, int]]
+    torn: dict[str, tuple[dict[str, int], dict[str, list[int]]]]
+
+
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder(TxSnapshot)
+
+
+def encode_snapshot(snap: TxSnapshot) -> bytes:
+    """The snapshot file's bytes."""
+    payload = _enc.encode(snap)
+    return _HEAD.pack(_MAGIC, crc32c.crc32c(payload), len(payload)) + payload
+
+
+def decode_snapshot(data: bytes) -> TxSnapshot:
+    """Parse a snapshot file. Raises CorruptRecord on any damage or an unknown version."""
+    if len(data) < _HEAD.size:
+        raise CorruptRecord("transaction index snapshot too short")
+    magic, crc, n = _HEAD.unpack_from(data)
+    payload = data[_HEAD.size :]
+    if magic != _MAGIC or len(payload) != n or crc32c.crc32c(payload) != crc:
+        raise CorruptRecord("transaction index snapshot fails its magic, length or CRC32C check")
+    try:
+        snap = _dec.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise CorruptRecord(f"transaction index snapshot does not decode: {exc}") from exc
+    if snap.version != limits.TX_SNAPSHOT_VERSION:
+        raise CorruptRecord(f"transaction index snapshot version {snap.version} is not "
+                            f"{limits.TX_SNAPSHOT_VERSION}")
+    return snap

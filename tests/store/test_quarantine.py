@@ -237,3 +237,32 @@ def test_a_stray_file_in_the_commit_log_directory(tmp_path: Path,
     reopen_and_read(tmp_path, caplog).close()
     quarantined(tmp_path, caplog, "commitlog/notes.txt")
     quarantined(tmp_path, caplog, f"commitlog/{10**9:020d}")
+
+
+def test_the_broker_command_refuses_a_damaged_log_with_what_to_do(tmp_path: Path) -> None:
+    """``txmq broker`` on a log damaged below its checkpoint exits 2 with one line that names
+    ``txmq store check|repair`` (no traceback), and starts once the log is repaired."""
+    import subprocess
+    import sys
+    import time
+
+    data = tmp_path / "data"
+    offsets = fill(data)
+    _flip(data, offsets[10] + 40)
+    shutil.rmtree(data / "consumequeue" / "t" / "1")
+    cmd = [sys.executable, "-m", "txmq", "broker", "--port", "0", "--data-dir", str(data),
+           "--port-file", str(tmp_path / "port")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "txmq store repair" in r.stdout + r.stderr and "Traceback" not in r.stderr
+    repair_store(data)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):
+            if (tmp_path / "port").exists() or p.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert p.poll() is None and (tmp_path / "port").exists()
+    finally:
+        p.terminate()
+        p.wait(timeout=30)

@@ -63,6 +63,9 @@ def broker(
     loop = new_event_loop()
     try:
         loop.run_until_complete(run_server(cfg, port_file=str(port_file) if port_file else None))
+    except TxmqError as exc:  # e.g. a commit log damaged below its checkpoint: say what to do
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
     finally:
         loop.close()
 

@@ -69,6 +69,7 @@ def main() -> None:
         _bench_spark,  # noqa: F401  (registers `txmq bench spark`)
         _bench_tx,  # noqa: F401  (registers `txmq bench tx`)
         _demo_cmd,  # noqa: F401  (registers `txmq demo`)
+        _fuzz,  # noqa: F401  (registers `txmq fuzz`)
         _group,  # noqa: F401  (registers `txmq group`, `txmq dlq`)
         _message,  # noqa: F401  (registers `txmq message`)
     )

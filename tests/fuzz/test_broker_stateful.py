@@ -3,7 +3,7 @@
 Arbitrary well-typed requests (sends with valid and hostile topics and reserved properties, half
 messages and ends in any order, pulls, offset updates and resets, topic creation, transaction admin,
 heartbeats, clock moves both ways and ticks). After each step: no exception escapes ``handle`` or
-``tick``, no reply is a SYSTEM_ERROR, and I1/I3/I4/I5 hold; now and then (and at teardown) the store
+``tick``, no reply is a SYSTEM_ERROR, and I1/I3/I4/I5/I6 hold; now and then (and at teardown) the store
 is closed and reopened and the broker must recover the same state.
 
 A failure matching a class of ``known_open.KNOWN_OPEN`` (bugs fixed on other branches) is noted,
@@ -88,6 +88,7 @@ class BrokerMachine(RuleBasedStateMachine):
         self.never: set[str] = set()  # msg ids rolled back or discarded (I3)
         self.checks: dict[int, int] = {}  # half offset -> check-backs seen (I5)
         self.hostile: list[str] = []
+        self.resumed: set[int] = set()  # half offsets an operator put back (a new half took over)
 
     def teardown(self) -> None:
         try:
@@ -196,11 +197,13 @@ class BrokerMachine(RuleBasedStateMachine):
         off = data.draw(st.sampled_from(offs)) if offs else 0
         ident = data.draw(st.sampled_from([f"half:{off}", self.halves.get(off, "none"), "half:x"]))
         ext = {"id": ident, "outcome": outcome, "operator": "op", "limit": limit}
+        target = self.broker.tx.lookup(ident)  # the half offset the broker resolves ident to
         rep = self.request(code, ext)
-        if code == RequestCode.ADMIN_END_TRANSACTION and ident == f"half:{off}":
-            self._check_end(off, rep)
+        if code == RequestCode.ADMIN_END_TRANSACTION and target is not None:
+            self._check_end(target, rep)
         if code == RequestCode.RESUME_CHECK_HALF_MESSAGE and rep is not None and rep.code == 0:
-            msg_id = self.halves.get(off, "")
+            msg_id = self.halves.get(target if target is not None else off, "")
+            self.resumed.add(target if target is not None else off)
             self.halves[rep.ext["half_offset"]] = msg_id  # resumed: may be delivered once committed
             self.never.discard(msg_id)
             self.pending_ids.add(msg_id)
@@ -257,10 +260,15 @@ class BrokerMachine(RuleBasedStateMachine):
                 off = a.command.ext["tran_state_table_offset"]
                 self.checks[off] = self.checks.get(off, 0) + 1
                 assert self.checks[off] <= CHECK_MAX, f"I5: half {off} checked {self.checks[off]} times"
-        for off, n in self.checks.items():  # I5: checked CHECK_MAX times, then discarded next round
-            if n >= CHECK_MAX and self.broker.tx.index.outcome(off) == "DISCARD":
-                self.decided.setdefault(off, "DISCARD")
-                self.never.add(self.halves.get(off, ""))
+        late = [o for o, e in self.broker.tx.index.pending.items() if e.next_check_ms <= self.now]
+        assert not late, f"I6: due half offsets {late} neither checked, rescheduled nor settled"
+        for off, msg_id in self.halves.items():  # the checker's decisions (discard, sink rollback)
+            if off in self.resumed:
+                continue
+            outcome = self.broker.tx.index.outcome(off)
+            if outcome in ("DISCARD", "ROLLBACK") and self.decided.setdefault(off, outcome) == outcome:
+                self.never.add(msg_id)
+                self.pending_ids.discard(msg_id)
 
     @rule()
     def reopen(self) -> None:
@@ -280,7 +288,7 @@ class BrokerMachine(RuleBasedStateMachine):
             self._known(BrokerFinding(f"reopened broker differs: {diff}{suffix}"))
 
 
-SETTINGS = settings(max_examples=150, stateful_step_count=50, deadline=None,
+SETTINGS = settings(max_examples=300, stateful_step_count=50, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 

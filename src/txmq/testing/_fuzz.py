@@ -72,7 +72,11 @@ def finding_signature(exc: BaseException) -> str:
     """Type and innermost txmq frame of an exception: findings with one signature are one bug."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if "txmq" in f.filename]
     where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "?"
-    head = str(exc).split(":")[0][:60] if type(exc).__name__ == "BrokerFinding" else ""
+    head = ""
+    if type(exc).__name__ == "BrokerFinding":  # what, and the exception type behind a SYSTEM_ERROR
+        what, _, rest = str(exc).partition(": ")
+        cause = rest.split(":")[0] if what.endswith("SYSTEM_ERROR") or what.startswith("reopen failed") else ""
+        head = f"{what[:60]} {cause[:40]}".strip()
     return f"{type(exc).__name__}@{where}{' ' + head if head else ''}"
 
 
@@ -176,7 +180,7 @@ def _run_atheris(target: Target, budget: int, seed: int, corpus: Path | None) ->
         got: dict[str, Any] = (json.loads(stats.read_text()) if stats.exists()
                                else {"inputs": 0, "findings": []})
         files = list(got["findings"])
-        if proc.returncode not in (0, 1):  # libFuzzer saw a crash below Python (a C extension)
+        if proc.returncode != 0:  # a crash below Python (a C extension), or the child failed
             for crash in Path(tmp).glob("crash-*"):
                 data = crash.read_bytes()
                 name = f"finding-{hashlib.sha1(data).hexdigest()[:16]}.bin"

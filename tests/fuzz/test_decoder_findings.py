@@ -1,15 +1,24 @@
 """Regressions for what ``txmq fuzz`` found in decoders no other part of issue 11 changes: msgspec
 raises UnicodeDecodeError (not DecodeError) for a str that is not UTF-8, which escaped the
-documented error types of these decoders."""
+documented error types of these decoders, and made the broker answer SYSTEM_ERROR to such bodies."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
-from txmq.errors import CorruptRecord, MalformedFrame
-from txmq.protocol import HeartbeatData, Message, MessageExt, decode_body, decode_message_ext, decode_messages
+from txmq.errors import CorruptRecord, MalformedFrame, ResponseCode
+from txmq.protocol import (
+    HeartbeatData,
+    Message,
+    MessageExt,
+    RequestCode,
+    decode_body,
+    decode_message_ext,
+    decode_messages,
+)
 from txmq.store.codec import Checkpoint, decode_checkpoint, encode_checkpoint
+from txmq.testing import BrokerHarness
 
 BAD = b"\xff\xfe"
 
@@ -44,3 +53,19 @@ def test_decode_checkpoint_raises_corrupt_record_on_invalid_utf8() -> None:
     data = good[:4] + crc32c.crc32c(payload).to_bytes(4, "big") + good[8:12] + payload
     with pytest.raises(CorruptRecord):
         decode_checkpoint(data)
+
+
+@pytest.mark.parametrize("code", [RequestCode.HEART_BEAT, RequestCode.END_TRANSACTION_BATCH,
+                                  RequestCode.COMMIT_SINK_BATCH, RequestCode.SEND_BATCH_MESSAGE])
+def test_a_body_with_invalid_utf8_gets_malformed_request(code: RequestCode) -> None:
+    """Was SYSTEM_ERROR ("UnicodeDecodeError: ..."): every unparsable body is a malformed request."""
+    h = BrokerHarness()
+    body = msgspec.msgpack.encode([{"cc": "cc"}]) if code != RequestCode.HEART_BEAT else \
+        msgspec.msgpack.encode(HeartbeatData(client_id="cc"))
+    if code == RequestCode.COMMIT_SINK_BATCH:
+        body = msgspec.msgpack.encode({"cc": 1})
+    if code == RequestCode.SEND_BATCH_MESSAGE:
+        body = msgspec.msgpack.encode([Message(topic="cc", body=b"")])
+    ext = {"producer_group": "pg", "topic": "t", "batch": "b"}
+    r = h.request(1, code, ext, _with_bad_utf8(body, b"cc"))
+    assert r.code == ResponseCode.MALFORMED_REQUEST, r.remark

@@ -75,7 +75,8 @@ def finding_signature(exc: BaseException) -> str:
     head = ""
     if type(exc).__name__ == "BrokerFinding":  # what, and the exception type behind a SYSTEM_ERROR
         what, _, rest = str(exc).partition(": ")
-        cause = rest.split(":")[0] if what.endswith("SYSTEM_ERROR") or what.startswith("reopen failed") else ""
+        named = what.endswith("SYSTEM_ERROR") or what.startswith("reopen failed")
+        cause = rest.split(":")[0] if named else ""
         head = f"{what[:60]} {cause[:40]}".strip()
     return f"{type(exc).__name__}@{where}{' ' + head if head else ''}"
 

@@ -406,6 +406,12 @@ def _op(src: _Source, run: _Run) -> None:
     elif op == 12:
         data = HeartbeatData(client_id=f"c{src.num() % 2}", producer_groups=[src.pick(_GROUPS)])
         r(RequestCode.HEART_BEAT, {}, msgspec.msgpack.encode(data))
+        if src.num() % 4 == 0:  # msgpack bodies that do not parse (or hold invalid UTF-8)
+            body = msgspec.msgpack.encode([{"client_id": "c"}]).replace(b"c", src.blob(4))
+            r(src.pick([RequestCode.HEART_BEAT, RequestCode.END_TRANSACTION_BATCH,
+                        RequestCode.COMMIT_SINK_BATCH, RequestCode.SEND_BATCH_MESSAGE,
+                        RequestCode.LOCK_BATCH_MQ]),
+              {"producer_group": "pg", "topic": "t", "batch": "b", "consumer_group": "cg"}, body)
     elif op == 13:
         r(RequestCode.VIEW_MESSAGE_BY_ID, {"msg_id": src.pick(["", *run.ids[-2:]]),
                                            "offset": src.pick([0, 1, -1])})

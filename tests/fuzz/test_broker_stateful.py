@@ -44,6 +44,7 @@ from txmq.testing.fuzz import (
     PROPERTY_VALUES,
     RESERVED_PROPERTIES,
     BrokerFinding,
+    UnexpectedErrors,
     broker_state,
     is_valid_topic,
 )
@@ -74,6 +75,7 @@ def hostile(topic: str, properties: dict[str, str]) -> bool:
 class BrokerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
+        self.unexpected = UnexpectedErrors().install()
         self._fresh()
 
     def _fresh(self) -> None:
@@ -94,6 +96,7 @@ class BrokerMachine(RuleBasedStateMachine):
         try:
             self.reopen()
         finally:
+            self.unexpected.uninstall()
             self.store.close()
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -114,8 +117,12 @@ class BrokerMachine(RuleBasedStateMachine):
                 conn: int = 1, risky: bool = False) -> Command | None:
         self.seq += 1
         cmd = Command(code=int(code), opaque=self.seq, flags=flags, ext=ext, body=body)
+        self.unexpected.take()
         actions = self.broker.handle(conn, cmd, self.now)  # raising here fails the test
         self.store.flush()
+        for text in self.unexpected.take():  # a one-way request's failure is only logged
+            self._known(BrokerFinding(f"request code {code} answered SYSTEM_ERROR: {text}"))
+            return None
         reply = next((a.command for a in actions if isinstance(a, Reply)), None)
         if reply is not None and reply.code == ResponseCode.SYSTEM_ERROR:
             self._known(BrokerFinding(f"request code {code} answered SYSTEM_ERROR: {reply.remark}"))

@@ -85,7 +85,10 @@ class Recorder:
     """Counts inputs and saves one input per distinct finding."""
 
     def __init__(self, target: Target, corpus: Path | None) -> None:
-        logging.getLogger("txmq").setLevel(logging.CRITICAL + 1)  # findings are printed here
+        quiet = logging.getLogger("txmq")  # findings are printed here, not logged a million times
+        quiet.propagate = False
+        if not quiet.handlers:
+            quiet.addHandler(logging.NullHandler())
         self.target, self.corpus = target, corpus
         self.inputs = 0
         self.signatures: dict[str, str] = {}

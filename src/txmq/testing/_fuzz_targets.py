@@ -8,6 +8,7 @@ broker reopened over the same store does not recover the same state.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ __all__ = [
     "TARGETS",
     "BrokerFinding",
     "Target",
+    "UnexpectedErrors",
     "broker_state",
     "is_valid_topic",
 ]
@@ -90,6 +92,38 @@ def is_valid_topic(topic: str) -> bool:
 
 class BrokerFinding(AssertionError):
     """The broker target saw something no input may cause (see the module docstring)."""
+
+
+class UnexpectedErrors(logging.Handler):
+    """Collects the broker's "unexpected error" log records (``Broker.handle`` turns an unexpected
+    exception into SYSTEM_ERROR, or for a one-way request only into this log line).
+
+    Use :meth:`install` / :meth:`uninstall` around the requests; :meth:`take` returns and clears
+    ``"<ExceptionType>: <message>"`` of each record.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.found: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("unexpected error") and record.exc_info:
+            exc = record.exc_info[1]
+            self.found.append(f"{type(exc).__name__}: {exc}")
+
+    def take(self) -> list[str]:
+        out, self.found = self.found, []
+        return out
+
+    def install(self) -> UnexpectedErrors:
+        logging.getLogger("txmq.broker").addHandler(self)
+        return self
+
+    def uninstall(self) -> None:
+        logging.getLogger("txmq.broker").removeHandler(self)
+
+
+_UNEXPECTED = UnexpectedErrors()
 
 
 @dataclass
@@ -325,8 +359,11 @@ class _Run:
 
     def request(self, code: int, ext: dict[str, Any], body: bytes = b"", flags: int = 0) -> Command | None:
         cmd = Command(code=int(code), opaque=self.seq, flags=flags, ext=ext, body=body)
+        _UNEXPECTED.take()
         actions = self.broker.handle(1 + self.seq % 2, cmd, self.now)
         self.store.flush()
+        for text in _UNEXPECTED.take():  # one-way requests get no reply: the log says it
+            raise BrokerFinding(f"request code {code} answered SYSTEM_ERROR: {text}")
         for a in actions:
             if isinstance(a, Reply) and a.command.code == ResponseCode.SYSTEM_ERROR:
                 raise BrokerFinding(f"request code {code} answered SYSTEM_ERROR: {a.command.remark}")
@@ -451,9 +488,13 @@ def _broker(data: bytes) -> None:
     store = MemoryStore()
     run = _Run(Broker(_CONFIG, store, 1_000_000), store, _CONFIG)
     src = _Source(data)
-    while src.left > 0:
-        _op(src, run)
-    reopen(run)
+    _UNEXPECTED.install()
+    try:
+        while src.left > 0:
+            _op(src, run)
+        reopen(run)
+    finally:
+        _UNEXPECTED.uninstall()
 
 
 def _broker_seeds() -> list[bytes]:

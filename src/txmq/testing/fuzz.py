@@ -11,6 +11,7 @@ from txmq.testing._fuzz_targets import (
     TARGETS,
     BrokerFinding,
     Target,
+    UnexpectedErrors,
     broker_state,
     is_valid_topic,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "BrokerFinding",
     "FuzzResult",
     "Target",
+    "UnexpectedErrors",
     "atheris_available",
     "broker_state",
     "finding_signature",

@@ -607,7 +607,7 @@ class Broker:
     def _heartbeat(self, conn: int, cmd: Command, now: int) -> list[Action]:
         try:
             data = msgspec.msgpack.decode(cmd.body, type=HeartbeatData)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
             raise _Fail(ResponseCode.MALFORMED_REQUEST, f"heartbeat body: {exc}") from exc
         for g in data.producer_groups:
             check_group(g)
@@ -683,7 +683,7 @@ class Broker:
             raise _Fail(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
         try:
             exts = msgspec.msgpack.decode(cmd.body, type=list[dict[str, Any]])
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
             raise _Fail(ResponseCode.MALFORMED_REQUEST, f"end batch body: {exc}") from exc
         if len(exts) > limits.BATCH_MESSAGES_MAX:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"more than {limits.BATCH_MESSAGES_MAX} ends")
@@ -748,7 +748,7 @@ class Broker:
         batch, group = h.batch, h.producer_group
         try:
             tasks = msgspec.msgpack.decode(cmd.body, type=dict[str, int])
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
             raise _Fail(ResponseCode.MALFORMED_REQUEST, f"sink batch body: {exc}") from exc
         if not batch or not group:
             raise _Fail(ResponseCode.MALFORMED_REQUEST, "batch and producer_group are required")

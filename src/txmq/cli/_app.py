@@ -80,6 +80,7 @@ def main() -> None:
         _bench_tx,  # noqa: F401  (registers `txmq bench tx`)
         _chaos,  # noqa: F401  (registers `txmq chaos`)
         _demo_cmd,  # noqa: F401  (registers `txmq demo`)
+        _fuzz,  # noqa: F401  (registers `txmq fuzz`)
         _group,  # noqa: F401  (registers `txmq group`, `txmq dlq`)
         _message,  # noqa: F401  (registers `txmq message`)
         _status,  # noqa: F401  (registers `txmq broker status`, `txmq parked`)

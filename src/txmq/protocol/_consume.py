@@ -42,7 +42,8 @@ def decode_body(data: bytes, cls: type[B]) -> B:
     """Decode a body as ``cls``. Raises MalformedFrame when it does not decode or validate."""
     try:
         return msgspec.msgpack.decode(data, type=cls)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+        # msgspec raises UnicodeDecodeError for a str that is not UTF-8 (found by txmq fuzz)
         raise MalformedFrame(f"bad {getattr(cls, '__name__', cls)} body: {exc}") from exc
 
 

@@ -5,6 +5,8 @@ Property names are RocketMQ's ``MessageConst`` values, so a RocketMQ user recogn
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 __all__ = [
@@ -127,9 +129,17 @@ def encode_message_ext(msg: MessageExt) -> bytes:
     return _enc.encode(msg)
 
 
+def _decode(decoder: msgspec.msgpack.Decoder[Any], data: bytes) -> Any:
+    try:
+        return decoder.decode(data)
+    except UnicodeDecodeError as exc:  # msgspec's error for a str that is not UTF-8 (txmq fuzz)
+        raise msgspec.DecodeError(f"invalid UTF-8: {exc}") from exc
+
+
 def decode_message_ext(data: bytes) -> MessageExt:
-    """Decode :func:`encode_message_ext` output. Raises ``msgspec.DecodeError`` on bad input."""
-    return _dec_ext.decode(data)
+    """Decode :func:`encode_message_ext` output. Raises ``msgspec.DecodeError`` on bad input
+    (``msgspec.ValidationError``, a subclass, when a field has the wrong type)."""
+    return _decode(_dec_ext, data)  # type: ignore[no-any-return]
 
 
 def encode_messages(msgs: list[MessageExt] | list[Message]) -> bytes:
@@ -138,5 +148,6 @@ def encode_messages(msgs: list[MessageExt] | list[Message]) -> bytes:
 
 
 def decode_messages(data: bytes, *, ext: bool = True) -> list[MessageExt] | list[Message]:
-    """Decode a list of messages; ``ext`` selects :class:`MessageExt` or :class:`Message`."""
-    return _dec_ext_list.decode(data) if ext else _dec_list.decode(data)
+    """Decode a list of messages; ``ext`` selects :class:`MessageExt` or :class:`Message`.
+    Raises ``msgspec.DecodeError`` (or its subclass ``msgspec.ValidationError``) on bad input."""
+    return _decode(_dec_ext_list if ext else _dec_list, data)  # type: ignore[no-any-return]

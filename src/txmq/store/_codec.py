@@ -311,5 +311,5 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
         raise CorruptRecord("checkpoint fails its magic, length or CRC32C check")
     try:
         return _checkpoint_dec.decode(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise CorruptRecord(f"checkpoint does not decode: {exc}") from exc

@@ -1,0 +1,53 @@
+"""``txmq fuzz``: a clean run exits 0 with its counts; a finding is saved to the corpus, printed
+with its traceback, and makes the run exit 1."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from txmq.cli import app
+from txmq.errors import MalformedFrame
+from txmq.testing.fuzz import TARGETS, Target, mutate
+
+importlib.import_module("txmq.cli._fuzz")  # registers `txmq fuzz` (txmq.cli.main does it too)
+
+
+def test_clean_targets_run_their_budget(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["fuzz", "--target", "record", "--target", "message-ext",
+                                 "--budget", "300", "--seed", "3", "--engine", "random",
+                                 "--corpus", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert [(x["target"], x["inputs"], x["findings"]) for x in rows] == [
+        ("record", 300, 0), ("message-ext", 300, 0)]
+    assert not list(tmp_path.rglob("finding-*"))
+
+
+def _buggy(data: bytes) -> None:
+    if b"\x07" in data:
+        raise KeyError("boom")  # not an expected error type: a finding
+    if b"\x08" in data:
+        raise MalformedFrame("expected")
+
+
+def test_a_finding_is_saved_and_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TARGETS, "buggy", Target("buggy", _buggy, (MalformedFrame,),
+                                                 lambda: [b"\x00\x01\x02\x08"]))
+    r = CliRunner().invoke(app, ["fuzz", "--target", "buggy", "--budget", "2000", "--engine",
+                                 "random", "--corpus", str(tmp_path)])
+    assert r.exit_code == 1
+    [saved] = (tmp_path / "buggy").glob("finding-*.bin")
+    assert b"\x07" in saved.read_bytes()
+    assert "KeyError" in r.output and "boom" in r.output
+
+
+def test_mutate_is_seeded_and_bounded() -> None:
+    import random
+
+    a = [mutate(random.Random(5), b"abcdef" * 10, [b"xyz"], max_len=32) for _ in range(3)]
+    assert a[0] == a[1] == a[2] and len(a[0]) <= 32

@@ -46,7 +46,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import crc32c
 import msgspec
@@ -74,8 +74,12 @@ __all__ = [
     "host_bytes",
     "record_size",
     "record_tail",
+    "seal",
     "tag_hash",
+    "unseal",
 ]
+
+T = TypeVar("T")
 
 RECORD_MAGIC = 0x54584D31  # "TXM1"
 RECORD_HEAD = struct.Struct(">IIIIIIQQqq16sI16sIII")
@@ -295,21 +299,33 @@ class Checkpoint(msgspec.Struct, array_like=True, kw_only=True):
 _checkpoint_dec = msgspec.msgpack.Decoder(Checkpoint)
 
 
+def seal(magic: int, obj: msgspec.Struct) -> bytes:
+    """A small state file's bytes: ``magic u32 | crc32c u32 | length u32 | msgpack payload``
+    (the checkpoint's layout above; the transaction index snapshot uses it too)."""
+    payload = _enc.encode(obj)
+    return _CHECKPOINT_HEAD.pack(magic, crc32c.crc32c(payload), len(payload)) + payload
+
+
+def unseal(magic: int, data: bytes, decoder: msgspec.msgpack.Decoder[T], what: str) -> T:
+    """Parse what :func:`seal` wrote with ``magic``. Raises CorruptRecord, naming ``what``, when
+    it is short, its magic, length or CRC32C does not check out, or its payload does not decode."""
+    if len(data) < _CHECKPOINT_HEAD.size:
+        raise CorruptRecord(f"{what} too short")
+    found, crc, n = _CHECKPOINT_HEAD.unpack_from(data)
+    payload = data[_CHECKPOINT_HEAD.size :]
+    if found != magic or len(payload) != n or crc32c.crc32c(payload) != crc:
+        raise CorruptRecord(f"{what} fails its magic, length or CRC32C check")
+    try:
+        return decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+        raise CorruptRecord(f"{what} does not decode: {exc}") from exc
+
+
 def encode_checkpoint(cp: Checkpoint) -> bytes:
     """The checkpoint file's bytes."""
-    payload = _enc.encode(cp)
-    return _CHECKPOINT_HEAD.pack(CHECKPOINT_MAGIC, crc32c.crc32c(payload), len(payload)) + payload
+    return seal(CHECKPOINT_MAGIC, cp)
 
 
 def decode_checkpoint(data: bytes) -> Checkpoint:
     """Parse a checkpoint file. Raises CorruptRecord on any damage."""
-    if len(data) < _CHECKPOINT_HEAD.size:
-        raise CorruptRecord("checkpoint too short")
-    magic, crc, n = _CHECKPOINT_HEAD.unpack_from(data)
-    payload = data[_CHECKPOINT_HEAD.size :]
-    if magic != CHECKPOINT_MAGIC or len(payload) != n or crc32c.crc32c(payload) != crc:
-        raise CorruptRecord("checkpoint fails its magic, length or CRC32C check")
-    try:
-        return _checkpoint_dec.decode(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-        raise CorruptRecord(f"checkpoint does not decode: {exc}") from exc
+    return unseal(CHECKPOINT_MAGIC, data, _checkpoint_dec, "checkpoint")

@@ -12,6 +12,8 @@ from txmq.store._codec import (
     encode_checkpoint,
     encode_record,
     host_bytes,
+    seal,
+    unseal,
 )
 
 __all__ = [
@@ -25,4 +27,6 @@ __all__ = [
     "encode_checkpoint",
     "encode_record",
     "host_bytes",
+    "seal",
+    "unseal",
 ]

@@ -15,18 +15,15 @@ quarantined and the index is rebuilt from the whole log, as without a snapshot.
 
 from __future__ import annotations
 
-import struct
-
-import crc32c
 import msgspec
 
 from txmq import limits
 from txmq.broker.transaction._index import HalfEntry
 from txmq.errors import CorruptRecord
+from txmq.store.codec import seal, unseal
 
 __all__ = ["TxSnapshot", "decode_snapshot", "encode_snapshot"]
 
-_HEAD = struct.Struct(">III")
 _MAGIC = 0x54585349  # "TXSI"
 
 
@@ -54,28 +51,17 @@ class TxSnapshot(msgspec.Struct, array_like=True, kw_only=True):
     torn: dict[str, tuple[dict[str, int], dict[str, list[int]]]]
 
 
-_enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder(TxSnapshot)
 
 
 def encode_snapshot(snap: TxSnapshot) -> bytes:
-    """The snapshot file's bytes."""
-    payload = _enc.encode(snap)
-    return _HEAD.pack(_MAGIC, crc32c.crc32c(payload), len(payload)) + payload
+    """The snapshot file's bytes (:func:`txmq.store.codec.seal`)."""
+    return seal(_MAGIC, snap)
 
 
 def decode_snapshot(data: bytes) -> TxSnapshot:
     """Parse a snapshot file. Raises CorruptRecord on any damage or an unknown version."""
-    if len(data) < _HEAD.size:
-        raise CorruptRecord("transaction index snapshot too short")
-    magic, crc, n = _HEAD.unpack_from(data)
-    payload = data[_HEAD.size :]
-    if magic != _MAGIC or len(payload) != n or crc32c.crc32c(payload) != crc:
-        raise CorruptRecord("transaction index snapshot fails its magic, length or CRC32C check")
-    try:
-        snap = _dec.decode(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise CorruptRecord(f"transaction index snapshot does not decode: {exc}") from exc
+    snap = unseal(_MAGIC, data, _dec, "transaction index snapshot")
     if snap.version != limits.TX_SNAPSHOT_VERSION:
         raise CorruptRecord(f"transaction index snapshot version {snap.version} is not "
                             f"{limits.TX_SNAPSHOT_VERSION}")

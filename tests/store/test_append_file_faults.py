@@ -174,3 +174,39 @@ def test_a_dispatch_failure_after_the_write_does_not_fail_the_append(
     reopened = FileStore(tmp_path, CONFIG)
     assert bodies(reopened, "d") == [b"m0"]
     reopened.close()
+
+
+def test_a_checkpoint_that_fails_halfway_leaves_its_written_files_to_the_next_fsync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queues written by a checkpoint that failed on a later queue were marked persisted but never
+    fsynced, and the next checkpoint recorded them as on disk all the same (found at the fd
+    limit). Now the next checkpoint's sync fsyncs them first."""
+    from txmq.store._consumequeue import ConsumeQueue
+
+    s = FileStore(tmp_path, CONFIG)
+    s.append([rec("a", 1), rec("b", 1)])
+    s.flush()
+    real_persist = ConsumeQueue.persist
+    written: list[set[int]] = []
+
+    def persist_then_fail(self: ConsumeQueue, below: int) -> set[int]:
+        if written:
+            raise OSError(errno.EMFILE, "too many open files")
+        written.append(real_persist(self, below))
+        return written[-1]
+
+    monkeypatch.setattr(ConsumeQueue, "persist", persist_then_fail)
+    s.checkpoint()()  # the first queue is written, the second fails: no fsync, no checkpoint
+    assert written and written[0]
+    monkeypatch.setattr(ConsumeQueue, "persist", real_persist)
+    synced: list[int] = []
+    real_sync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(fd)
+        real_sync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    s.checkpoint()()  # the first queue has nothing new to write, yet its file is fsynced now
+    assert written[0] <= set(synced), (written, synced)
+    s.close()

@@ -105,6 +105,9 @@ class FileStore(Store):
         self._lock = threading.Lock()  # the segment list (shared with the flusher), retired fds
         self._sync_lock = threading.Lock()  # one fsync step at a time
         self._retired: list[tuple[int, int]] = []  # (checkpoint generation, fd)
+        self._unsynced: set[int] = set()
+        """Consume queue and index descriptors written by a checkpoint whose fsync did not happen
+        (a later file failed, or the sync failed): the next checkpoint fsyncs them first."""
         self._gen = 0
         self._failed = ""
         self._closed = False
@@ -345,16 +348,21 @@ class FileStore(Store):
         d, last = self._flushed_tail
         self._gen += 1
         gen = self._gen
+        fds: set[int] = set()
         try:
-            fds: set[int] = set()
             for cq in self._queues.values():
                 fds |= cq.persist(d)
             if self._index is not None:
                 fds |= self._index.persist(d)
         except OSError as exc:
+            with self._lock:  # written but not fsynced: the next checkpoint's sync covers them
+                self._unsynced |= fds
             log.warning("store %s: writing consume queues or index failed (%s); a restart will "
                         "re-dispatch more of the commit log", self.root, exc)
             return _NOOP
+        with self._lock:
+            fds |= self._unsynced
+            self._unsynced = set()
         cp = Checkpoint(dispatched=d, last_record=last,
                         queues=[(t, q, cq.min, cq.persisted) for (t, q), cq in self._queues.items()],
                         index_files=self._index.metas() if self._index is not None else [])
@@ -367,6 +375,8 @@ class FileStore(Store):
                         os.fdatasync(fd)
                     _write_atomic(self.root / _CHECKPOINT, data)
                 except OSError as exc:
+                    with self._lock:
+                        self._unsynced |= fds
                     log.warning("store %s: checkpoint not written (%s)", self.root, exc)
                     return
                 self._close_retired(gen)
@@ -381,6 +391,7 @@ class FileStore(Store):
         with self._lock:
             done = [fd for g, fd in self._retired if g < before_gen]
             self._retired = [(g, fd) for g, fd in self._retired if g >= before_gen]
+            self._unsynced.difference_update(done)
         for fd in done:
             os.close(fd)
 

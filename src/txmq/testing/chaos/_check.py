@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["Observation", "OffsetSample", "Stored", "Violation", "check"]
+__all__ = ["Observation", "OffsetSample", "Stored", "Violation", "check", "retained_out"]
 
 _EXCERPT_MAX = 12
 
@@ -63,6 +63,8 @@ class Observation(msgspec.Struct, kw_only=True):
         effects: group → key → how many times the side effect happened.
         offsets: samples of QUERY_CONSUMER_OFFSET taken during the run.
         broker_restarts: times (ms since the epoch) the broker was started again.
+        min_offsets: ``"<topic>/<queue id>"`` → the first queue offset the broker still stores
+            at the end (above 0 once retention deleted segments: a full disk forces it).
     """
 
     groups: list[str]
@@ -73,6 +75,7 @@ class Observation(msgspec.Struct, kw_only=True):
     effects: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
     offsets: list[OffsetSample] = msgspec.field(default_factory=list)
     broker_restarts: list[float] = msgspec.field(default_factory=list)
+    min_offsets: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class Violation(msgspec.Struct, frozen=True):
@@ -84,9 +87,35 @@ class Violation(msgspec.Struct, frozen=True):
     excerpt: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
 
-def _excerpt(events: list[dict[str, Any]], key: str, msg_id: str = "") -> list[dict[str, Any]]:
-    hits = [e for e in events if e.get("key") == key or (msg_id and e.get("msg_id") == msg_id)]
-    return hits[:_EXCERPT_MAX]
+class _Excerpts:
+    """The history events of a key or message id (at most ``_EXCERPT_MAX`` each), indexed once:
+    a run with many violations must not scan every event once per violation."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self._by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for i, e in enumerate(events):
+            for field in ("key", "msg_id"):
+                v = e.get(field)
+                if v and len(hits := self._by[(field, v)]) < _EXCERPT_MAX:
+                    hits.append({**e, "_i": i})
+
+    def __call__(self, key: str, msg_id: str = "") -> list[dict[str, Any]]:
+        hits = {e["_i"]: e for e in self._by.get(("key", key), [])}
+        hits.update((e["_i"], e) for e in self._by.get(("msg_id", msg_id), []) if msg_id)
+        return [{k: v for k, v in e.items() if k != "_i"} for _, e in sorted(hits.items())][:_EXCERPT_MAX]
+
+
+def retained_out(events: list[dict[str, Any]], obs: Observation) -> set[str]:
+    """Keys delivered from a queue offset the broker no longer stores: retention deleted their
+    segment (a full disk forces it, as RocketMQ's ``cleanForciblyRatio`` does). Their absence from
+    the final scan is not a loss; whether every group received them is still checked."""
+    out = set()
+    for e in events:
+        if e["op"] != "deliver" or e.get("reconsume") or not isinstance(e.get("offset"), int):
+            continue
+        if e["offset"] < obs.min_offsets.get(f"{e.get('topic')}/{e.get('queue')}", 0):
+            out.add(e["key"])
+    return out
 
 
 def _acknowledged(events: list[dict[str, Any]], obs: Observation) -> dict[str, str]:
@@ -100,21 +129,23 @@ def _acknowledged(events: list[dict[str, Any]], obs: Observation) -> dict[str, s
 def check(events: list[dict[str, Any]], obs: Observation) -> list[Violation]:
     """Every violation found in the histories ``events`` and the observation ``obs``."""
     out: list[Violation] = []
+    ex = _Excerpts(events)
     stored_keys = {m.key for m in obs.stored}
+    present = stored_keys | retained_out(events, obs)
     for key, why in sorted(_acknowledged(events, obs).items()):
-        missing = [] if key in stored_keys else ["the broker"]
+        missing = [] if key in present else ["the broker"]
         missing += [g for g in obs.groups if not obs.effects.get(g, {}).get(key)]
         if missing:
             out.append(Violation("lost", key, f"{why}, but missing from {', '.join(missing)}",
-                                 _excerpt(events, key)))
-    out += _rolled_back_visible(events, obs, stored_keys)
+                                 ex(key)))
+    out += _rolled_back_visible(events, obs, stored_keys, ex)
     for g, counts in sorted(obs.effects.items()):
         for key, n in sorted(counts.items()):
             if n > 1:
                 out.append(Violation("duplicate_side_effect", key, f"group {g}: side effect {n} times",
-                                     _excerpt(events, key)))
-    out += _terminal_states(events, obs)
-    out += _offsets(events, obs)
+                                     ex(key)))
+    out += _terminal_states(events, obs, ex)
+    out += _offsets(events, obs, ex)
     return out
 
 
@@ -125,7 +156,7 @@ def _tx_ids(events: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def _rolled_back_visible(events: list[dict[str, Any]], obs: Observation,
-                         stored_keys: set[str]) -> list[Violation]:
+                         stored_keys: set[str], ex: _Excerpts) -> list[Violation]:
     ids = _tx_ids(events)
     dead = {k: "local transaction rolled back" for k, s in obs.tx_local.items() if s == "rolled_back"}
     dead.update((ids[m], f"broker state {s}") for m, s in obs.tx_broker.items()
@@ -136,11 +167,12 @@ def _rolled_back_visible(events: list[dict[str, Any]], obs: Observation,
                [g for g in obs.groups if obs.effects.get(g, {}).get(key)]
         if seen:
             out.append(Violation("rolled_back_visible", key, f"{why}, but visible in {', '.join(seen)}",
-                                 _excerpt(events, key)))
+                                 ex(key)))
     return out
 
 
-def _terminal_states(events: list[dict[str, Any]], obs: Observation) -> list[Violation]:
+def _terminal_states(events: list[dict[str, Any]], obs: Observation,
+                     ex: _Excerpts) -> list[Violation]:
     out = []
     ids = _tx_ids(events)
     for msg_id, state in sorted(obs.tx_broker.items()):
@@ -150,7 +182,7 @@ def _terminal_states(events: list[dict[str, Any]], obs: Observation) -> list[Vio
                 (local != "committed" and state == "COMMIT"):
             out.append(Violation("two_terminal_states", key,
                                  f"broker says {state}, local record says {local or 'nothing'}",
-                                 _excerpt(events, key, msg_id)))
+                                 ex(key, msg_id)))
     ends: dict[str, set[str]] = defaultdict(set)
     for e in events:
         if e["op"] == "tx" and e["phase"] == "ok" and e.get("outcome") in ("COMMIT", "ROLLBACK"):
@@ -158,11 +190,11 @@ def _terminal_states(events: list[dict[str, Any]], obs: Observation) -> list[Vio
     for msg_id, outcomes in sorted(ends.items()):
         if len(outcomes) > 1:
             out.append(Violation("two_terminal_states", ids.get(msg_id, ""),
-                                 f"end replies gave {sorted(outcomes)}", _excerpt(events, "", msg_id)))
+                                 f"end replies gave {sorted(outcomes)}", ex("", msg_id)))
     return out
 
 
-def _offsets(events: list[dict[str, Any]], obs: Observation) -> list[Violation]:
+def _offsets(events: list[dict[str, Any]], obs: Observation, ex: _Excerpts) -> list[Violation]:
     delivered: dict[str, set[str]] = defaultdict(set)
     for e in events:
         if e["op"] == "deliver":
@@ -187,5 +219,5 @@ def _offsets(events: list[dict[str, Any]], obs: Observation) -> list[Violation]:
         for m in skipped[:_EXCERPT_MAX]:
             out.append(Violation("offset_skip", m.key,
                                  f"group {g} committed offset {top} of {topic}/{q} past offset "
-                                 f"{m.offset}, never delivered to it", _excerpt(events, m.key)))
+                                 f"{m.offset}, never delivered to it", ex(m.key)))
     return out

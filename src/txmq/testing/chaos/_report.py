@@ -26,7 +26,8 @@ def render_markdown(res: ChaosResult) -> str:
              f"--duration-s {res.config.duration_s:g}`",
              f"- faults injected: {sum(res.faults_by_kind.values())} of {len(res.schedule)} scheduled; "
              f"elapsed {res.elapsed_s} s; drained after healing: {res.quiesced}",
-             f"- messages in the broker at the end: {res.stored}; transactions by broker state: "
+             f"- messages in the broker at the end: {res.stored} (and {res.retained_out} delivered "
+             f"ones deleted by retention under a full disk); transactions by broker state: "
              f"{res.tx_states}",
              f"- consumer offsets sampled: {res.offset_samples} times; redeliveries absorbed by the "
              f"inbox: {res.redeliveries}"]

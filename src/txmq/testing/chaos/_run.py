@@ -17,7 +17,14 @@ from txmq import limits
 from txmq.client import PullConsumer
 from txmq.protocol import RequestCode
 from txmq.testing._broker import BrokerProcess
-from txmq.testing.chaos._check import Observation, OffsetSample, Stored, Violation, check
+from txmq.testing.chaos._check import (
+    Observation,
+    OffsetSample,
+    Stored,
+    Violation,
+    check,
+    retained_out,
+)
 from txmq.testing.chaos._history import read_histories
 from txmq.testing.chaos._nemesis import KINDS, NETWORK_KINDS, Fault, fill_disk, schedule
 from txmq.testing.chaos._procs import BrokerTarget, Worker, mount_tmpfs, unmount
@@ -55,6 +62,8 @@ class ChaosResult(msgspec.Struct, kw_only=True):
     violations: list[Violation]
     skipped_kinds: dict[str, str]
     stored: int
+    retained_out: int
+    """Acknowledged messages delivered, then deleted by retention (a full disk forces it)."""
     offset_samples: int
     redeliveries: int
     tx_states: dict[str, int]
@@ -240,6 +249,10 @@ def _scan(pc: PullConsumer) -> list[Stored]:
     return out
 
 
+def _min_offsets(pc: PullConsumer) -> dict[str, int]:
+    return {f"{t}/{q}": pc.min_offset(t, q) for t in TOPICS.values() for q in range(_QUEUES)}
+
+
 def _backlog(r: _Run, pc: PullConsumer) -> str:
     """What is still to settle, deliver or relay ("" when everything has drained)."""
     pending = pc.transaction_stats().get("PENDING", 0)
@@ -281,7 +294,7 @@ def _observe(r: _Run, pc: PullConsumer, events: list[dict[str, Any]]) -> Observa
         outbox_keys = [k for (k,) in c.execute("SELECT biz_key FROM txmq_outbox")]
     return Observation(groups=list(GROUPS), stored=_scan(pc), tx_local=tx_local, tx_broker=tx_broker,
                        outbox_keys=outbox_keys, effects=_effects(r.run), offsets=list(r.samples),
-                       broker_restarts=list(r.target.restarts))
+                       broker_restarts=list(r.target.restarts), min_offsets=_min_offsets(pc))
 
 
 def _redeliveries(events: list[dict[str, Any]]) -> int:
@@ -325,7 +338,8 @@ def run_chaos(run_dir: Path, config: ChaosConfig) -> ChaosResult:
     return ChaosResult(
         seed=config.seed, config=config, schedule=faults, operations=dict(sorted(ops.items())),
         faults_by_kind=dict(Counter(f.kind for f in faults if f.started_ms)), violations=violations,
-        skipped_kinds=r.skipped, stored=len(obs.stored), offset_samples=len(obs.offsets),
+        skipped_kinds=r.skipped, stored=len(obs.stored),
+        retained_out=len(retained_out(events, obs)), offset_samples=len(obs.offsets),
         redeliveries=_redeliveries(events),
         tx_states=dict(Counter(obs.tx_broker.values())), elapsed_s=round(time.monotonic() - began, 1),
         quiesced=not left, notes=notes)

@@ -66,3 +66,16 @@ def test_every_target_runs_a_short_budget_without_a_finding(tmp_path: Path) -> N
     rows = json.loads(r.stdout)
     assert {x["target"] for x in rows} == set(TARGETS)
     assert all(x["inputs"] == 5000 and x["findings"] == 0 for x in rows), rows
+
+
+def test_a_run_leaves_logging_as_it_found_it(tmp_path: Path) -> None:
+    """A run silences the ``txmq`` logger only while it lasts: it used to leave it silenced, and
+    every later test in the process that checks a log line failed."""
+    import logging
+
+    log = logging.getLogger("txmq")
+    before = (log.propagate, list(log.handlers))
+    r = CliRunner().invoke(app, ["fuzz", "--target", "record", "--budget", "50", "--engine", "random",
+                                 "--corpus", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert (log.propagate, list(log.handlers)) == before

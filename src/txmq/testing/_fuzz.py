@@ -9,6 +9,7 @@ committed corpus).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,8 @@ import msgspec
 from txmq.testing._fuzz_atheris import CHILD_CODE
 from txmq.testing._fuzz_targets import TARGETS, Target
 
-__all__ = ["FuzzResult", "Recorder", "atheris_available", "finding_signature", "mutate", "replay",
-           "run_target"]
+__all__ = ["FuzzResult", "Recorder", "atheris_available", "finding_signature", "mutate",
+           "quiet_logs", "replay", "run_target"]
 
 
 class FuzzResult(msgspec.Struct, kw_only=True):
@@ -81,14 +83,26 @@ def finding_signature(exc: BaseException) -> str:
     return f"{type(exc).__name__}@{where}{' ' + head if head else ''}"
 
 
+@contextlib.contextmanager
+def quiet_logs() -> Iterator[None]:
+    """Findings are printed by the :class:`Recorder`, not logged a million times: the ``txmq``
+    logger stops propagating for the run, and is restored after it (a run inside a test process
+    must leave logging as it found it)."""
+    quiet = logging.getLogger("txmq")
+    propagate, null = quiet.propagate, logging.NullHandler()
+    quiet.propagate = False
+    quiet.addHandler(null)
+    try:
+        yield
+    finally:
+        quiet.removeHandler(null)
+        quiet.propagate = propagate
+
+
 class Recorder:
     """Counts inputs and saves one input per distinct finding."""
 
     def __init__(self, target: Target, corpus: Path | None) -> None:
-        quiet = logging.getLogger("txmq")  # findings are printed here, not logged a million times
-        quiet.propagate = False
-        if not quiet.handlers:
-            quiet.addHandler(logging.NullHandler())
         self.target, self.corpus = target, corpus
         self.inputs = 0
         self.signatures: dict[str, str] = {}
@@ -154,14 +168,15 @@ def _run_random(target: Target, budget: int, seed: int, corpus: Path | None) -> 
     rec = Recorder(target, corpus)
     pool = _inputs(target, corpus) or [b""]
     start = time.perf_counter()
-    for data in pool[:budget]:
-        rec(data)
-    while rec.inputs < budget:
-        parent = rng.choice(pool)
-        child = mutate(rng, parent, pool)
-        rec(child)
-        if rng.randrange(64) == 0 and len(pool) < 4096:
-            pool.append(child)  # keep some mutants as parents (no coverage feedback here)
+    with quiet_logs():
+        for data in pool[:budget]:
+            rec(data)
+        while rec.inputs < budget:
+            parent = rng.choice(pool)
+            child = mutate(rng, parent, pool)
+            rec(child)
+            if rng.randrange(64) == 0 and len(pool) < 4096:
+                pool.append(child)  # keep some mutants as parents (no coverage feedback here)
     return FuzzResult(target=target.name, inputs=rec.inputs, findings=len(rec.signatures),
                       seconds=time.perf_counter() - start, engine="random",
                       finding_files=sorted(rec.signatures.values()))

@@ -22,7 +22,7 @@ main(sys.argv[1:])
 def main(argv: list[str]) -> None:
     import atheris
 
-    from txmq.testing._fuzz import Recorder
+    from txmq.testing._fuzz import Recorder, quiet_logs
     from txmq.testing._fuzz_targets import TARGETS
 
     name, runs, seed, stats_path, corpus, work, *flags = argv
@@ -42,5 +42,6 @@ def main(argv: list[str]) -> None:
 
     atheris.Setup([sys.argv[0], f"-runs={budget}", f"-seed={int(seed) + 1}", "-max_len=4096",
                    "-print_final_stats=0", *flags, work], one)
-    atheris.Fuzz()
+    with quiet_logs():
+        atheris.Fuzz()
     save()

@@ -107,11 +107,27 @@ def is_valid_topic(topic: object) -> bool:
             and _NAME.fullmatch(topic) is not None)
 
 
+_PASSED: dict[str, set[str]] = {"topic": set(), "send topic": set(), "group": set()}
+"""Names that passed a check, per check: every send names a topic and a group, and a few names
+recur, so the regex runs once per name (at most ``VALIDATION_CACHE_NAMES_MAX`` remembered each)."""
+_PROPERTY_NAME_BYTES: dict[str, int] = {}
+"""Property names that passed :func:`check_properties` → their UTF-8 length (same bound)."""
+
+
+def _remember(kind: str, name: str) -> None:
+    seen = _PASSED[kind]
+    if len(seen) < limits.VALIDATION_CACHE_NAMES_MAX:
+        seen.add(name)
+
+
 def check_topic(topic: str) -> str:
     """Return ``topic`` if it is a legal topic name. Raises InvalidRequest (MESSAGE_ILLEGAL)."""
+    if topic in _PASSED["topic"]:
+        return topic
     if not is_valid_topic(topic):
         raise _illegal(f"illegal topic name {topic[:160]!r}: need 1..{limits.TOPIC_NAME_MAX_CHARS} "
                        f"characters of [%|a-zA-Z0-9_-]")
+    _remember("topic", topic)
     return topic
 
 
@@ -124,11 +140,14 @@ def check_send_topic(topic: str) -> str:
     """Return ``topic`` if a client may send to (or create) it. Raises InvalidRequest:
     MESSAGE_ILLEGAL for an illegal name, NO_PERMISSION for a broker topic (RocketMQ
     ``TopicValidator.isNotAllowedSendTopic``)."""
+    if topic in _PASSED["send topic"]:
+        return topic
     check_topic(topic)
     if is_broker_topic(topic):
         raise InvalidRequest(ResponseCode.NO_PERMISSION,
                              f"sending to or creating topic {topic!r} is forbidden: only the broker "
                              f"writes it")
+    _remember("send topic", topic)
     return topic
 
 
@@ -136,10 +155,13 @@ def check_group(group: str) -> str:
     """Return ``group`` if it is a legal producer or consumer group name: the topic charset and at
     most ``GROUP_NAME_MAX_CHARS`` (120), so its retry and DLQ topics are legal topics. Raises
     InvalidRequest (MESSAGE_ILLEGAL)."""
+    if group in _PASSED["group"]:
+        return group
     if not (isinstance(group, str) and 0 < len(group) <= limits.GROUP_NAME_MAX_CHARS
             and _NAME.fullmatch(group)):
         raise _illegal(f"illegal group name {str(group)[:160]!r}: need "
                        f"1..{limits.GROUP_NAME_MAX_CHARS} characters of [%|a-zA-Z0-9_-]")
+    _remember("group", group)
     return group
 
 
@@ -190,21 +212,47 @@ def check_properties(props: Mapping[str, str]) -> int:
     and free of the separators; all of them together at most ``PROPERTIES_MAX_BYTES`` as
     RocketMQ's ``MessageDecoder.messageProperties2String`` encodes them. Raises InvalidRequest
     (MESSAGE_ILLEGAL).
+
+    Every send pays for this: property names recur, so each is checked once and remembered, and
+    the values are checked with one search over all of them (the culprit is named afterwards).
     """
-    total = 0
+    total = 2 * len(props)
+    for k in props:
+        n = _PROPERTY_NAME_BYTES.get(k)
+        total += n if n is not None else _check_property_name(k)
+    try:
+        values = "".join(props.values())
+    except TypeError:
+        raise _illegal("property values must be strings") from None
+    if _BAD_IN_VALUE.search(values) or (len(values) > limits.PROPERTY_VALUE_MAX_CHARS and max(
+            map(len, props.values())) > limits.PROPERTY_VALUE_MAX_CHARS):
+        _name_bad_value(props)
+    total += len(values) if values.isascii() else len(values.encode())
+    if total > limits.PROPERTIES_MAX_BYTES:
+        raise _illegal(f"properties exceed {limits.PROPERTIES_MAX_BYTES} bytes")
+    return total
+
+
+def _check_property_name(k: object) -> int:
+    """The UTF-8 length of a legal property name (remembered). Raises InvalidRequest."""
+    if not isinstance(k, str):
+        raise _illegal("property names must be strings")
+    if not 0 < len(k) <= limits.PROPERTY_KEY_MAX_CHARS or _BAD_IN_KEY.search(k):
+        raise _illegal(f"illegal property name {k[:80]!r}: 1..{limits.PROPERTY_KEY_MAX_CHARS} "
+                       f"characters without separators, NUL or line breaks")
+    n = len(k.encode())
+    if len(_PROPERTY_NAME_BYTES) < limits.VALIDATION_CACHE_NAMES_MAX:
+        _PROPERTY_NAME_BYTES[k] = n
+    return n
+
+
+def _name_bad_value(props: Mapping[str, str]) -> None:
+    """Raise the InvalidRequest that names the first property with a bad value."""
     for k, v in props.items():
-        if not isinstance(k, str) or not isinstance(v, str):
-            raise _illegal("property names and values must be strings")
-        if not 0 < len(k) <= limits.PROPERTY_KEY_MAX_CHARS or _BAD_IN_KEY.search(k):
-            raise _illegal(f"illegal property name {k[:80]!r}: 1..{limits.PROPERTY_KEY_MAX_CHARS} "
-                           f"characters without separators, NUL or line breaks")
         if len(v) > limits.PROPERTY_VALUE_MAX_CHARS or _BAD_IN_VALUE.search(v):
             raise _illegal(f"illegal value of property {k[:80]!r}: at most "
                            f"{limits.PROPERTY_VALUE_MAX_CHARS} characters without \\u0001/\\u0002")
-        total += len(k.encode()) + len(v.encode()) + 2
-        if total > limits.PROPERTIES_MAX_BYTES:
-            raise _illegal(f"properties exceed {limits.PROPERTIES_MAX_BYTES} bytes")
-    return total
+    raise AssertionError("a property value was found bad, then not")
 
 
 def delay_level(props: Mapping[str, str]) -> int:
@@ -213,6 +261,14 @@ def delay_level(props: Mapping[str, str]) -> int:
     MALFORMED_REQUEST when it does not parse, MESSAGE_ILLEGAL when negative or above int32."""
     raw = props.get(PROPERTY_DELAY_TIME_LEVEL, "")
     return 0 if raw == "" else parse_int(raw, "delay level (DELAY)", 0, _INT32_MAX)
+
+
+_NOTHING_SPECIAL_IN = frozenset({
+    *BROKER_ONLY_PROPERTIES, *_SINK_PROPERTIES, PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_DELAY_TIME_LEVEL, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, PROPERTY_RECONSUME_TIME,
+    PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_PRODUCER_GROUP, PROPERTY_RETRY_TOPIC,
+}).isdisjoint
+"""Whether a message's properties include none that :func:`check_send_properties` looks into."""
 
 
 def check_send_properties(props: Mapping[str, str]) -> bool:
@@ -226,6 +282,8 @@ def check_send_properties(props: Mapping[str, str]) -> bool:
     queue are the request's own, checked by the caller. Raises InvalidRequest.
     """
     check_properties(props)
+    if _NOTHING_SPECIAL_IN(props):  # the common plain send: no property with a rule of its own
+        return False
     forbidden = BROKER_ONLY_PROPERTIES.intersection(props)
     if forbidden:
         raise InvalidRequest(ResponseCode.NO_PERMISSION,

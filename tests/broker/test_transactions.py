@@ -1,7 +1,7 @@
 """Transactional messages in the sans-IO broker: visibility, settlement, check-back, I4, discard.
 
 Regression tests named ``test_rocketmq_<issue>_…`` answer the RocketMQ defect of that number
-(reference/rocketmq.md §2).
+(docs/rocketmq.md §2).
 """
 
 from __future__ import annotations

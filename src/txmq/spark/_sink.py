@@ -1,6 +1,6 @@
 """The transactional Spark sink: ``df.writeStream.format("txmq")``, exactly once per micro-batch.
 
-What Spark really does (reference/pyspark.md §2–3, PySpark 4.3.0): ``write`` runs in executor tasks
+What Spark really does (docs/pyspark.md §2–3, PySpark 4.3.0): ``write`` runs in executor tasks
 and may run more than once per partition (retries, speculation, re-runs after a failure) leaving
 orphan output no callback reports; ``commit(messages, batchId)`` runs on the driver in a fresh
 process, may run twice for one batch id across a failure and restart, and may be followed by

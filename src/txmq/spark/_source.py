@@ -44,7 +44,7 @@ id) order, e.g. ``{"orders/0": 17, "orders/1": 4}``; ``next_offset`` is the firs
 read, like Kafka's. In ``startingOffsets``/``endingOffsets`` the nested form
 ``{"orders": {"0": 17}}`` is accepted too, and ``-2`` means earliest, ``-1`` latest.
 
-What Spark guarantees and what this source adds (facts from reference/pyspark.md, PySpark 4.3.0):
+What Spark guarantees and what this source adds (facts from docs/pyspark.md, PySpark 4.3.0):
 
 * Spark writes the planned ``end`` of every micro-batch to ``checkpoint/offsets/N`` before running
   it and replays exactly that range after a failure; ``read`` of a range therefore always returns

@@ -1,6 +1,6 @@
 """The transaction state index: every half message's state, check count and next check time.
 
-RocketMQ keeps no per-transaction state (reference/rocketmq.md §1.4): it re-scans the op queue and
+RocketMQ keeps no per-transaction state (docs/rocketmq.md §1.4): it re-scans the op queue and
 re-puts whole half messages to count checks, which causes #8158 (double commit), #8311/#9320 (immunity
 eating the check budget) and #1517/#1543 (disks filled by re-puts). txmq keeps this index instead; it
 is rebuilt on start from its last snapshot plus the half topic, the op topic and committed real

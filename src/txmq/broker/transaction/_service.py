@@ -2,7 +2,7 @@
 
 Sources: RocketMQ ``TransactionalMessageBridge#parseHalfMessageInner`` (prepare),
 ``EndTransactionProcessor`` (commit / rollback), ``TransactionalMessageServiceImpl#check`` (check-back),
-as summarised in reference/rocketmq.md §1.3–1.6; departures are described in :mod:`._index`.
+as summarised in docs/rocketmq.md §1.3–1.6; departures are described in :mod:`._index`.
 """
 
 from __future__ import annotations
@@ -733,7 +733,7 @@ class TransactionService:
 
     def abort_batch(self, batch: str, now_ms: int) -> EndResult:
         """Roll back every pending half of an uncommitted ``batch``; after a commit, change nothing
-        (Spark calls abort after a commit that raised, reference/pyspark.md §3)."""
+        (Spark calls abort after a commit that raised, docs/pyspark.md §3)."""
         self._finish_torn_batches(now_ms)
         if batch in self.sinks.committed:
             return EndResult(ResponseCode.SUCCESS, Outcome.COMMIT.value, duplicate=True)

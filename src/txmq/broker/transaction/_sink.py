@@ -11,7 +11,7 @@ accepted and how many rows each wrote; the broker then
 
 and answers once all of it is durable.
 
-A second commit of a committed batch (Spark re-runs a batch after a failure, reference/pyspark.md §3)
+A second commit of a committed batch (Spark re-runs a batch after a failure, docs/pyspark.md §3)
 rolls back the re-run's halves and answers "committed before"; an abort after a commit changes
 nothing. Sink halves are never checked back with a producer: when their immunity time (the sink's
 timeout) passes without a commit, the broker rolls them back itself. Recovery re-commits the halves

@@ -294,7 +294,7 @@ assert COMMIT_LOG_SEGMENT_BYTES_MIN <= COMMIT_LOG_SEGMENT_BYTES
 assert MESSAGE_SIZE_MAX_BYTES < COMMIT_LOG_SEGMENT_BYTES
 assert INDEX_HASH_SLOTS < 2**32 and INDEX_ENTRIES_MAX < 2**32
 
-# --- outbox: the local message table (shieldTXC, seed 003) -------------------------------------
+# --- outbox: the local message table (shieldTXC) -------------------------------------
 OUTBOX_RELAY_PERIOD_MS = 1_000
 """Pause of an idle relay worker between two polls. shieldTXC ``tranMessageSendPeriod`` is 5 s; txmq
 polls every second because an idle poll is one indexed query, and a worker that claimed a full

@@ -95,9 +95,8 @@ log = logging.getLogger("txmq.broker")
 
 _TOPICS_META = "topics.json"
 _OFFSETS_META = "consumerOffset.json"
-_SYSTEM_TOPICS = {HALF_TOPIC: 1, OP_TOPIC: 1, TRANS_CHECK_MAX_TIME_TOPIC: 1, SINK_BATCH_TOPIC: 1}
-_SYSTEM_TOPICS[PARKED_TOPIC] = 1  # issue 11 part 4: messages the schedulers could not deliver
-_NOT_A_REAL_TOPIC = frozenset({*_SYSTEM_TOPICS, SCHEDULE_TOPIC})
+_SYSTEM_TOPICS = {HALF_TOPIC: 1, OP_TOPIC: 1, TRANS_CHECK_MAX_TIME_TOPIC: 1, SINK_BATCH_TOPIC: 1,
+                  PARKED_TOPIC: 1}
 assert all(is_broker_topic(t) for t in (*_SYSTEM_TOPICS, SCHEDULE_TOPIC))
 Handler = Callable[[int, Command, int], list[Action]]
 
@@ -349,7 +348,7 @@ class Broker:
     def destination_problem(self, topic: str | None, queue_id: str | None) -> str | None:
         """Why a scheduled or half message cannot go to its real ``topic`` / ``queue_id`` (the
         ``REAL_TOPIC`` / ``REAL_QID`` properties), or None (see :func:`destination_problem`)."""
-        return destination_problem(topic, queue_id, self.topics, _NOT_A_REAL_TOPIC)
+        return destination_problem(topic, queue_id, self.topics)
 
     def runtime_info(self, now_ms: int) -> BrokerRuntimeInfo:
         """The health check: each timer's last successful tick, failures, restarts, parked

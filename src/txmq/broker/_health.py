@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from txmq import limits
@@ -42,13 +42,13 @@ T = TypeVar("T")
 _QUEUE_ID = re.compile(r"[0-9]{1,9}")
 
 
-def destination_problem(topic: str | None, queue_id: str | None, queue_nums: Mapping[str, int],
-                        system_topics: Collection[str]) -> str | None:
+def destination_problem(topic: str | None, queue_id: str | None,
+                        queue_nums: Mapping[str, int]) -> str | None:
     """Why a message cannot be delivered to ``topic`` / ``queue_id`` (its ``REAL_TOPIC`` and
     ``REAL_QID`` properties, None when missing), or None when it can.
 
     A valid topic matches RocketMQ's ``^[%|a-zA-Z0-9_-]+$`` with at most
-    ``limits.TOPIC_NAME_MAX_CHARS`` characters, is not one of ``system_topics``, and exists in
+    ``limits.TOPIC_NAME_MAX_CHARS`` characters, is not a broker-only topic, and exists in
     ``queue_nums`` (topic → queue count); the queue id is a decimal number below its queue count.
     The name rules are the door's (:func:`txmq.protocol.is_valid_topic`, ``is_broker_topic``).
     """
@@ -56,7 +56,7 @@ def destination_problem(topic: str | None, queue_id: str | None, queue_nums: Map
         return "REAL_TOPIC is missing or empty"
     if not is_valid_topic(topic):
         return f"REAL_TOPIC {topic[:200]!r} is not a valid topic name"
-    if topic in system_topics or is_broker_topic(topic):
+    if is_broker_topic(topic):
         return f"REAL_TOPIC {topic!r} is a system topic"
     n = queue_nums.get(topic)
     if n is None:

@@ -3,6 +3,8 @@ headers, bodies and messages."""
 
 from txmq.protocol._codes import *  # noqa: F403
 from txmq.protocol._codes import __all__ as _codes_all
+from txmq.protocol._compress import *  # noqa: F403
+from txmq.protocol._compress import __all__ as _compress_all
 from txmq.protocol._consume import *  # noqa: F403
 from txmq.protocol._consume import __all__ as _consume_all
 from txmq.protocol._headers import *  # noqa: F403
@@ -13,15 +15,19 @@ from txmq.protocol._parked import *  # noqa: F403
 from txmq.protocol._parked import __all__ as _parked_all
 from txmq.protocol._remoting import *  # noqa: F403
 from txmq.protocol._remoting import __all__ as _remoting_all
+from txmq.protocol._topics import *  # noqa: F403
+from txmq.protocol._topics import __all__ as _topics_all
 from txmq.protocol._validate import *  # noqa: F403
 from txmq.protocol._validate import __all__ as _validate_all
 
 __all__ = [
     *_codes_all,
+    *_compress_all,
     *_consume_all,
     *_headers_all,
     *_message_all,
     *_parked_all,
     *_remoting_all,
+    *_topics_all,
     *_validate_all,
 ]

@@ -34,6 +34,10 @@ from txmq.protocol._headers import (
 )
 from txmq.protocol._message import *  # noqa: F403
 from txmq.protocol._message import __all__ as _message_all
+from txmq.protocol._message_codec import *  # noqa: F403
+from txmq.protocol._message_codec import __all__ as _message_codec_all
+from txmq.protocol._message_id import *  # noqa: F403
+from txmq.protocol._message_id import __all__ as _message_id_all
 from txmq.protocol._parked import *  # noqa: F403
 from txmq.protocol._parked import __all__ as _parked_all
 from txmq.protocol._validate import *  # noqa: F403
@@ -74,6 +78,8 @@ __all__ = [
     "to_ext",
     *_consume_all,
     *_message_all,
+    *_message_codec_all,
+    *_message_id_all,
     *_parked_all,
     *_validate_all,
 ]

@@ -52,7 +52,7 @@ from txmq.protocol import (
     EndTransactionRequestHeader,
     MessageExt,
     RequestCode,
-    encode_message_ext,
+    encode_message_ext_msgpack,
     to_ext,
 )
 from txmq.store import AppendResult, Record, StateTable, Store
@@ -460,7 +460,7 @@ class TransactionService:
             tran_state_table_offset=entry.half_offset, commit_log_offset=entry.commit_log_offset,
             msg_id=entry.msg_id, transaction_id=entry.msg_id, producer_group=entry.producer_group)
         return Command(code=RequestCode.CHECK_TRANSACTION_STATE, opaque=next(self._opaque),
-                       flags=FLAG_ONEWAY, ext=to_ext(header), body=encode_message_ext(half))
+                       flags=FLAG_ONEWAY, ext=to_ext(header), body=encode_message_ext_msgpack(half))
 
     # -- recovery ---------------------------------------------------------------------------------
     @staticmethod

@@ -34,6 +34,7 @@ from txmq.errors import (
     DiskFull,
     InvalidRequest,
     MalformedHeader,
+    MalformedMessage,
     ProtocolError,
     ResponseCode,
     StoreError,
@@ -103,7 +104,7 @@ from txmq.protocol import (
     encode_message_exts,
     encode_route,
     from_ext,
-    inflate,
+    inflate_body,
     is_broker_topic,
     offset_msg_id,
     parse_int,
@@ -263,6 +264,8 @@ class Broker:
             return self._error(conn, cmd, f.code, f.remark)
         except InvalidRequest as exc:
             return self._error(conn, cmd, exc.response_code, str(exc))
+        except MalformedMessage as exc:  # a batch body, a compressed body, a property
+            return self._error(conn, cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
         except MalformedHeader as exc:  # RocketMQ NettyRemotingAbstract.processRequestCommand
             return self._error(conn, cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         except DiskFull as exc:  # RocketMQ's answer to PutMessageStatus.SERVICE_NOT_AVAILABLE
@@ -453,7 +456,7 @@ class Broker:
         past ``maxReconsumeTimes`` goes to the group's DLQ (RocketMQ
         ``SendMessageProcessor.handleRetryAndDLQ``)."""
         if h.sys_flag & COMPRESSED_FLAG:
-            body = inflate(body, h.sys_flag, self.config.max_message_size)
+            body = inflate_body(body, h.sys_flag, self.config.max_message_size)
         if len(body) > self.config.max_message_size:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "the message body size over max value, "
                         f"MAX: {self.config.max_message_size} (body of {len(body)} bytes)")

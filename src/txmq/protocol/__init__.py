@@ -3,14 +3,16 @@ headers, bodies and messages."""
 
 from txmq.protocol._codes import *  # noqa: F403
 from txmq.protocol._codes import __all__ as _codes_all
-from txmq.protocol._compress import *  # noqa: F403
-from txmq.protocol._compress import __all__ as _compress_all
 from txmq.protocol._consume import *  # noqa: F403
 from txmq.protocol._consume import __all__ as _consume_all
 from txmq.protocol._headers import *  # noqa: F403
 from txmq.protocol._headers import __all__ as _headers_all
 from txmq.protocol._message import *  # noqa: F403
 from txmq.protocol._message import __all__ as _message_all
+from txmq.protocol._message_codec import *  # noqa: F403
+from txmq.protocol._message_codec import __all__ as _message_codec_all
+from txmq.protocol._message_id import *  # noqa: F403
+from txmq.protocol._message_id import __all__ as _message_id_all
 from txmq.protocol._parked import *  # noqa: F403
 from txmq.protocol._parked import __all__ as _parked_all
 from txmq.protocol._remoting import *  # noqa: F403
@@ -22,10 +24,11 @@ from txmq.protocol._validate import __all__ as _validate_all
 
 __all__ = [
     *_codes_all,
-    *_compress_all,
     *_consume_all,
     *_headers_all,
     *_message_all,
+    *_message_codec_all,
+    *_message_id_all,
     *_parked_all,
     *_remoting_all,
     *_topics_all,

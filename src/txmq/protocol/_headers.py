@@ -28,9 +28,6 @@ __all__ = [
     "PULL_FLAG_COMMIT_OFFSET",
     "PULL_FLAG_SUBSCRIPTION",
     "PULL_FLAG_SUSPEND",
-    "TRANSACTION_COMMIT_TYPE",
-    "TRANSACTION_NOT_TYPE",
-    "TRANSACTION_ROLLBACK_TYPE",
     "AdminEndTransactionRequestHeader",
     "CheckTransactionStateRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
@@ -65,11 +62,6 @@ __all__ = [
     "send_header",
     "to_ext",
 ]
-
-# RocketMQ MessageSysFlag transaction bits, used as END_TRANSACTION's commitOrRollback.
-TRANSACTION_NOT_TYPE = 0x0
-TRANSACTION_COMMIT_TYPE = 0x8
-TRANSACTION_ROLLBACK_TYPE = 0xC
 
 # RocketMQ PullSysFlag bits of PullMessageRequestHeader.sysFlag.
 PULL_FLAG_COMMIT_OFFSET = 0x1

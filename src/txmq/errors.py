@@ -23,6 +23,7 @@ __all__ = [
     "InvalidRequest",
     "LocalError",
     "MalformedFrame",
+    "MalformedHeader",
     "MessageTooLarge",
     "OutboxError",
     "ProtocolError",
@@ -105,6 +106,14 @@ class MalformedFrame(ProtocolError):
     """A frame whose length fields, header or body cannot be decoded."""
 
     code = "MALFORMED_FRAME"
+
+
+class MalformedHeader(ProtocolError):
+    """A well-framed command whose header fields or structured (JSON) body do not decode: a missing
+    or mistyped field, bad JSON. The frame boundary is intact, so the connection stays usable; the
+    peer gets an error response."""
+
+    code = "MALFORMED_HEADER"
 
 
 class InvalidRequest(LocalError):

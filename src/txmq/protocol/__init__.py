@@ -36,6 +36,8 @@ from txmq.protocol._message import *  # noqa: F403
 from txmq.protocol._message import __all__ as _message_all
 from txmq.protocol._parked import *  # noqa: F403
 from txmq.protocol._parked import __all__ as _parked_all
+from txmq.protocol._route import *  # noqa: F403
+from txmq.protocol._route import __all__ as _route_all
 from txmq.protocol._validate import *  # noqa: F403
 from txmq.protocol._validate import __all__ as _validate_all
 
@@ -75,5 +77,6 @@ __all__ = [
     *_consume_all,
     *_message_all,
     *_parked_all,
+    *_route_all,
     *_validate_all,
 ]

@@ -37,34 +37,37 @@ __all__ = [
 
 
 class ResponseCode(IntEnum):
-    """Response codes on the wire (RocketMQ ``ResponseCode`` numbers where they exist)."""
+    """Response codes on the wire: RocketMQ ``ResponseCode`` numbers, plus txmq's own at 9000 and
+    above for conditions RocketMQ has no code for (RocketMQ's stop at 3010 below the pop range)."""
 
     SUCCESS = 0
     SYSTEM_ERROR = 1
+    """Also the answer to a header that does not decode (RocketMQ ``NettyRemotingAbstract``)."""
     SYSTEM_BUSY = 2
     REQUEST_CODE_NOT_SUPPORTED = 3
-    MESSAGE_ILLEGAL = 13
     SLAVE_NOT_AVAILABLE = 11
+    MESSAGE_ILLEGAL = 13
+    """A message RocketMQ refuses: too large a body or properties, a bad delay level."""
     SERVICE_NOT_AVAILABLE = 14
+    """The broker cannot store now (RocketMQ's answer to a full disk)."""
     NO_PERMISSION = 16
     TOPIC_NOT_EXIST = 17
+    TOPIC_EXIST_ALREADY = 18
     PULL_NOT_FOUND = 19
     PULL_RETRY_IMMEDIATELY = 20
     PULL_OFFSET_MOVED = 21
     QUERY_NOT_FOUND = 22
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    INVALID_PARAMETER = 29
+    """A well-framed request naming something illegal: a bad topic or group name, an id out of
+    range, a value that does not parse (RocketMQ 5 ``TopicValidator`` answers)."""
+    TRANSACTION_STATE_GROUP_WRONG = 203
+    """An end request whose producer group is not the half message's."""
     ILLEGAL_OPERATION = 604
-    # txmq-specific
-    MALFORMED_REQUEST = 2000
-    MESSAGE_TOO_LARGE = 2001
-    DISK_FULL = 2002
-    TRANSACTION_NOT_FOUND = 2003
-    PRODUCER_GROUP_MISMATCH = 2004
-
-
-_RETRIABLE = frozenset(
-    {ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.DISK_FULL}
-)
+    # txmq's own
+    TRANSACTION_NOT_FOUND = 9003
+    """No half message at the named offset or id (RocketMQ answers SYSTEM_ERROR "Find prepared
+    transaction message failed")."""
 
 
 class TxmqError(Exception):
@@ -109,9 +112,9 @@ class MalformedFrame(ProtocolError):
 
 
 class MalformedHeader(ProtocolError):
-    """A well-framed command whose header fields or structured (JSON) body do not decode: a missing
-    or mistyped field, bad JSON. The frame boundary is intact, so the connection stays usable; the
-    peer gets an error response."""
+    """A well-framed command whose header or body does not decode as its code's class (a missing
+    required field, a value that does not parse). The broker answers it (SYSTEM_ERROR, with
+    RocketMQ's remark such as ``the custom field <topic> is null``) and keeps the connection."""
 
     code = "MALFORMED_HEADER"
 
@@ -123,7 +126,7 @@ class InvalidRequest(LocalError):
 
     Attributes:
         response_code: the :class:`ResponseCode` to answer with (``MESSAGE_ILLEGAL``,
-            ``NO_PERMISSION``, ``MALFORMED_REQUEST``, ...).
+            ``NO_PERMISSION``, ``INVALID_PARAMETER``, ...).
     """
 
     code = "INVALID_REQUEST"

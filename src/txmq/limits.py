@@ -407,12 +407,6 @@ runs once per name, not once per send (txmq: the checks cost a durable send abou
 PENDING_TRANSACTIONS_LIST_MAX = 10_000
 """Most pending half messages one GET_PENDING_TRANSACTIONS answer lists (txmq)."""
 
-FRAME_HEADER_EXT_DEPTH_MAX = 2
-"""Nesting of values in a frame header's ``ext`` map: a scalar, or a list or a string-keyed map of
-scalars (message properties). The frame decoder decodes ``ext`` into that bounded type, so deeper
-headers (60,000 nested arrays) are refused as ``MalformedFrame`` without recursion (txmq; RocketMQ's
-``extFields`` is a flat ``HashMap<String, String>``)."""
-
 assert 0 < GROUP_NAME_MAX_CHARS <= TOPIC_NAME_MAX_CHARS - len("%DLQ%")
 assert PROPERTY_KEY_MAX_CHARS + PROPERTY_VALUE_MAX_CHARS <= PROPERTIES_MAX_BYTES
 

@@ -138,7 +138,7 @@ def test_end_from_the_wrong_producer_group_is_refused() -> None:
     h = harness()
     half = h.send(1, "t", b"x", transactional=True)
     r = h.end(1, half, "COMMIT", group="other")
-    assert r.code == ResponseCode.PRODUCER_GROUP_MISMATCH
+    assert r.code == ResponseCode.TRANSACTION_STATE_GROUP_WRONG
     assert h.all_messages("t") == []
 
 
@@ -327,7 +327,7 @@ def test_end_batch_settles_with_one_op_record_and_first_writer_wins_inside_the_b
         (ResponseCode.SUCCESS, "COMMIT", False), (ResponseCode.SUCCESS, "COMMIT", True),
         (ResponseCode.SUCCESS, "ROLLBACK", False), (ResponseCode.SUCCESS, "COMMIT", False),
         (ResponseCode.SUCCESS, "PENDING", False),
-        (ResponseCode.PRODUCER_GROUP_MISMATCH, "", False)]
+        (ResponseCode.TRANSACTION_STATE_GROUP_WRONG, "", False)]
     assert sorted(m.body for m in h.all_messages("t")) == [b"m0", b"m2"]
     ops = h.pull(OP_TOPIC)[ops_before:]
     assert len(ops) == 2  # one op record per outcome, not one per end

@@ -68,4 +68,4 @@ def test_a_body_with_invalid_utf8_gets_malformed_request(code: RequestCode) -> N
         body = msgspec.msgpack.encode([Message(topic="cc", body=b"")])
     ext = {"producer_group": "pg", "topic": "t", "batch": "b"}
     r = h.request(1, code, ext, _with_bad_utf8(body, b"cc"))
-    assert r.code == ResponseCode.MALFORMED_REQUEST, r.remark
+    assert r.code == ResponseCode.INVALID_PARAMETER, r.remark

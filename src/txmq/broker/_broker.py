@@ -248,9 +248,9 @@ class Broker:
         except InvalidRequest as exc:
             return self._error(conn, cmd, exc.response_code, str(exc))
         except MalformedFrame as exc:
-            return self._error(conn, cmd, ResponseCode.MALFORMED_REQUEST, str(exc))
+            return self._error(conn, cmd, ResponseCode.INVALID_PARAMETER, str(exc))
         except DiskFull as exc:
-            return self._error(conn, cmd, ResponseCode.DISK_FULL, str(exc))
+            return self._error(conn, cmd, ResponseCode.SERVICE_NOT_AVAILABLE, str(exc))
         except StoreError as exc:
             log.error("store error handling code %d: %s", cmd.code, exc)
             return self._error(conn, cmd, ResponseCode.SYSTEM_ERROR, str(exc))
@@ -407,7 +407,7 @@ class Broker:
         broker topic), the properties (:func:`~txmq.protocol.check_send_properties`), the queue,
         the producer group of a half message, the born timestamp and the body size."""
         if len(body) > self.config.max_message_size:
-            raise _Fail(ResponseCode.MESSAGE_TOO_LARGE,
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL,
                         f"body of {len(body)} bytes exceeds max_message_size "
                         f"{self.config.max_message_size}")
         check_send_topic(h.topic)
@@ -454,7 +454,7 @@ class Broker:
         try:
             msgs = decode_messages(cmd.body, ext=False)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, f"batch body does not decode: {exc}") from exc
+            raise _Fail(ResponseCode.INVALID_PARAMETER, f"batch body does not decode: {exc}") from exc
         if not 0 < len(msgs) <= limits.BATCH_MESSAGES_MAX:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL,
                         f"batch of {len(msgs)} not in 1..{limits.BATCH_MESSAGES_MAX}")
@@ -607,7 +607,7 @@ class Broker:
         try:
             data = msgspec.msgpack.decode(cmd.body, type=HeartbeatData)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, f"heartbeat body: {exc}") from exc
+            raise _Fail(ResponseCode.INVALID_PARAMETER, f"heartbeat body: {exc}") from exc
         for g in data.producer_groups:
             check_group(g)
         for cd in data.consumer_groups:
@@ -683,7 +683,7 @@ class Broker:
         try:
             exts = msgspec.msgpack.decode(cmd.body, type=list[dict[str, Any]])
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, f"end batch body: {exc}") from exc
+            raise _Fail(ResponseCode.INVALID_PARAMETER, f"end batch body: {exc}") from exc
         if len(exts) > limits.BATCH_MESSAGES_MAX:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"more than {limits.BATCH_MESSAGES_MAX} ends")
         parsed: list[EndTransactionRequestHeader | str] = []
@@ -696,7 +696,7 @@ class Broker:
         items, durable = [], 0
         for h in parsed:
             if isinstance(h, str):
-                items.append({"code": int(ResponseCode.MALFORMED_REQUEST), "remark": h})
+                items.append({"code": int(ResponseCode.INVALID_PARAMETER), "remark": h})
                 continue
             r = next(decided)
             durable = max(durable, r.durable_offset)
@@ -739,7 +739,7 @@ class Broker:
         off = self._tx_offset(cmd)
         outcome = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK}.get(h.outcome)
         if outcome is None:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, "outcome must be COMMIT or ROLLBACK")
+            raise _Fail(ResponseCode.INVALID_PARAMETER, "outcome must be COMMIT or ROLLBACK")
         return self._end_reply(conn, cmd, self.tx.operator_end(off, outcome, h.operator, h.reason, now))
 
     def _sink_commit(self, conn: int, cmd: Command, now: int) -> list[Action]:
@@ -748,9 +748,9 @@ class Broker:
         try:
             tasks = msgspec.msgpack.decode(cmd.body, type=dict[str, int])
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, f"sink batch body: {exc}") from exc
+            raise _Fail(ResponseCode.INVALID_PARAMETER, f"sink batch body: {exc}") from exc
         if not batch or not group:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, "batch and producer_group are required")
+            raise _Fail(ResponseCode.INVALID_PARAMETER, "batch and producer_group are required")
         check_group(group)
         for task in (batch, *tasks):  # stored as TXMQ_SINK_BATCH / TXMQ_SINK_TASK values
             check_properties({"TXMQ_SINK_BATCH": task})
@@ -760,7 +760,7 @@ class Broker:
         batch = from_ext(cmd.ext, SinkBatchRequestHeader).batch
         check_properties({"TXMQ_SINK_BATCH": batch})
         if not batch:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, "batch is required")
+            raise _Fail(ResponseCode.INVALID_PARAMETER, "batch is required")
         return self._end_reply(conn, cmd, self.tx.abort_batch(batch, now))
 
     def _tx_resume(self, conn: int, cmd: Command, now: int) -> list[Action]:

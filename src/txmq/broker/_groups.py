@@ -228,7 +228,7 @@ class GroupService:
         check_timestamp(h.timestamp_ms, none_ok=True)
         n = self.b.queue_nums(h.topic)
         if (h.timestamp_ms < 0) == (h.offset < 0):
-            return _error(conn, cmd, ResponseCode.MALFORMED_REQUEST,
+            return _error(conn, cmd, ResponseCode.INVALID_PARAMETER,
                           "give exactly one of timestamp_ms and offset")
         qids = range(n) if h.queue_id < 0 else [h.queue_id]
         if any(not 0 <= q < n for q in qids):

@@ -276,7 +276,7 @@ class BrokerServer:
                     cmds = decoder.feed(data)
                 except ProtocolError as exc:
                     log.warning("connection %d: %s; closing", conn, exc)
-                    bad = Command(code=ResponseCode.MALFORMED_REQUEST, flags=FLAG_RESPONSE,
+                    bad = Command(code=ResponseCode.INVALID_PARAMETER, flags=FLAG_RESPONSE,
                                   remark=str(exc))
                     writer.write(encode_command(bad))
                     break

@@ -30,19 +30,13 @@ from txmq.limits import AUTO_CREATE_TOPIC_QUEUE_NUMS, REGISTER_BODY_INFLATED_MAX
 
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC",
-    "BROKER_HEARTBEAT",
     "DEFAULT_CLUSTER_NAME",
-    "GET_ALL_TOPIC_LIST_FROM_NAMESERVER",
-    "GET_BROKER_CLUSTER_INFO",
-    "GET_ROUTEINFO_BY_TOPIC",
     "MASTER_ID",
     "PERM_INHERIT",
     "PERM_PRIORITY",
     "PERM_READ",
     "PERM_WRITE",
-    "REGISTER_BROKER",
     "STANDARD_JSON_MIN_VERSION",
-    "UNREGISTER_BROKER",
     "BrokerData",
     "BrokerHeartbeatRequestHeader",
     "ClusterInfo",
@@ -70,15 +64,6 @@ __all__ = [
     "quote_int_keys",
     "topic_configs",
 ]
-
-# --- request codes (RocketMQ RequestCode) ---------------------------------------------------------
-REGISTER_BROKER = 103
-UNREGISTER_BROKER = 104
-GET_ROUTEINFO_BY_TOPIC = 105
-GET_BROKER_CLUSTER_INFO = 106
-GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
-BROKER_HEARTBEAT = 904
-"""5.x broker liveness beat to the name server (one-way; BrokerOuterAPI.sendHeartbeat)."""
 
 # --- permissions (RocketMQ PermName) --------------------------------------------------------------
 PERM_PRIORITY = 0x1 << 3

@@ -244,7 +244,7 @@ class TransactionService:
                 self.stats["duplicate_ends"] += 1
             return EndResult(ResponseCode.SUCCESS, recorded.value, duplicate=True)
         if h.producer_group != entry.producer_group:
-            return EndResult(ResponseCode.PRODUCER_GROUP_MISMATCH,
+            return EndResult(ResponseCode.TRANSACTION_STATE_GROUP_WRONG,
                              remark=f"producer group {h.producer_group!r} does not match "
                                     f"{entry.producer_group!r}")
         if h.commit_log_offset != entry.commit_log_offset:
@@ -645,7 +645,7 @@ class TransactionService:
         """
         assert outcome in (Outcome.COMMIT, Outcome.ROLLBACK)
         if not operator:
-            return EndResult(ResponseCode.MALFORMED_REQUEST, remark="an operator name is required")
+            return EndResult(ResponseCode.INVALID_PARAMETER, remark="an operator name is required")
         entry = self.index.pending.get(half_offset)
         if entry is None:
             recorded = self.index.settled.get(half_offset)
@@ -701,7 +701,7 @@ class TransactionService:
                                         f"pending halves, expected {n}")
             for off in pending.get(task, ()):
                 if self.index.pending[off].producer_group != producer_group:
-                    return EndResult(ResponseCode.PRODUCER_GROUP_MISMATCH,
+                    return EndResult(ResponseCode.TRANSACTION_STATE_GROUP_WRONG,
                                      remark=f"half {off} belongs to another producer group")
         marker = Record(topic=SINK_BATCH_TOPIC, queue_id=0,
                         body=encode_marker(BatchMarker(batch, dict(tasks))),

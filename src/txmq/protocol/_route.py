@@ -27,9 +27,9 @@ import msgspec
 
 from txmq.errors import MalformedHeader
 from txmq.limits import AUTO_CREATE_TOPIC_QUEUE_NUMS, REGISTER_BODY_INFLATED_MAX_BYTES
+from txmq.protocol._headers import DEFAULT_TOPIC
 
 __all__ = [
-    "AUTO_CREATE_TOPIC_KEY_TOPIC",
     "DEFAULT_CLUSTER_NAME",
     "MASTER_ID",
     "PERM_INHERIT",
@@ -73,10 +73,6 @@ PERM_INHERIT = 0x1 << 0
 
 MASTER_ID = 0
 """Broker id of a master (RocketMQ MixAll.MASTER_ID)."""
-
-AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
-"""The default topic a broker with ``autoCreateTopicEnable`` registers, perm read|write|inherit, so a
-client can send to a topic that has no route yet (RocketMQ TopicValidator, TopicConfigManager)."""
 
 DEFAULT_CLUSTER_NAME = "DefaultCluster"
 """RocketMQ BrokerIdentity ``brokerClusterName`` default."""
@@ -531,8 +527,8 @@ def topic_configs(topics: Mapping[str, int], *, auto_create_topic_enable: bool =
     table = {name: TopicConfig(topic_name=name, read_queue_nums=n, write_queue_nums=n, perm=perm)
              for name, n in topics.items()}
     if auto_create_topic_enable:
-        table[AUTO_CREATE_TOPIC_KEY_TOPIC] = TopicConfig(
-            topic_name=AUTO_CREATE_TOPIC_KEY_TOPIC, read_queue_nums=default_topic_queue_nums,
+        table[DEFAULT_TOPIC] = TopicConfig(
+            topic_name=DEFAULT_TOPIC, read_queue_nums=default_topic_queue_nums,
             write_queue_nums=default_topic_queue_nums, perm=PERM_INHERIT | PERM_READ | PERM_WRITE)
     return table
 

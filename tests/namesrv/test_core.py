@@ -7,6 +7,8 @@ import json
 import zlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from txmq.errors import ResponseCode
 from txmq.limits import BROKER_CHANNEL_EXPIRED_TIME_MS
@@ -266,3 +268,26 @@ def test_registration_due_every_period() -> None:
     assert reg.due(0)
     reg.register({}, 1_000)
     assert not reg.due(30_999) and reg.due(31_000)
+
+
+_codes = st.sampled_from([int(c) for c in (
+    RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.BROKER_HEARTBEAT,
+    RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO,
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)] + [0, 65535])
+_keys = st.sampled_from(["topic", "brokerName", "brokerAddr", "clusterName", "haServerAddr", "brokerId",
+                         "compressed", "bodyCrc32", "heartbeatTimeoutMillis", "acceptStandardJsonOnly",
+                         "enableActingMaster", "x"])
+_values = st.sampled_from(["", "0", "-1", "1", "true", "false", "9" * 30, "b", "\x00"]) | st.text(max_size=5)
+
+
+@given(_codes, st.dictionaries(_keys, _values), st.binary(max_size=64) | st.just(b"{}"), st.booleans())
+def test_any_request_gets_an_answer_and_never_raises(
+        code: int, ext: dict[str, str], body: bytes, compressed_body: bool) -> None:
+    core = NameServerCore()
+    _register(core, BrokerRegistration("broker-a", A), {"T": 1}, now=0)
+    if compressed_body:
+        body = zlib.compress(body)
+    response = core.handle(Command(code, 9, ext=ext, body=body), 1)
+    assert response is not None and response.opaque == 9 and response.is_response
+    core.scan_inactive(10**12)
+    assert core.route("T") is None

@@ -485,3 +485,33 @@ pull body of 32 messages from one broker parses its hosts once (txmq)."""
 assert MESSAGE_TOPIC_V1_MAX_BYTES < MESSAGE_TOPIC_MAX_BYTES
 assert TOPIC_NAME_MAX_CHARS <= MESSAGE_TOPIC_V1_MAX_BYTES
 assert MESSAGE_SIZE_MAX_BYTES <= MESSAGE_BODY_INFLATED_MAX_BYTES
+
+# --- name server (issue 12, part 3) --------------------------------------------------------------
+NAMESRV_PORT = 9876
+"""Default listen port of ``txmq namesrv``. RocketMQ NettyServerConfig ``listenPort`` of the name
+server (NamesrvStartup) 9876."""
+
+BROKER_CHANNEL_EXPIRED_TIME_MS = 120_000
+"""A broker that neither registered nor beat for this long is dropped from the routes, unless its
+REGISTER_BROKER header names another ``heartbeatTimeoutMillis``. RocketMQ RouteInfoManager
+``DEFAULT_BROKER_CHANNEL_EXPIRED_TIME`` 2 min."""
+
+SCAN_NOT_ACTIVE_BROKER_INTERVAL_MS = 5_000
+"""How often the name server looks for expired brokers. RocketMQ NamesrvConfig
+``scanNotActiveBrokerInterval`` 5 s."""
+
+REGISTER_NAME_SERVER_PERIOD_MS = 30_000
+"""How often a broker registers its topics with the name server again. RocketMQ BrokerConfig
+``registerNameServerPeriod`` 30 s."""
+
+AUTO_CREATE_TOPIC_QUEUE_NUMS = 8
+"""Queues of the default topic TBW102 a broker registers when auto-create is on. RocketMQ BrokerConfig
+``defaultTopicQueueNums`` 8 (TopicConfigManager). A client then creates a topic with
+min(its ``defaultTopicQueueNums`` 4, this) queues."""
+
+REGISTER_BODY_INFLATED_MAX_BYTES = 64 * 1024 * 1024
+"""Largest REGISTER_BROKER body a compressed one may inflate to (txmq; RocketMQ sets no bound). About
+300 000 topics of RocketMQ's compressed TopicConfig lines."""
+
+assert SCAN_NOT_ACTIVE_BROKER_INTERVAL_MS < BROKER_CHANNEL_EXPIRED_TIME_MS
+assert 3 * REGISTER_NAME_SERVER_PERIOD_MS < BROKER_CHANNEL_EXPIRED_TIME_MS  # two missed registrations pass

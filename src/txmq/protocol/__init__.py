@@ -19,6 +19,8 @@ from txmq.protocol._remoting import *  # noqa: F403
 from txmq.protocol._remoting import __all__ as _remoting_all
 from txmq.protocol._topics import *  # noqa: F403
 from txmq.protocol._topics import __all__ as _topics_all
+from txmq.protocol._route import *  # noqa: F403
+from txmq.protocol._route import __all__ as _route_all
 from txmq.protocol._validate import *  # noqa: F403
 from txmq.protocol._validate import __all__ as _validate_all
 
@@ -32,5 +34,6 @@ __all__ = [
     *_parked_all,
     *_remoting_all,
     *_topics_all,
+    *_route_all,
     *_validate_all,
 ]

@@ -500,6 +500,10 @@ SCAN_NOT_ACTIVE_BROKER_INTERVAL_MS = 5_000
 """How often the name server looks for expired brokers. RocketMQ NamesrvConfig
 ``scanNotActiveBrokerInterval`` 5 s."""
 
+NAMESRV_REGISTER_CHECK_MS = 1_000
+"""How often a broker with name servers looks for new topics to register at once (txmq; RocketMQ
+registers a created topic from the request that created it)."""
+
 REGISTER_NAME_SERVER_PERIOD_MS = 30_000
 """How often a broker registers its topics with the name server again. RocketMQ BrokerConfig
 ``registerNameServerPeriod`` 30 s."""

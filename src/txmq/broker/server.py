@@ -49,8 +49,10 @@ from txmq import limits
 from txmq.broker._actions import Action, Close, Hold, Reply, SendTo
 from txmq.broker._broker import Broker
 from txmq.broker._config import BrokerConfig
+from txmq.broker._registrar import Registrar
 from txmq.broker._schedule import SCHEDULE_TOPIC
 from txmq.errors import ProtocolError, ResponseCode, StoreError
+from txmq.namesrv import BrokerRegistration
 from txmq.protocol import FLAG_RESPONSE, Command, FrameDecoder, RequestCode, encode_command
 from txmq.store import FileStore, Store, StoreConfig, is_delete_hour
 
@@ -222,6 +224,7 @@ class BrokerServer:
         self._dirty = asyncio.Event()
         self._flush_pool = ThreadPoolExecutor(1, thread_name_prefix="txmq-flush")
         self._tasks: list[asyncio.Task[None]] = []
+        self._registrar: Registrar | None = None
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self._conns: dict[int, _Conn] = {}
@@ -246,9 +249,17 @@ class BrokerServer:
         self.port = self._server.sockets[0].getsockname()[1]
         if not self.config.store.store_host:
             self.broker.set_store_host(f"{ip_of(self.config.host)}:{self.port}")  # port 0: known
-        self._tasks = [asyncio.create_task(self._supervised(name, body)) for name, body in
-                       (("flusher", self._flusher), ("ticker", self._ticker),
-                        ("upkeep", self._upkeep), ("reaper", self._reaper))]
+        timers = [("flusher", self._flusher), ("ticker", self._ticker), ("upkeep", self._upkeep),
+                  ("reaper", self._reaper)]
+        if self.config.namesrv_addr:
+            c = self.config
+            reg = BrokerRegistration(c.broker_name, self.broker.store_host,
+                                     cluster=c.broker_cluster_name,
+                                     auto_create_topic_enable=c.auto_create_topic_enable)
+            self._registrar = Registrar(c.namesrv_addr, reg, lambda: dict(self.broker.topics),
+                                        _now_ms)
+            timers.append(("registrar", self._registrar.run))
+        self._tasks = [asyncio.create_task(self._supervised(name, body)) for name, body in timers]
         if self.config.metrics_port:
             from txmq.broker._metrics import start_metrics
 
@@ -262,9 +273,12 @@ class BrokerServer:
                         "need a new file are refused", self.config.max_connections, fd_cap)
 
     async def close(self) -> None:
-        """Stop listening, flush, persist offsets and close the store."""
+        """Stop listening, unregister from name servers, flush, persist offsets and close the
+        store."""
         if self._server is not None:
             self._server.close()
+        if self._registrar is not None:
+            await self._registrar.unregister()
         for t in self._tasks:
             t.cancel()
         for w in list(self._writers.values()):

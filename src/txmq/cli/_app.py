@@ -45,6 +45,9 @@ def broker(
     data_dir: Annotated[Path | None, typer.Option(help="Where the commit log lives.")] = None,
     port_file: Annotated[Path | None, typer.Option(help="Write the bound port here.")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Prometheus /metrics port.")] = None,
+    namesrv_addr: Annotated[str | None, typer.Option(
+        help="Name servers to register with, host:port[;host:port] (RocketMQ namesrvAddr).")] = None,
+    broker_name: Annotated[str | None, typer.Option(help="RocketMQ brokerName in routes.")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING …")] = "INFO",
 ) -> None:
     """Run a broker until SIGINT/SIGTERM (`txmq broker status` asks a running one instead)."""
@@ -58,7 +61,8 @@ def broker(
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(config, host=host, port=port,
-                          data_dir=str(data_dir) if data_dir else None, metrics_port=metrics_port)
+                          data_dir=str(data_dir) if data_dir else None, metrics_port=metrics_port,
+                          namesrv_addr=namesrv_addr, broker_name=broker_name)
     except TxmqError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc

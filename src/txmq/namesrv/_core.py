@@ -34,7 +34,6 @@ from txmq.limits import BROKER_CHANNEL_EXPIRED_TIME_MS
 from txmq.protocol import (
     MASTER_ID,
     PERM_WRITE,
-    STANDARD_JSON_MIN_VERSION,
     BrokerData,
     BrokerHeartbeatRequestHeader,
     ClusterInfo,
@@ -56,6 +55,7 @@ from txmq.protocol import (
     encode_topic_list,
     from_ext,
     to_ext,
+    wants_standard_json,
 )
 
 __all__ = ["NameServerCore", "topic_not_exist_remark"]
@@ -153,7 +153,7 @@ class NameServerCore:
         route = self.route(header.topic)
         if route is None:
             return request.response(ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(header.topic))
-        standard = request.version >= STANDARD_JSON_MIN_VERSION or bool(header.accept_standard_json_only)
+        standard = wants_standard_json(request.version, header.accept_standard_json_only)
         return request.response(ResponseCode.SUCCESS, body=encode_route(route, standard=standard))
 
     def _on_cluster_info(self, request: Command, now_ms: int, conn: Hashable | None) -> Command:

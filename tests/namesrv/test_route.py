@@ -237,6 +237,7 @@ def test_register_body_round_trips_both_ways() -> None:
     _java_compressed([], b'{"counter":"x"}', b"[]", True),
     _java_compressed([], b"{}", b"[1]", True),
     zlib.compress(b"\x00\x00\x00\x02{}\xff\xff\xff\xff"),              # negative count
+    _java_compressed([b"TopicA 8 8 6 SINGLE_TAG {}"], b"{}", b"[]", True)[:-6],  # truncated stream
 ])
 def test_bad_compressed_bodies_raise_malformed_header(bad: bytes) -> None:
     with pytest.raises(MalformedHeader):

@@ -462,6 +462,8 @@ def _inflate(data: bytes) -> bytes:
     if inflater.unconsumed_tail:
         raise MalformedHeader(
             f"compressed RegisterBrokerBody inflates beyond {REGISTER_BODY_INFLATED_MAX_BYTES} bytes")
+    if not inflater.eof:
+        raise MalformedHeader("compressed RegisterBrokerBody is truncated")
     return raw
 
 

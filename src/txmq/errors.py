@@ -24,6 +24,7 @@ __all__ = [
     "LocalError",
     "MalformedFrame",
     "MalformedHeader",
+    "MalformedMessage",
     "MessageTooLarge",
     "OutboxError",
     "ProtocolError",
@@ -117,6 +118,17 @@ class MalformedHeader(ProtocolError):
     RocketMQ's remark such as ``the custom field <topic> is null``) and keeps the connection."""
 
     code = "MALFORMED_HEADER"
+
+
+class MalformedMessage(ProtocolError):
+    """A message in RocketMQ's binary encodings that cannot be encoded or decoded: a MessageExt
+    record (pull and check-back bodies), a batch body, a properties string, an offset message id or
+    a ``UNIQ_KEY`` (RocketMQ ``MessageDecoder``, ``MessageClientIDSetter``). Raised for short
+    buffers, a bad magic code, lengths past the end, a body CRC mismatch, invalid UTF-8, a body
+    that cannot be inflated, and on encode for fields that do not fit their width or property
+    names and values that contain the separators."""
+
+    code = "MALFORMED_MESSAGE"
 
 
 class InvalidRequest(LocalError):

@@ -463,6 +463,29 @@ FILE_NAME_MAX_BYTES = 255
 plain file name, gets no consume queue directory (txmq; RocketMQ ``TopicValidator`` caps topics at
 127 characters, which the door checks)."""
 
+# --- RocketMQ message codecs (issue 12: protocol/_message_codec.py) ------------------------------
+MESSAGE_TOPIC_V1_MAX_BYTES = 127
+"""Longest topic (UTF-8 bytes) a MessageExt record carries with magic code v1 and its 1-byte
+signed topic length; a longer topic is written with magic code v2 (2-byte length). RocketMQ
+``CommitLog`` ``autoMessageVersionOnTopicLen``: v2 when the topic is longer than ``Byte.MAX_VALUE``."""
+
+MESSAGE_TOPIC_MAX_BYTES = 32_767
+"""Longest topic (UTF-8 bytes) of a v2 MessageExt record: its 2-byte signed length
+(``Short.MAX_VALUE``; RocketMQ ``MessageVersion.MESSAGE_VERSION_V2``)."""
+
+MESSAGE_BODY_INFLATED_MAX_BYTES = FRAME_SIZE_MAX_BYTES
+"""Largest body a compressed (zlib) MessageExt body may inflate to; a larger one is refused as
+malformed rather than allocated (txmq: bounds a decompression bomb; RocketMQ producers compress
+bodies of at most ``maxMessageSize``, 4 MiB by default)."""
+
+MESSAGE_HOST_CACHE_ENTRIES = 1_024
+"""Host strings (``ip:port``) remembered by the MessageExt codec with their packed bytes, so a
+pull body of 32 messages from one broker parses its hosts once (txmq)."""
+
+assert MESSAGE_TOPIC_V1_MAX_BYTES < MESSAGE_TOPIC_MAX_BYTES
+assert TOPIC_NAME_MAX_CHARS <= MESSAGE_TOPIC_V1_MAX_BYTES
+assert MESSAGE_SIZE_MAX_BYTES <= MESSAGE_BODY_INFLATED_MAX_BYTES
+
 # --- name server (issue 12, part 3) --------------------------------------------------------------
 NAMESRV_PORT = 9876
 """Default listen port of ``txmq namesrv``. RocketMQ NettyServerConfig ``listenPort`` of the name

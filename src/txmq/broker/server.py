@@ -78,11 +78,15 @@ def _now_ms() -> int:
     return now
 
 
+_SENDS = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
+
+
 def _runs(cmds: list[Command]) -> list[list[Command]]:
-    """Consecutive SEND_MESSAGE requests grouped together; every other command on its own."""
+    """Consecutive SEND_MESSAGE / SEND_MESSAGE_V2 requests grouped together; every other command
+    on its own."""
     out: list[list[Command]] = []
     for cmd in cmds:
-        if cmd.code == RequestCode.SEND_MESSAGE and out and out[-1][0].code == RequestCode.SEND_MESSAGE:
+        if cmd.code in _SENDS and out and out[-1][0].code in _SENDS:
             out[-1].append(cmd)
         else:
             out.append([cmd])
@@ -276,7 +280,7 @@ class BrokerServer:
                     cmds = decoder.feed(data)
                 except ProtocolError as exc:
                     log.warning("connection %d: %s; closing", conn, exc)
-                    bad = Command(code=ResponseCode.INVALID_PARAMETER, flags=FLAG_RESPONSE,
+                    bad = Command(code=ResponseCode.SYSTEM_ERROR, flag=FLAG_RESPONSE,
                                   remark=str(exc))
                     writer.write(encode_command(bad))
                     break
@@ -351,7 +355,7 @@ class BrokerServer:
                     opaque = cmds[0].opaque if cmds else 0
             finally:
                 self._refusing -= 1
-        busy = Command(code=ResponseCode.SYSTEM_BUSY, flags=FLAG_RESPONSE, opaque=opaque,
+        busy = Command(code=ResponseCode.SYSTEM_BUSY, flag=FLAG_RESPONSE, opaque=opaque,
                        remark=f"too many connections ({cap})")
         with contextlib.suppress(Exception):
             writer.write(encode_command(busy))
@@ -537,7 +541,8 @@ class BrokerServer:
         while self._waiting:
             _, reply = self._waiting.popleft()
             self._write(reply.conn, Command(code=ResponseCode.SYSTEM_ERROR, remark=remark,
-                                            opaque=reply.command.opaque, flags=FLAG_RESPONSE))
+                                            opaque=reply.command.opaque, flag=FLAG_RESPONSE,
+                                            serialize_type=reply.command.serialize_type))
             self._one_less(reply.conn)
 
     def _wake(self, keys: set[tuple[str, int]]) -> None:

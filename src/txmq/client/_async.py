@@ -50,7 +50,7 @@ from txmq.protocol import (
     Message,
     MessageExt,
     RequestCode,
-    decode_message_ext,
+    decode_message_ext_msgpack,
     from_ext,
     to_ext,
 )
@@ -529,7 +529,7 @@ class AsyncTransactionProducer(AsyncProducer):
     async def _check(self, cmd: Command) -> None:
         try:
             h = from_ext(cmd.ext, CheckTransactionStateRequestHeader)
-            msg = decode_message_ext(cmd.body)
+            msg = decode_message_ext_msgpack(cmd.body)
         except (ProtocolError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.error("malformed check-back request: %s", exc)
             return

@@ -9,10 +9,16 @@ from txmq.protocol._headers import *  # noqa: F403
 from txmq.protocol._headers import __all__ as _headers_all
 from txmq.protocol._message import *  # noqa: F403
 from txmq.protocol._message import __all__ as _message_all
+from txmq.protocol._message_codec import *  # noqa: F403
+from txmq.protocol._message_codec import __all__ as _message_codec_all
+from txmq.protocol._message_id import *  # noqa: F403
+from txmq.protocol._message_id import __all__ as _message_id_all
 from txmq.protocol._parked import *  # noqa: F403
 from txmq.protocol._parked import __all__ as _parked_all
 from txmq.protocol._remoting import *  # noqa: F403
 from txmq.protocol._remoting import __all__ as _remoting_all
+from txmq.protocol._topics import *  # noqa: F403
+from txmq.protocol._topics import __all__ as _topics_all
 from txmq.protocol._route import *  # noqa: F403
 from txmq.protocol._route import __all__ as _route_all
 from txmq.protocol._validate import *  # noqa: F403
@@ -23,8 +29,11 @@ __all__ = [
     *_consume_all,
     *_headers_all,
     *_message_all,
+    *_message_codec_all,
+    *_message_id_all,
     *_parked_all,
     *_remoting_all,
+    *_topics_all,
     *_route_all,
     *_validate_all,
 ]

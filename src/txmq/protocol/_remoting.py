@@ -121,12 +121,12 @@ class _JsonHeader(msgspec.Struct, omit_defaults=True):
     """The JSON header as fastjson writes it (fields in fastjson's alphabetical order)."""
 
     code: int
-    extFields: dict[str, str] | None = None  # noqa: N815 (RocketMQ's wire name)
+    extFields: dict[str, str] | None = None
     flag: int = 0
     language: str = "JAVA"
     opaque: int = 0
     remark: str | None = None
-    serializeTypeCurrentRPC: str = "JSON"  # noqa: N815
+    serializeTypeCurrentRPC: str = "JSON"
     version: int = 0
 
 
@@ -137,7 +137,7 @@ class _LooseJsonHeader(msgspec.Struct):
     """What the decoder falls back to: the C++ client writes some ext values as JSON numbers."""
 
     code: int
-    extFields: dict[str, _Loose] | None = None  # noqa: N815
+    extFields: dict[str, _Loose] | None = None
     flag: int = 0
     language: str = "JAVA"
     opaque: int = 0
@@ -286,21 +286,44 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
-        self._buf += data
+        if self._buf:
+            buf = self._buf
+            buf += data
+            if len(buf) < _PREFIX.size or len(buf) < self.frame_bytes:
+                return self._check_partial()  # a large frame arriving: no copy per chunk
+            data = bytes(buf)
+            buf.clear()
         out: list[Command] = []
+        pos = 0
         try:
-            while (cmd := self._next()) is not None:
+            while (got := self._next(data, pos)) is not None:
+                cmd, pos = got
                 out.append(cmd)
         except (FrameTooLarge, MalformedFrame) as exc:
             self._error = exc
             raise
+        if pos < len(data):
+            self._buf += data[pos:]
+            self._check_partial()
         return out
 
-    def _next(self) -> Command | None:
-        buf = self._buf
-        if len(buf) < _PREFIX.size:
+    def _check_partial(self) -> list[Command]:
+        """Check the prefix of the incomplete frame buffered (so an oversized one is refused
+        before its body arrives); nothing is complete yet."""
+        if len(self._buf) >= _PREFIX.size:
+            try:
+                self._next(bytes(self._buf[: _PREFIX.size]), 0)
+            except (FrameTooLarge, MalformedFrame) as exc:
+                self._error = exc
+                raise
+        return []
+
+    def _next(self, data: bytes, pos: int) -> tuple[Command, int] | None:
+        """The command starting at ``data[pos]`` and the position after it, or None when it is
+        not all there yet."""
+        if len(data) - pos < _PREFIX.size:
             return None
-        length, marked = _PREFIX.unpack_from(buf)
+        length, marked = _PREFIX.unpack_from(data, pos)
         if length > self._max:
             raise FrameTooLarge(f"frame declares {length} bytes, limit is {self._max}")
         kind, header_len = marked >> 24, marked & _U24
@@ -308,13 +331,13 @@ class FrameDecoder:
             raise MalformedFrame(f"unknown serialize type {kind}")
         if header_len > FRAME_HEADER_MAX_BYTES or header_len + 4 > length:
             raise MalformedFrame(f"header length {header_len} does not fit frame length {length}")
-        if len(buf) < 4 + length:
+        end = pos + 4 + length
+        if len(data) < end:
             return None
-        start = _PREFIX.size
-        header = bytes(buf[start : start + header_len])
-        body = bytes(buf[start + header_len : 4 + length])
-        del buf[: 4 + length]
+        start = pos + _PREFIX.size
+        header = data[start : start + header_len]
+        body = data[start + header_len : end]
         if kind == SERIALIZE_JSON:
-            return _decode_json(header, body)
-        return _decode_binary(header, body)
+            return _decode_json(header, body), end
+        return _decode_binary(header, body), end
 

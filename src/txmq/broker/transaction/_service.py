@@ -53,6 +53,7 @@ from txmq.protocol import (
     MessageExt,
     RequestCode,
     encode_message_ext,
+    offset_msg_id,
     to_ext,
 )
 from txmq.store import AppendResult, Record, StateTable, Store
@@ -457,10 +458,12 @@ class TransactionService:
         props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(entry.check_count)
         half.properties = props
         header = CheckTransactionStateRequestHeader(
-            tran_state_table_offset=entry.half_offset, commit_log_offset=entry.commit_log_offset,
-            msg_id=entry.msg_id, transaction_id=entry.msg_id, producer_group=entry.producer_group)
+            topic=half.topic, tran_state_table_offset=entry.half_offset,
+            commit_log_offset=entry.commit_log_offset, msg_id=entry.msg_id,
+            transaction_id=props.get(PROPERTY_TRANSACTION_ID) or entry.msg_id,
+            offset_msg_id=offset_msg_id(half.store_host, entry.commit_log_offset))
         return Command(code=RequestCode.CHECK_TRANSACTION_STATE, opaque=next(self._opaque),
-                       flags=FLAG_ONEWAY, ext=to_ext(header), body=encode_message_ext(half))
+                       flag=FLAG_ONEWAY, ext=to_ext(header), body=encode_message_ext(half))
 
     # -- recovery ---------------------------------------------------------------------------------
     @staticmethod

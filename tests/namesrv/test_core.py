@@ -21,6 +21,7 @@ from txmq.protocol import (
     PERM_READ,
     PERM_WRITE,
     SERIALIZE_ROCKETMQ,
+    ClusterInfo,
     Command,
     GetRouteInfoRequestHeader,
     RegisterBrokerResponseHeader,
@@ -263,6 +264,7 @@ def test_single_topic_registration_of_an_unknown_broker_id_is_refused() -> None:
     assert response is not None
     assert (response.code, response.remark) == (ResponseCode.SYSTEM_ERROR, "register broker failed")
     assert core.route("T") is None
+    assert core.cluster_info() == ClusterInfo()
 
 
 def test_topic_list_can_be_disabled() -> None:

@@ -192,6 +192,8 @@ class NameServerCore:
                 self.broker_live.pop((cluster, addr), None)
                 return RegisterBrokerResponseHeader()
         if broker_id not in addrs and len(wrapper.topic_config_table) == 1:
+            if not addrs:  # unlike RocketMQ, leave no empty broker behind in the cluster info
+                self._forget_name(cluster, name)
             return None
         addrs[broker_id] = addr
         register_first = register_first or not old_addr
@@ -258,11 +260,7 @@ class NameServerCore:
                 del self.broker_addr[name]
                 removed = True
         if removed:
-            names = self.cluster_addr.get(cluster)
-            if names is not None:
-                names.pop(name, None)
-                if not names:
-                    del self.cluster_addr[cluster]
+            self._forget_name(cluster, name)
         for topic in list(self.topic_queue):
             queues = self.topic_queue[topic]
             if removed:
@@ -273,6 +271,14 @@ class NameServerCore:
                   and (not data.broker_addrs or min(data.broker_addrs) > MASTER_ID)):  # no master left
                 queues[name].perm &= ~PERM_WRITE
         log.info("broker unregistered: %s %s (%s)", cluster, name, addr)
+
+    def _forget_name(self, cluster: str, name: str) -> None:
+        self.broker_addr.pop(name, None)
+        names = self.cluster_addr.get(cluster)
+        if names is not None:
+            names.pop(name, None)
+            if not names:
+                del self.cluster_addr[cluster]
 
     def heartbeat(self, cluster: str, addr: str, now_ms: int) -> bool:
         """Refresh a registered broker's last-update time (RocketMQ

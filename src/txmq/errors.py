@@ -71,6 +71,9 @@ class ResponseCode(IntEnum):
     transaction message failed")."""
 
 
+_RETRIABLE = frozenset({ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE})
+
+
 class TxmqError(Exception):
     """Base of every txmq error.
 

@@ -73,12 +73,15 @@ from txmq.protocol import (
     NotifyConsumerIdsChangedRequestHeader,
     OffsetResponseHeader,
     PendingTransactionsRequestHeader,
+    PendingTransactionsResponseHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     RequestCode,
+    ResumeCheckHalfMessageRequestHeader,
+    ResumeResponseHeader,
     SendHeader,
     SendMessageResponseHeader,
     SinkBatchRequestHeader,
@@ -168,8 +171,10 @@ class Broker:
         self._offsets_dirty = False
         self.boot_ms = now_ms
         self.health = TimerHealth()
+        self.store_host = config.store.store_host or f"{config.host}:{config.port}"
+        """``ip:port`` of this broker as stored in its records (and in offset message ids)."""
         self.tx = TransactionService(config, store, self.append, self.clients,
-                                     self.destination_problem)
+                                     self.destination_problem, lambda: self.store_host)
         self.schedule = ScheduleService(parse_delay_levels(config.message_delay_level), store,
                                         self.append, self.destination_problem)
         self._recover()
@@ -496,10 +501,10 @@ class Broker:
             transaction_id=rec.properties.get(PROPERTY_UNIQ_KEY) if half else None)
         return self._ok(conn, cmd, to_ext(out), durable_offset=res.commit_log_offset + res.size)
 
-    @property
-    def store_host(self) -> str:
-        """``ip:port`` of this broker as stored in its records (and in offset message ids)."""
-        return self.store.store_host
+    def set_store_host(self, host: str) -> None:
+        """The broker's ``ip:port`` once the shell knows the port it listens on."""
+        self.store_host = host
+        self.store.set_store_host(host)
 
     def _send(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = send_header(cmd)
@@ -800,19 +805,25 @@ class Broker:
         return self._ok(conn, cmd, body=encode_body({**self.tx.index.counts(), **self.tx.stats}))
 
     def _tx_offset(self, cmd: Command) -> int:
-        h = from_ext(cmd.ext, TransactionIdRequestHeader)
-        if h.id.startswith("half:"):
-            parse_int(h.id[5:], "half offset", 0, limits.TIMESTAMP_MAX_MS)
-        off = self.tx.lookup(h.id)
+        """The half offset a transaction request names: a ``UNIQ_KEY`` or ``half:<offset>``
+        (``msgId`` of RESUME_CHECK_HALF_MESSAGE, ``id`` of txmq's requests)."""
+        if cmd.code == RequestCode.RESUME_CHECK_HALF_MESSAGE:
+            ident = from_ext(cmd.ext, ResumeCheckHalfMessageRequestHeader).msg_id
+        else:
+            ident = from_ext(cmd.ext, TransactionIdRequestHeader).id
+        if ident.startswith("half:"):
+            parse_int(ident[5:], "half offset", 0, limits.TIMESTAMP_MAX_MS)
+        off = self.tx.lookup(ident)
         if off is None:
-            raise _Fail(ResponseCode.TRANSACTION_NOT_FOUND, f"no pending or discarded transaction {h.id!r}")
+            raise _Fail(ResponseCode.TRANSACTION_NOT_FOUND, f"no pending or discarded transaction {ident!r}")
         return off
 
     def _tx_pending(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, PendingTransactionsRequestHeader)
         limit = max(1, min(h.limit, limits.PENDING_TRANSACTIONS_LIST_MAX))
         body = msgspec.json.encode(self.tx.pending_list(now, limit))
-        return self._ok(conn, cmd, body=body)
+        return self._ok(conn, cmd, to_ext(PendingTransactionsResponseHeader(
+            pending=len(self.tx.index.pending))), body)
 
     def _tx_query(self, conn: int, cmd: Command, now: int) -> list[Action]:
         return self._ok(conn, cmd, body=msgspec.json.encode(self.tx.describe(self._tx_offset(cmd), now)))
@@ -853,7 +864,7 @@ class Broker:
         code, remark, new_offset = self.tx.resume(self._tx_offset(cmd), now)
         if code != ResponseCode.SUCCESS:
             raise _Fail(code, remark)
-        return self._ok(conn, cmd, body=encode_body({"halfOffset": new_offset}))
+        return self._ok(conn, cmd, to_ext(ResumeResponseHeader(half_offset=new_offset)))
 
 
 def _parse_subscription(expr: str) -> set[str] | None:

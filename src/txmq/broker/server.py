@@ -34,6 +34,7 @@ import contextlib
 import logging
 import os
 import resource
+import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -96,9 +97,21 @@ def _runs(cmds: list[Command]) -> list[list[Command]]:
 def store_config(config: BrokerConfig) -> StoreConfig:
     """The store settings of a broker: its ``[store]`` table, with the top-level
     ``file_reserved_time_ms`` and, unless the table sets one, the listen address as store host."""
-    host = config.store.store_host or f"{config.host}:{config.port}"
+    host = config.store.store_host or f"{ip_of(config.host)}:{config.port}"
     return msgspec.structs.replace(config.store, file_reserved_time_ms=config.file_reserved_time_ms,
                                    store_host=host).validate()
+
+
+def ip_of(host: str) -> str:
+    """The IP literal a store host (and every offset message id) names for listen address
+    ``host``: a name is resolved once, at start; the wildcard ``0.0.0.0`` / ``::`` becomes the
+    loopback address (RocketMQ takes ``brokerIP1``, the first local address, instead)."""
+    if host in ("0.0.0.0", "", "::"):
+        return "127.0.0.1"
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return host
 
 
 def _max_connections(config: BrokerConfig) -> int:
@@ -232,7 +245,7 @@ class BrokerServer:
                                                   limit=_READ_BYTES)
         self.port = self._server.sockets[0].getsockname()[1]
         if not self.config.store.store_host:
-            self.store.set_store_host(f"{self.config.host}:{self.port}")  # port 0: now known
+            self.broker.set_store_host(f"{ip_of(self.config.host)}:{self.port}")  # port 0: known
         self._tasks = [asyncio.create_task(self._supervised(name, body)) for name, body in
                        (("flusher", self._flusher), ("ticker", self._ticker),
                         ("upkeep", self._upkeep), ("reaper", self._reaper))]

@@ -17,10 +17,10 @@ from txmq.protocol._parked import *  # noqa: F403
 from txmq.protocol._parked import __all__ as _parked_all
 from txmq.protocol._remoting import *  # noqa: F403
 from txmq.protocol._remoting import __all__ as _remoting_all
-from txmq.protocol._topics import *  # noqa: F403
-from txmq.protocol._topics import __all__ as _topics_all
 from txmq.protocol._route import *  # noqa: F403
 from txmq.protocol._route import __all__ as _route_all
+from txmq.protocol._topics import *  # noqa: F403
+from txmq.protocol._topics import __all__ as _topics_all
 from txmq.protocol._validate import *  # noqa: F403
 from txmq.protocol._validate import __all__ as _validate_all
 

@@ -41,12 +41,14 @@ __all__ = [
     "NotifyConsumerIdsChangedRequestHeader",
     "OffsetResponseHeader",
     "PendingTransactionsRequestHeader",
+    "PendingTransactionsResponseHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
     "QueryConsumerOffsetRequestHeader",
     "QueryMessageRequestHeader",
     "QueryMessageResponseHeader",
     "ResumeCheckHalfMessageRequestHeader",
+    "ResumeResponseHeader",
     "SearchOffsetRequestHeader",
     "SendHeader",
     "SendMessageRequestHeader",
@@ -194,8 +196,9 @@ SendHeader = SendMessageRequestHeader | SendMessageRequestHeaderV2
 def send_header(cmd: Command) -> SendHeader:
     """The header of a SEND_MESSAGE (V1 names) or SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (V2 names)
     request. Raises MalformedHeader."""
-    cls = SendMessageRequestHeader if cmd.code == RequestCode.SEND_MESSAGE else SendMessageRequestHeaderV2
-    return from_ext(cmd.ext, cls)
+    if cmd.code == RequestCode.SEND_MESSAGE:
+        return from_ext(cmd.ext, SendMessageRequestHeader)
+    return from_ext(cmd.ext, SendMessageRequestHeaderV2)
 
 
 class SendMessageResponseHeader(_Header, kw_only=True):
@@ -449,6 +452,18 @@ class PendingTransactionsRequestHeader(_Header, kw_only=True):
     """GET_PENDING_TRANSACTIONS: list at most ``limit`` of the oldest pending half messages."""
 
     limit: int = 100
+
+
+class PendingTransactionsResponseHeader(_Header, kw_only=True):
+    """GET_PENDING_TRANSACTIONS answer: how many are pending in all (the body lists the oldest)."""
+
+    pending: int
+
+
+class ResumeResponseHeader(_Header, kw_only=True):
+    """RESUME_CHECK_HALF_MESSAGE answer (txmq): the queue offset of the half message put back."""
+
+    half_offset: int
 
 
 class SinkBatchRequestHeader(_Header, kw_only=True):

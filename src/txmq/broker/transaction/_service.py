@@ -122,12 +122,16 @@ class TransactionService:
             never be committed. Such a half message is discarded to TRANS_CHECK_MAX_TIME_TOPIC
             (resumable, I5) with the reason (``TXMQ_PARK_REASON``) when the checker first looks
             at it or when a commit asks for it, and counted in ``stats["parked"]``.
+        store_host: the broker's ``ip:port``, for the offset message id of a check-back of a
+            half message stored without one (the memory store keeps no host).
     """
 
     def __init__(self, config: BrokerConfig, store: Store, append: Append,
                  clients: ClientRegistry,
-                 destination_problem: Callable[[str | None, str | None], str | None]) -> None:
+                 destination_problem: Callable[[str | None, str | None], str | None],
+                 store_host: Callable[[], str] = lambda: "") -> None:
         self.config = config
+        self._store_host = store_host
         self._problem = destination_problem
         self.store = store
         self.index = TransactionIndex(_open_state_table(store))
@@ -219,7 +223,7 @@ class TransactionService:
             if isinstance(r, EndResult):
                 results.append(r)
             else:
-                decided.setdefault((h.operator, h.reason), []).append(r)
+                decided.setdefault(("", ""), []).append(r)
                 first[h.tran_state_table_offset] = r[1]
                 results.append(None)
         durable = 0
@@ -461,7 +465,8 @@ class TransactionService:
             topic=half.topic, tran_state_table_offset=entry.half_offset,
             commit_log_offset=entry.commit_log_offset, msg_id=entry.msg_id,
             transaction_id=props.get(PROPERTY_TRANSACTION_ID) or entry.msg_id,
-            offset_msg_id=offset_msg_id(half.store_host, entry.commit_log_offset))
+            offset_msg_id=offset_msg_id(half.store_host or self._store_host(),
+                                        entry.commit_log_offset))
         return Command(code=RequestCode.CHECK_TRANSACTION_STATE, opaque=next(self._opaque),
                        flag=FLAG_ONEWAY, ext=to_ext(header), body=encode_message_ext(half))
 

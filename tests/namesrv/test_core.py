@@ -21,6 +21,7 @@ from txmq.protocol import (
     PERM_READ,
     PERM_WRITE,
     SERIALIZE_ROCKETMQ,
+    ClusterInfo,
     Command,
     GetRouteInfoRequestHeader,
     RegisterBrokerResponseHeader,
@@ -28,8 +29,10 @@ from txmq.protocol import (
     TopicRouteData,
     UnRegisterBrokerRequestHeader,
     decode_cluster_info,
+    decode_register_body,
     decode_route,
     decode_topic_list,
+    encode_register_body,
     from_ext,
     to_ext,
 )
@@ -123,7 +126,7 @@ def test_two_brokers_serve_one_topic_until_one_leaves() -> None:
     assert route is not None and _queues(route) == {"broker-b": (2, 2, 6)}
     assert core.route("OnlyA") is None
     topics = decode_topic_list(core.handle(Command(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), 0).body)  # type: ignore[union-attr]
-    assert sorted(topics.topic_list) == ["Shared", "TBW102"]
+    assert sorted(topics.topic_list) == ["Shared", "TBW102", "broker-b"]
     core.handle(reg_b.unregister(), 6)
     assert core.cluster_info().cluster_addr_table == {} and core.topic_list().topic_list == []
 
@@ -251,10 +254,17 @@ def test_compressed_registration() -> None:
 
 def test_single_topic_registration_of_an_unknown_broker_id_is_refused() -> None:
     core = NameServerCore()
-    reg = BrokerRegistration("broker-a", A, auto_create_topic_enable=False)
-    response = _register(core, reg, {"T": 1}, now=0)
+    cmd = BrokerRegistration("broker-a", A, auto_create_topic_enable=False).register({"T": 1}, 0)
+    body = decode_register_body(cmd.body)
+    table = body.topic_config_serialize_wrapper.topic_config_table
+    assert set(table) == {"T", "broker-a"}  # the broker's own topic, as RocketMQ brokers announce
+    del table["broker-a"]
+    cmd.body, cmd.ext["bodyCrc32"] = encode_register_body(body), "0"
+    response = core.handle(cmd, 0)
+    assert response is not None
     assert (response.code, response.remark) == (ResponseCode.SYSTEM_ERROR, "register broker failed")
     assert core.route("T") is None
+    assert core.cluster_info() == ClusterInfo()
 
 
 def test_topic_list_can_be_disabled() -> None:

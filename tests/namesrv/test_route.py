@@ -7,6 +7,7 @@ import json
 import struct
 import zlib
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,24 +18,37 @@ from txmq.protocol import (
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
+    SERIALIZE_JSON,
+    SERIALIZE_ROCKETMQ,
     BrokerData,
+    BrokerHeartbeatRequestHeader,
     ClusterInfo,
+    Command,
     DataVersion,
+    FrameDecoder,
+    GetRouteInfoRequestHeader,
     QueueData,
     RegisterBrokerBody,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    RequestCode,
     TopicConfigSerializeWrapper,
     TopicList,
     TopicRouteData,
+    UnRegisterBrokerRequestHeader,
     broker_route,
     decode_cluster_info,
     decode_register_body,
     decode_route,
     decode_topic_list,
     encode_cluster_info,
+    encode_command,
     encode_register_body,
     encode_route,
     encode_topic_list,
+    from_ext,
     quote_int_keys,
+    to_ext,
     topic_configs,
 )
 
@@ -237,6 +251,7 @@ def test_register_body_round_trips_both_ways() -> None:
     _java_compressed([], b'{"counter":"x"}', b"[]", True),
     _java_compressed([], b"{}", b"[1]", True),
     zlib.compress(b"\x00\x00\x00\x02{}\xff\xff\xff\xff"),              # negative count
+    _java_compressed([b"TopicA 8 8 6 SINGLE_TAG {}"], b"{}", b"[]", True)[:-6],  # truncated stream
 ])
 def test_bad_compressed_bodies_raise_malformed_header(bad: bytes) -> None:
     with pytest.raises(MalformedHeader):
@@ -275,3 +290,40 @@ def test_cluster_info_round_trip_with_many_ids() -> None:
         cluster_addr_table={"c": ["b"]})
     assert b'"brokerAddrs":{0:"x:0",2:"x:2"}' in encode_cluster_info(info)
     assert decode_cluster_info(encode_cluster_info(info)) == info
+
+
+_text = st.text(max_size=20)
+_long = st.integers(-(2**63), 2**63 - 1)
+_int = st.integers(-(2**31), 2**31 - 1)
+_headers = st.one_of(
+    st.builds(GetRouteInfoRequestHeader, topic=_text, accept_standard_json_only=st.none() | st.booleans()),
+    st.builds(RegisterBrokerRequestHeader, broker_name=_text, broker_addr=_text, cluster_name=_text,
+              ha_server_addr=_text, broker_id=_long, heartbeat_timeout_millis=st.none() | _long,
+              enable_acting_master=st.none() | st.booleans(), compressed=st.booleans(), body_crc32=_int),
+    st.builds(RegisterBrokerResponseHeader, ha_server_addr=st.none() | _text,
+              master_addr=st.none() | _text),
+    st.builds(UnRegisterBrokerRequestHeader, broker_name=_text, broker_addr=_text, cluster_name=_text,
+              broker_id=_long),
+    st.builds(BrokerHeartbeatRequestHeader, cluster_name=_text, broker_addr=_text, broker_name=_text,
+              broker_id=st.none() | _long, epoch=st.none() | _int, max_offset=st.none() | _long,
+              confirm_offset=st.none() | _long, heartbeat_timeout_mills=st.none() | _long,
+              election_priority=st.none() | _int),
+)
+
+
+@given(_headers, st.sampled_from([SERIALIZE_JSON, SERIALIZE_ROCKETMQ]))
+def test_name_server_headers_round_trip_through_both_codecs(header: msgspec.Struct, codec: int) -> None:
+    frame = encode_command(Command(RequestCode.REGISTER_BROKER, 1, ext=to_ext(header), serialize_type=codec))
+    (cmd,) = FrameDecoder().feed(frame)
+    assert from_ext(cmd.ext, type(header)) == header
+
+
+def test_register_header_wire_names() -> None:
+    ext = to_ext(RegisterBrokerRequestHeader(
+        broker_name="b", broker_addr="a:1", cluster_name="c", ha_server_addr="", broker_id=0,
+        heartbeat_timeout_millis=None, compressed=False, body_crc32=5))
+    assert ext == {"brokerName": "b", "brokerAddr": "a:1", "clusterName": "c", "haServerAddr": "",
+                   "brokerId": "0", "compressed": "false", "bodyCrc32": "5"}
+    beat = to_ext(BrokerHeartbeatRequestHeader(cluster_name="c", broker_addr="a", broker_name="b",
+                                               heartbeat_timeout_mills=9))
+    assert beat == {"clusterName": "c", "brokerAddr": "a", "brokerName": "b", "heartbeatTimeoutMills": "9"}

@@ -38,8 +38,8 @@ B = "127.0.0.1:10921"
 @pytest.fixture(scope="module")
 def namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     port_file = tmp_path_factory.mktemp("namesrv") / "port"
-    # `txmq namesrv` through the module entry point, which needs no other part of the CLI.
-    proc = subprocess.Popen([sys.executable, "-m", "txmq.namesrv", "--port", "0",
+    # `txmq namesrv`, the installed command (`python -m txmq namesrv`, as other tests run `txmq`).
+    proc = subprocess.Popen([sys.executable, "-m", "txmq", "namesrv", "--port", "0",
                              "--port-file", str(port_file), "--log-level", "WARNING"])
     try:
         deadline = time.monotonic() + 30
@@ -113,7 +113,8 @@ def test_register_and_look_up_over_tcp_in_both_codecs(namesrv: int) -> None:
     assert decode_cluster_info(info.body).cluster_addr_table == {"DefaultCluster": ["broker-a", "broker-b"]}
     topics = client.call(Command(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, 22,
                                  serialize_type=SERIALIZE_ROCKETMQ))
-    assert sorted(decode_topic_list(topics.body).topic_list) == ["OnlyA", "Shared", "TBW102"]
+    assert sorted(decode_topic_list(topics.body).topic_list) == [
+        "OnlyA", "Shared", "TBW102", "broker-a", "broker-b"]
     unknown = client.call(Command(7777, 23))
     assert (unknown.code, unknown.remark) == (ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                               " request type 7777 not supported")
@@ -140,3 +141,19 @@ def test_malformed_frame_closes_only_that_connection(namesrv: int, garbage: byte
     assert bad.closed_by_peer()
     good = _Conn(namesrv)
     assert good.call(Command(RequestCode.GET_BROKER_CLUSTER_INFO, 1)).code == ResponseCode.SUCCESS
+
+
+def test_sdk_producer_finds_a_broker_through_the_name_server(namesrv: int) -> None:
+    """The whole loop: a broker registered with `txmq namesrv`, and txmq's SDK given only the name
+    server's address (RocketMQ ``namesrvAddr``) sends through the route it answers."""
+    from txmq.client import Message, Producer
+    from txmq.testing import run_broker
+
+    with run_broker(topics={"Orders": 4}) as broker:
+        registrar = _Conn(namesrv)  # stands in for the broker's own registration (kept open)
+        reg = BrokerRegistration("broker-sdk", broker.endpoints)
+        assert registrar.call(reg.register({"Orders": 4}, 0, opaque=1)).code == ResponseCode.SUCCESS
+        with Producer("p", namesrv_addr=f"127.0.0.1:{namesrv}") as producer:
+            result = producer.send(Message(topic="Orders", body=b"via the name server"))
+        assert result.queue_id in range(4)
+        registrar.call(reg.unregister(opaque=2))

@@ -34,7 +34,6 @@ from txmq.limits import BROKER_CHANNEL_EXPIRED_TIME_MS
 from txmq.protocol import (
     MASTER_ID,
     PERM_WRITE,
-    STANDARD_JSON_MIN_VERSION,
     BrokerData,
     BrokerHeartbeatRequestHeader,
     ClusterInfo,
@@ -56,6 +55,7 @@ from txmq.protocol import (
     encode_topic_list,
     from_ext,
     to_ext,
+    wants_standard_json,
 )
 
 __all__ = ["NameServerCore", "topic_not_exist_remark"]
@@ -153,7 +153,7 @@ class NameServerCore:
         route = self.route(header.topic)
         if route is None:
             return request.response(ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(header.topic))
-        standard = request.version >= STANDARD_JSON_MIN_VERSION or bool(header.accept_standard_json_only)
+        standard = wants_standard_json(request.version, header.accept_standard_json_only)
         return request.response(ResponseCode.SUCCESS, body=encode_route(route, standard=standard))
 
     def _on_cluster_info(self, request: Command, now_ms: int, conn: Hashable | None) -> Command:
@@ -192,6 +192,8 @@ class NameServerCore:
                 self.broker_live.pop((cluster, addr), None)
                 return RegisterBrokerResponseHeader()
         if broker_id not in addrs and len(wrapper.topic_config_table) == 1:
+            if not addrs:  # unlike RocketMQ, leave no empty broker behind in the cluster info
+                self._forget_name(cluster, name)
             return None
         addrs[broker_id] = addr
         register_first = register_first or not old_addr
@@ -258,11 +260,7 @@ class NameServerCore:
                 del self.broker_addr[name]
                 removed = True
         if removed:
-            names = self.cluster_addr.get(cluster)
-            if names is not None:
-                names.pop(name, None)
-                if not names:
-                    del self.cluster_addr[cluster]
+            self._forget_name(cluster, name)
         for topic in list(self.topic_queue):
             queues = self.topic_queue[topic]
             if removed:
@@ -273,6 +271,14 @@ class NameServerCore:
                   and (not data.broker_addrs or min(data.broker_addrs) > MASTER_ID)):  # no master left
                 queues[name].perm &= ~PERM_WRITE
         log.info("broker unregistered: %s %s (%s)", cluster, name, addr)
+
+    def _forget_name(self, cluster: str, name: str) -> None:
+        self.broker_addr.pop(name, None)
+        names = self.cluster_addr.get(cluster)
+        if names is not None:
+            names.pop(name, None)
+            if not names:
+                del self.cluster_addr[cluster]
 
     def heartbeat(self, cluster: str, addr: str, now_ms: int) -> bool:
         """Refresh a registered broker's last-update time (RocketMQ

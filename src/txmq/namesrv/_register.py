@@ -19,6 +19,7 @@ from txmq.limits import AUTO_CREATE_TOPIC_QUEUE_NUMS, REGISTER_NAME_SERVER_PERIO
 from txmq.protocol import (
     DEFAULT_CLUSTER_NAME,
     MASTER_ID,
+    PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
     SERIALIZE_JSON,
@@ -80,6 +81,13 @@ class BrokerRegistration:
         so the name server updates only then. Schedules the next registration."""
         table = topic_configs(topics, auto_create_topic_enable=self._auto_create,
                               default_topic_queue_nums=self._default_queues, perm=self._perm)
+        # Every RocketMQ broker also announces a topic named after itself, 1 queue, perm
+        # inherit|read|write (TopicConfigManager.init, ``brokerTopicEnable``). It also keeps a
+        # registration from ever listing a single topic, which RouteInfoManager takes for a
+        # single-topic update and refuses from a broker it does not know yet.
+        table.setdefault(self.broker_name, TopicConfig(
+            topic_name=self.broker_name, read_queue_nums=1, write_queue_nums=1,
+            perm=PERM_INHERIT | PERM_READ | PERM_WRITE))
         if table != self._table:
             self._table = table
             self.data_version = DataVersion(timestamp=now_ms, counter=self.data_version.counter + 1)

@@ -63,6 +63,7 @@ __all__ = [
     "encode_topic_list",
     "quote_int_keys",
     "topic_configs",
+    "wants_standard_json",
 ]
 
 # --- permissions (RocketMQ PermName) --------------------------------------------------------------
@@ -353,9 +354,9 @@ def _fastjson_parts(value: Any, standard: bool, out: list[str]) -> None:
 def encode_fastjson(obj: msgspec.Struct, *, standard: bool = False) -> bytes:
     """UTF-8 JSON of ``obj`` as RocketMQ's fastjson 1.x ``JSON.toJSONString`` writes it: struct fields
     sorted by wire name, ``None`` fields omitted, integer map keys bare (``{0:"..."}``), map keys
-    sorted. ``standard=True`` quotes integer keys and escapes non-ASCII characters (fastjson's
-    ``BrowserCompatible, QuoteFieldNames, MapSortField``, what ClientRequestProcessor writes for a
-    client of version >= V4_9_4)."""
+    sorted. ``standard=True`` is for a client that wants standard JSON (ClientRequestProcessor's
+    ``BrowserCompatible, QuoteFieldNames, MapSortField`` for version >= V4_9_4): integer keys
+    quoted, non-ASCII characters written as ``\\u`` escapes."""
     out: list[str] = []
     _fastjson_parts(obj, standard, out)
     return "".join(out).encode()
@@ -374,6 +375,13 @@ def _decode_json(data: bytes, cls: type[T]) -> T:
 def encode_route(route: TopicRouteData, *, standard: bool = False) -> bytes:
     """The GET_ROUTEINFO_BY_TOPIC body (see :func:`encode_fastjson` for ``standard``)."""
     return encode_fastjson(route, standard=standard)
+
+
+def wants_standard_json(version: int, accept_standard_json_only: bool | None = None) -> bool:
+    """Whether a GET_ROUTEINFO_BY_TOPIC request gets standard JSON (quoted keys): its remoting
+    ``version`` is V4_9_4 or later, or its header sets ``acceptStandardJsonOnly``
+    (ClientRequestProcessor.getRouteInfoByTopic). Otherwise fastjson's bare keys."""
+    return version >= STANDARD_JSON_MIN_VERSION or bool(accept_standard_json_only)
 
 
 def decode_route(data: bytes) -> TopicRouteData:
@@ -454,6 +462,8 @@ def _inflate(data: bytes) -> bytes:
     if inflater.unconsumed_tail:
         raise MalformedHeader(
             f"compressed RegisterBrokerBody inflates beyond {REGISTER_BODY_INFLATED_MAX_BYTES} bytes")
+    if not inflater.eof:
+        raise MalformedHeader("compressed RegisterBrokerBody is truncated")
     return raw
 
 

@@ -39,12 +39,17 @@ from txmq.errors import (
     ResponseCode,
     StoreError,
 )
+from txmq.limits import AUTO_CREATE_TOPIC_QUEUE_NUMS
+from txmq.namesrv import topic_not_exist_remark
 from txmq.protocol import (
     COMPRESSED_FLAG,
     DEFAULT_TOPIC,
     FLAG_ONEWAY,
     PARK_SOURCES,
     PARKED_TOPIC,
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_WRITE,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -114,6 +119,7 @@ from txmq.protocol import (
     retry_topic,
     send_header,
     to_ext,
+    wants_standard_json,
 )
 from txmq.store import AppendResult, Record, Store
 
@@ -428,28 +434,33 @@ class Broker:
         self.create_topic(h.topic, max(h.read_queue_nums, h.write_queue_nums))
         return self._ok(conn, cmd)
 
-    def route(self, topic: str) -> bytes:
+    def route(self, topic: str, standard_json: bool = False) -> bytes:
         """The ``TopicRouteData`` JSON this broker answers for ``topic`` when clients use it as
-        their name server (``namesrvAddr = broker``). A topic that does not exist yet is
-        created when auto-create is on; so is the default topic ``TBW102`` answered, which
+        their name server (``namesrvAddr = broker``); ``standard_json`` quotes the integer keys
+        (ClientRequestProcessor: clients from V4_9_4 on, or ``acceptStandardJsonOnly``). A topic
+        that does not exist yet is created when auto-create is on; so is the default topic
+        ``TBW102`` answered (perm 7, as RocketMQ's ``TopicConfigManager`` registers it), which
         clients look up for a topic with no route (RocketMQ ``BrokerConfig.autoCreateTopicEnable``).
         Raises the TOPIC_NOT_EXIST failure otherwise."""
-        if topic == DEFAULT_TOPIC and self.config.auto_create_topic_enable:
-            n = self.config.default_topic_queue_nums  # RocketMQ registers TBW102 only then
+        c = self.config
+        perm = PERM_READ | PERM_WRITE
+        if topic == DEFAULT_TOPIC and c.auto_create_topic_enable:
+            n, perm = AUTO_CREATE_TOPIC_QUEUE_NUMS, perm | PERM_INHERIT
         else:
             n = self._queue_nums(topic)
-        c = self.config
-        return encode_route(broker_route(topic, n, c.broker_name, c.broker_cluster_name,
-                                         self.store_host))
+        route = broker_route(topic, n, c.broker_name, c.broker_cluster_name, self.store_host,
+                             perm=perm)
+        return encode_route(route, standard=standard_json)
 
     def _route(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, GetRouteInfoRequestHeader)
+        standard = wants_standard_json(cmd.version, h.accept_standard_json_only)
         try:
-            return self._ok(conn, cmd, body=self.route(h.topic))
-        except _Fail as f:  # RocketMQ DefaultRequestProcessor's answer and remark
+            return self._ok(conn, cmd, body=self.route(h.topic, standard))
+        except _Fail as f:  # RocketMQ ClientRequestProcessor's answer and remark
             if f.code != ResponseCode.TOPIC_NOT_EXIST:
                 raise
-            raise _Fail(f.code, f"No topic route info in name server for the topic: {h.topic}") from f
+            raise _Fail(f.code, topic_not_exist_remark(h.topic)) from f
 
     # -- send -------------------------------------------------------------------------------------
     def _record(self, h: SendHeader, body: bytes, now: int, born_host: str = "",

@@ -25,8 +25,53 @@ log = logging.getLogger("txmq.broker")
 _READ_BYTES = 64 * 1024
 
 
+class _Link:
+    """One kept-open connection to a name server: a name server forgets a broker whose
+    registration connection closes (RocketMQ ``BrokerHousekeepingService.onChannelClose``)."""
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.decoder = FrameDecoder()
+
+    async def call(self, cmd: Command) -> Command:
+        """Send ``cmd`` and read its answer, connecting first if needed. Raises OSError,
+        TimeoutError, ProtocolError (the link is closed then; the next call reconnects)."""
+        try:
+            async with asyncio.timeout(limits.REQUEST_TIMEOUT_MS / 1000):
+                if self.writer is None or self.writer.is_closing():
+                    host, _, port = self.addr.rpartition(":")
+                    self.reader, self.writer = await asyncio.open_connection(host, int(port))
+                    self.decoder = FrameDecoder()
+                assert self.reader is not None
+                self.writer.write(encode_command(cmd))
+                while True:
+                    for got in self.decoder.feed(await self._read()):
+                        if got.opaque == cmd.opaque and got.is_response:
+                            return got
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _read(self) -> bytes:
+        assert self.reader is not None
+        data = await self.reader.read(_READ_BYTES)
+        if not data:
+            raise ConnectionError("name server closed the connection")
+        return data
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+        self.reader = self.writer = None
+
+
 class Registrar:
-    """Keeps this broker registered with the name servers of ``namesrv_addr``.
+    """Keeps this broker registered with the name servers of ``namesrv_addr``, over one open
+    connection to each.
 
     Args:
         namesrv_addr: ``host:port`` of each name server, separated by ``;``.
@@ -38,7 +83,7 @@ class Registrar:
 
     def __init__(self, namesrv_addr: str, registration: BrokerRegistration,
                  topics: Callable[[], dict[str, int]], clock_ms: Callable[[], int]) -> None:
-        self.addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
+        self.links = [_Link(a.strip()) for a in namesrv_addr.split(";") if a.strip()]
         self.reg = registration
         self._topics = topics
         self._clock = clock_ms
@@ -46,14 +91,7 @@ class Registrar:
         self._sent: dict[str, int] | None = None
 
     def _table(self) -> dict[str, int]:
-        """The topics registered: the broker's own, plus a topic named after the broker and one
-        after its cluster, as every RocketMQ broker registers (``TopicConfigManager``:
-        ``brokerTopicEnable`` / ``clusterTopicEnable``); a name server refuses a broker's first
-        registration when it holds one topic only (``RouteInfoManager.registerBroker``)."""
-        table = {t: n for t, n in self._topics().items() if not is_broker_topic(t)}
-        table.setdefault(self.reg.broker_name, 1)
-        table.setdefault(self.reg.cluster, 1)
-        return table
+        return {t: n for t, n in self._topics().items() if not is_broker_topic(t)}
 
     async def run(self) -> None:
         """Register now and keep registering (a supervised timer task of the broker)."""
@@ -65,40 +103,26 @@ class Registrar:
 
     async def register(self, table: dict[str, int]) -> None:
         cmd = self.reg.register(table, self._clock())
-        ok = [await self._call(addr, cmd) for addr in self.addrs]
+        ok = [await self._call(link, cmd) for link in self.links]
         if all(ok):
             self._sent = table
 
     async def unregister(self) -> None:
         """Tell every name server this broker is going (best effort, at shutdown)."""
         cmd = self.reg.unregister()
-        for addr in self.addrs:
-            await self._call(addr, cmd)
+        for link in self.links:
+            await self._call(link, cmd)
+            await link.close()
 
-    async def _call(self, addr: str, cmd: Command) -> bool:
-        """One request on a fresh connection; True when answered SUCCESS. Never raises."""
-        host, _, port = addr.rpartition(":")
+    async def _call(self, link: _Link, cmd: Command) -> bool:
+        """One request; True when answered SUCCESS. Never raises."""
         cmd.opaque = next(self._opaque)
-        writer = None
         try:
-            async with asyncio.timeout(limits.REQUEST_TIMEOUT_MS / 1000):
-                reader, writer = await asyncio.open_connection(host, int(port))
-                writer.write(encode_command(cmd))
-                decoder, got = FrameDecoder(), []
-                while not got:
-                    data = await reader.read(_READ_BYTES)
-                    if not data:
-                        raise ConnectionError("closed before answering")
-                    got = decoder.feed(data)
-            if got[0].code != ResponseCode.SUCCESS:
-                log.warning("name server %s refused code %d: %s", addr, cmd.code, got[0].remark)
-                return False
-            return True
+            got = await link.call(cmd)
         except (OSError, TimeoutError, ValueError, ProtocolError) as exc:
-            log.warning("name server %s unreachable for code %d: %s", addr, cmd.code, exc)
+            log.warning("name server %s unreachable for code %d: %s", link.addr, cmd.code, exc)
             return False
-        finally:
-            if writer is not None:
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
+        if got.code != ResponseCode.SUCCESS:
+            log.warning("name server %s refused code %d: %s", link.addr, cmd.code, got.remark)
+            return False
+        return True

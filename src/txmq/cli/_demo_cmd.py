@@ -24,6 +24,8 @@ def demo(
     sf: Annotated[float, typer.Option(help="TPC-H scale factor (0.01 = 15,000 orders).")] = 0.01,
     broker: Annotated[str | None, typer.Option(help="Use this broker (host:port) instead of "
                                                     "starting one.")] = None,
+    namesrv_addr: Annotated[str | None, typer.Option(
+        help="Find the broker through these name servers (host:port[;host:port]).")] = None,
     report: Annotated[Path | None, typer.Option(help="Where to write report.json.")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Working directory of the run.")] = None,
     producers: Annotated[int, typer.Option(min=3, help="Order service processes.")] = 3,
@@ -33,7 +35,8 @@ def demo(
     from txmq.demo._run import DemoOptions, run_demo
 
     console = Console()
-    opts = DemoOptions(sf=sf, broker=broker, report=report, producers=producers,
+    opts = DemoOptions(sf=sf, broker=broker, namesrv_addr=namesrv_addr, report=report,
+                       producers=producers,
                        producer_threads=threads)
     if run_dir is not None:
         opts.run_dir = run_dir

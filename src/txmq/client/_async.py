@@ -241,6 +241,11 @@ class _Client:
                 return addr
         raise BrokerUnavailable(f"name server {self.namesrv_addr} knows no master broker")
 
+    async def broker_address(self) -> str:
+        """The broker this client talks to: ``endpoints``, or the master the name server knows
+        (resolved once). Raises BrokerUnavailable."""
+        return await self._broker_endpoint()
+
     async def _namesrv_call(self, code: int, ext: dict[str, str] | None = None) -> Command:
         if self._namesrv is None or self._namesrv.closed:
             self._namesrv = AsyncConnection(self.namesrv_addr, None, self._timeout_ms)

@@ -172,7 +172,7 @@ class AsyncPullConsumer(_PullMixin):
         timeout_ms: request timeout.
     """
 
-    def __init__(self, endpoints: str, consumer_group: str = "txmq-pull", *,
+    def __init__(self, endpoints: str = "", consumer_group: str = "txmq-pull", *,
                  consume_from_where: ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
                  consume_timestamp_ms: int | None = None,
                  pull_batch_size: int = limits.PULL_BATCH_SIZE,

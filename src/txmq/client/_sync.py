@@ -109,6 +109,10 @@ class _SyncClient:
         """
         return check_response(self._run(self._a.call(code, ext or {}, body)))
 
+    def broker_address(self) -> str:
+        """See :meth:`AsyncProducer.broker_address`."""
+        return str(self._run(self._a.broker_address()))
+
     def create_topic(self, topic: str, queue_nums: int = limits.DEFAULT_QUEUE_NUMS) -> int:
         """Create a topic on the broker (admin). Returns its queue count."""
         return int(self._run(self._a.create_topic(topic, queue_nums)))
@@ -208,7 +212,7 @@ class PullConsumer(_SyncClient):
 
     _a: AsyncPullConsumer
 
-    def __init__(self, endpoints: str, consumer_group: str = "txmq-pull", **kw: Any) -> None:
+    def __init__(self, endpoints: str = "", consumer_group: str = "txmq-pull", **kw: Any) -> None:
         super().__init__()
         self._a = self._lt.run(_make(AsyncPullConsumer, endpoints, consumer_group, **kw))
 

@@ -16,7 +16,8 @@ process, may run twice for one batch id across a failure and restart, and may be
 * halves of a driver that died are rolled back by the broker when the sink timeout passes, without
   calling back into Spark.
 
-Options (strings; keys are case-insensitive): ``endpoints`` (required), ``topic`` (required),
+Options (strings; keys are case-insensitive): ``endpoints`` (a broker) or ``namesrvAddr`` (name
+servers; one of the two is required), ``topic`` (required),
 ``sinkId`` (default: derived from ``checkpointLocation``, so a new checkpoint — whose batch ids restart
 at 0 — is a new sink), ``bodyColumn`` (``body``; BINARY or STRING), ``keyColumn`` (``key``, optional),
 ``tagColumn`` (optional), ``producerGroup`` (``txmq-spark-sink``), ``timeoutSeconds`` (600: how long
@@ -68,17 +69,21 @@ class SinkOptions(msgspec.Struct, frozen=True):
     timeout_s: int = 600
     max_in_flight: int = 8
     faults: str = ""
+    namesrv_addr: str = ""
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> SinkOptions:
         """Raises ConfigError for a missing endpoint, topic or sink identity, or a bad number."""
         o = {k.lower(): v for k, v in options.items()}
-        for required in ("endpoints", "topic"):
-            if not o.get(required):
-                raise ConfigError(f"txmq sink: option {required!r} is required")
+        if not o.get("topic"):
+            raise ConfigError("txmq sink: option 'topic' is required")
+        if not o.get("endpoints") and not o.get("namesrvaddr"):
+            raise ConfigError("txmq sink: option 'endpoints' (a broker) or 'namesrvAddr' "
+                              "(name servers) is required")
         sink_id = o.get("sinkid") or _sink_id_of(o.get("checkpointlocation", ""))
         try:
-            return cls(endpoints=o["endpoints"], topic=o["topic"], sink_id=sink_id,
+            return cls(endpoints=o.get("endpoints", ""), namesrv_addr=o.get("namesrvaddr", ""),
+                       topic=o["topic"], sink_id=sink_id,
                        body_column=o.get("bodycolumn", "body"), key_column=o.get("keycolumn", "key"),
                        tag_column=o.get("tagcolumn", ""),
                        producer_group=o.get("producergroup", "txmq-spark-sink"),
@@ -202,7 +207,8 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
                 for body, key, tag in zip(bodies, keys, tags, strict=True)]
 
     async def _send(self, msgs: list[Message], partition: int, attempt: int, batch_id: Any) -> None:
-        producer = AsyncTransactionProducer(self.opts.producer_group, self.opts.endpoints, _NoChecks())
+        producer = AsyncTransactionProducer(self.opts.producer_group, self.opts.endpoints,
+                                            _NoChecks(), namesrv_addr=self.opts.namesrv_addr)
         await producer.start()
         sem = asyncio.Semaphore(self.opts.max_in_flight)
         chunks = list(_chunks(msgs))
@@ -226,7 +232,7 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
         """Commit the batch on the broker (idempotent). Raises on a refused commit."""
         tasks = {m.task: m.rows for m in messages if isinstance(m, TaskCommit)}
         _fault(self.opts, f"hang-commit-before:{batchId}")
-        with Admin(self.opts.endpoints) as admin:
+        with Admin(self.opts.endpoints, namesrv_addr=self.opts.namesrv_addr) as admin:
             r = admin.commit_sink_batch(self._batch(batchId), self.opts.producer_group, tasks)
         log.info("txmq sink %s batch %d: %s%s", self.opts.sink_id, batchId, r.outcome,
                  " (committed before)" if r.duplicate else "")
@@ -234,6 +240,6 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Roll back the batch's halves unless it was committed."""
-        with Admin(self.opts.endpoints) as admin:
+        with Admin(self.opts.endpoints, namesrv_addr=self.opts.namesrv_addr) as admin:
             r = admin.abort_sink_batch(self._batch(batchId))
         log.info("txmq sink %s batch %d aborted: %s", self.opts.sink_id, batchId, r.outcome)

@@ -18,6 +18,7 @@ __all__ = [
     "CommitLogDamaged",
     "ConfigError",
     "CorruptRecord",
+    "DataLossError",
     "DiskFull",
     "FrameTooLarge",
     "InvalidRequest",
@@ -33,7 +34,6 @@ __all__ = [
     "ResponseCode",
     "StoreError",
     "TxmqError",
-    "remote_error",
 ]
 
 
@@ -197,6 +197,17 @@ class DiskFull(StoreError):
     retriable = True
 
 
+class DataLossError(TxmqError):
+    """A planned offset range of the Spark source cannot be read completely.
+
+    Raised when a range starts below the queue's ``min_offset`` or a queue's ``max_offset`` went
+    backwards (both only with ``failOnDataLoss=true``), and always when the broker skips an offset
+    inside ``[min_offset, max_offset)`` or returns a message of another queue.
+    """
+
+    code = "DATA_LOSS"
+
+
 class BrokerUnavailable(TxmqError):
     """No connection to the broker could be made or kept."""
 
@@ -231,8 +242,3 @@ class RemoteError(TxmqError):
             name, retriable = f"CODE_{response_code}", False
         self.code = name
         super().__init__(f"{name} ({response_code}): {remark}", retriable=retriable)
-
-
-def remote_error(response_code: int, remark: str) -> RemoteError:
-    """Build the :class:`RemoteError` for an error response."""
-    return RemoteError(response_code, remark)

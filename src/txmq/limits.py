@@ -188,13 +188,6 @@ INDEX_ENTRIES_MAX = 2_000_000
 """Entries per index file before a new one starts. RocketMQ ``maxIndexNum`` is 20 000 000 (a tenth,
 as for the slots: 2 M entries × 20 bytes = 40 MB per file)."""
 
-QUERY_MESSAGES_MAX = 64
-"""Most messages one key or message id query returns. RocketMQ ``defaultQueryMaxNum`` 32; txmq allows
-a few more since a message id also matches its half, retry and DLQ copies."""
-
-FLUSH_INTERVAL_COMMIT_LOG_MS = 500
-"""Period of the asynchronous commit log flush. RocketMQ ``flushIntervalCommitLog`` 500 ms."""
-
 FLUSH_INTERVAL_CONSUME_QUEUE_MS = 1_000
 """How often consume queues and indexes are written, fsynced and checkpointed. RocketMQ
 ``flushIntervalConsumeQueue`` 1 s. A crash re-dispatches at most this interval from the commit log."""
@@ -519,3 +512,34 @@ REGISTER_BODY_INFLATED_MAX_BYTES = 64 * 1024 * 1024
 
 assert SCAN_NOT_ACTIVE_BROKER_INTERVAL_MS < BROKER_CHANNEL_EXPIRED_TIME_MS
 assert 3 * REGISTER_NAME_SERVER_PERIOD_MS < BROKER_CHANNEL_EXPIRED_TIME_MS  # two missed registrations pass
+
+# --- issue 12: bounds that were inline ------------------------------------------------------------
+FLUSH_INTERVAL_MS = 500
+"""Default period of the asynchronous commit log flush (BrokerConfig ``flush_interval_ms``).
+RocketMQ MessageStoreConfig ``flushIntervalCommitLog`` 500 ms."""
+
+BROKER_PORT = 10911
+"""Default broker listen port. RocketMQ NettyServerConfig ``listenPort`` of a broker 10911."""
+
+PORT_MAX = 65_535
+"""Largest TCP port."""
+
+MESSAGE_SIZE_CONFIG_MAX_BYTES = 4 * MESSAGE_SIZE_MAX_BYTES
+"""Largest ``max_message_size`` a broker may be configured with: a 16 MiB body still fits one
+frame with its header (txmq; RocketMQ ``maxMessageSize`` defaults to 4 MiB)."""
+
+SINK_SEND_BATCH_ROWS = 256
+"""Rows per half-message batch request of the Spark sink (≤ ``BATCH_MESSAGES_MAX``; txmq)."""
+
+SINK_SEND_BATCH_BYTES = 2 * 1024 * 1024
+"""Body bytes per half-message batch request of the Spark sink (well under the frame size; txmq)."""
+
+SINK_TIMEOUT_S = 600
+"""Default ``timeoutSeconds`` of the Spark sink: how long its halves wait for their batch commit
+before the broker rolls them back (txmq)."""
+
+SINK_MAX_IN_FLIGHT = 8
+"""Default ``maxInFlight`` of the Spark sink: batch requests in flight per task (txmq)."""
+
+assert SINK_SEND_BATCH_ROWS <= BATCH_MESSAGES_MAX
+assert SINK_SEND_BATCH_BYTES + FRAME_HEADER_MAX_BYTES < FRAME_SIZE_MAX_BYTES

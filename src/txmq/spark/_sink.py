@@ -41,6 +41,7 @@ import msgspec
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from txmq import limits
 from txmq.broker.transaction import PROPERTY_TXMQ_SINK_BATCH, PROPERTY_TXMQ_SINK_TASK
 from txmq.client import Admin, AsyncTransactionProducer, LocalTransactionState, Message
 from txmq.errors import ConfigError
@@ -50,10 +51,8 @@ __all__ = ["SinkOptions", "TaskCommit", "TxmqStreamWriter"]
 
 log = logging.getLogger("txmq.spark.sink")
 
-SEND_BATCH_ROWS = 256
-"""Rows per half-message batch request (≤ ``limits.BATCH_MESSAGES_MAX``)."""
-SEND_BATCH_BYTES = 2 * 1024 * 1024
-"""Body bytes per half-message batch request (well under ``limits.FRAME_SIZE_MAX_BYTES``)."""
+SEND_BATCH_ROWS = limits.SINK_SEND_BATCH_ROWS
+SEND_BATCH_BYTES = limits.SINK_SEND_BATCH_BYTES
 
 
 class SinkOptions(msgspec.Struct, frozen=True):
@@ -66,8 +65,8 @@ class SinkOptions(msgspec.Struct, frozen=True):
     key_column: str = "key"
     tag_column: str = ""
     producer_group: str = "txmq-spark-sink"
-    timeout_s: int = 600
-    max_in_flight: int = 8
+    timeout_s: int = limits.SINK_TIMEOUT_S
+    max_in_flight: int = limits.SINK_MAX_IN_FLIGHT
     faults: str = ""
     namesrv_addr: str = ""
 
@@ -87,8 +86,8 @@ class SinkOptions(msgspec.Struct, frozen=True):
                        body_column=o.get("bodycolumn", "body"), key_column=o.get("keycolumn", "key"),
                        tag_column=o.get("tagcolumn", ""),
                        producer_group=o.get("producergroup", "txmq-spark-sink"),
-                       timeout_s=int(o.get("timeoutseconds", "600")),
-                       max_in_flight=int(o.get("maxinflight", "8")),
+                       timeout_s=int(o.get("timeoutseconds", limits.SINK_TIMEOUT_S)),
+                       max_in_flight=int(o.get("maxinflight", limits.SINK_MAX_IN_FLIGHT)),
                        faults=o.get("txmq.test.faults", ""))
         except ValueError as exc:
             raise ConfigError(f"txmq sink: {exc}") from exc

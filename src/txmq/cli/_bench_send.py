@@ -38,7 +38,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from txmq.cli._bench import bench_app
 from txmq.client._core import send_request_header
 from txmq.client._sync import new_event_loop
 from txmq.errors import ResponseCode
@@ -315,7 +314,6 @@ def bench_send(seconds: float = 5.0, producers: int = 4, in_flight: int = 64,
     }
 
 
-@bench_app.command("send")
 def send(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
     seconds: Annotated[float, typer.Option(min=0.5, help="Measured time per run.")] = 5.0,

@@ -9,7 +9,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from txmq.cli._app import app
 from txmq.errors import TxmqError
 
 _KEYS = ("orders_total", "committed", "rolled_back", "unknown_resolved_by_check",
@@ -19,7 +18,6 @@ _KEYS = ("orders_total", "committed", "rolled_back", "unknown_resolved_by_check"
          "revenue_matches_oracle", "elapsed_s")
 
 
-@app.command()
 def demo(
     sf: Annotated[float, typer.Option(help="TPC-H scale factor (0.01 = 15,000 orders).")] = 0.01,
     broker: Annotated[str | None, typer.Option(help="Use this broker (host:port) instead of "

@@ -19,7 +19,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from txmq.cli._app import app
 from txmq.client import Admin
 from txmq.errors import TxmqError
 from txmq.protocol import PROPERTY_RETRY_TOPIC, MessageExt
@@ -30,8 +29,6 @@ group_app = typer.Typer(help="Consumer groups: members, lag per queue, offset re
                         no_args_is_help=True)
 dlq_app = typer.Typer(help="Dead-letter queues (%DLQ%<group>): list, show, resend, export.",
                       no_args_is_help=True)
-app.add_typer(group_app, name="group")
-app.add_typer(dlq_app, name="dlq")
 
 Endpoints = Annotated[str, typer.Option(help="Broker host:port.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]

@@ -674,12 +674,14 @@ class Broker:
         if check_topic(h.topic) in self.topics:
             check_queue_id(h.queue_id, self.topics[h.topic], h.topic)
         off = self.offsets.get(f"{h.consumer_group}@{h.topic}@{h.queue_id}")
+        if off is None and h.set_zero_if_not_found is not False and h.topic in self.topics:
+            # RocketMQ ConsumerManageProcessor.queryConsumerOffset: a group with no offset reads
+            # from 0 while the queue still holds offset 0 (for clients that do not ask otherwise)
+            lo, hi = self.store.queue_bounds(h.topic, h.queue_id)
+            off = 0 if lo == 0 and hi > 0 else None
         if off is None:
-            if h.set_zero_if_not_found:
-                off = 0
-            else:
-                raise _Fail(ResponseCode.QUERY_NOT_FOUND,
-                            "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+            raise _Fail(ResponseCode.QUERY_NOT_FOUND,
+                        "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
         return self._ok(conn, cmd, to_ext(OffsetResponseHeader(offset=off)))
 
     def _update_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
@@ -704,7 +706,7 @@ class Broker:
 
     # -- clients ----------------------------------------------------------------------------------
     def _heartbeat(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        data = decode_body(cmd.body, HeartbeatData)
+        data = decode_body(cmd.body, HeartbeatData, strict=False)
         for g in data.producer_groups:
             check_group(g)
         for cd in data.consumer_data_set:

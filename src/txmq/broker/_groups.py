@@ -190,7 +190,7 @@ class GroupService:
         info: dict[str, ConsumerGroupInfo] = {}
         for group, data in self.b.clients.consumer_groups().items():
             info[group] = ConsumerGroupInfo(
-                group=group, message_model=data.message_model,
+                group=group, message_model=str(data.message_model),
                 client_ids=sorted(self.b.clients.consumer_conns(group)),
                 subscriptions=dict(data.subscriptions))
         for key in self.b.offsets:

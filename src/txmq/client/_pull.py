@@ -115,7 +115,7 @@ class _PullMixin(_Client):
     async def fetch_consumer_offset(self, topic: str, queue_id: int) -> int | None:
         """The group's committed offset on the broker, or None if it has none."""
         h = QueryConsumerOffsetRequestHeader(consumer_group=self.group, topic=topic,
-                                             queue_id=queue_id)
+                                             queue_id=queue_id, set_zero_if_not_found=False)
         resp = await self.call(RequestCode.QUERY_CONSUMER_OFFSET, to_ext(h))
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return None

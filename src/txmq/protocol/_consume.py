@@ -44,10 +44,11 @@ def encode_body(value: object) -> bytes:
     return _enc.encode(value)
 
 
-def decode_body(data: bytes, cls: type[B]) -> B:
-    """Decode a JSON body as ``cls``. Raises MalformedHeader when it does not decode or validate."""
+def decode_body(data: bytes, cls: type[B], *, strict: bool = True) -> B:
+    """Decode a JSON body as ``cls``; ``strict=False`` also takes numbers written as strings (the
+    C++ client's ``subVersion``). Raises MalformedHeader when it does not decode or validate."""
     try:
-        return msgspec.json.decode(data, type=cls)
+        return msgspec.json.decode(data, type=cls, strict=strict)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise MalformedHeader(f"bad {getattr(cls, '__name__', cls)} body: {exc}") from exc
 
@@ -84,15 +85,37 @@ class SubscriptionData(_Body, kw_only=True):
     expression_type: str = "TAG"
 
 
+_CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+_MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+_CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+                 "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
+                 "CONSUME_FROM_TIMESTAMP")
+
+
+def _enum_name(value: str | int, names: tuple[str, ...]) -> str:
+    if isinstance(value, str):
+        return value
+    return names[value] if 0 <= value < len(names) else str(value)
+
+
 class ConsumerData(_Body, kw_only=True):
-    """RocketMQ ``ConsumerData``: a consumer group the client belongs to."""
+    """RocketMQ ``ConsumerData``: a consumer group the client belongs to.
+
+    The enums are names (Java's fastjson), or ordinals as the C++ client writes them; they are
+    read as names (``ConsumeType``, ``MessageModel``, ``ConsumeFromWhere`` in declaration order).
+    """
 
     group_name: str
-    consume_type: str = "CONSUME_PASSIVELY"
-    message_model: str = "CLUSTERING"
-    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    consume_type: str | int = "CONSUME_PASSIVELY"
+    message_model: str | int = "CLUSTERING"
+    consume_from_where: str | int = "CONSUME_FROM_LAST_OFFSET"
     subscription_data_set: list[SubscriptionData] = msgspec.field(default_factory=list)
     unit_mode: bool = False
+
+    def __post_init__(self) -> None:
+        self.consume_type = _enum_name(self.consume_type, _CONSUME_TYPES)
+        self.message_model = _enum_name(self.message_model, _MESSAGE_MODELS)
+        self.consume_from_where = _enum_name(self.consume_from_where, _CONSUME_FROM)
 
     @property
     def subscriptions(self) -> dict[str, str]:

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable
 from itertools import count
 
+import msgspec
+
 from txmq import limits
 from txmq.broker._actions import SendTo
 from txmq.broker._clients import ClientRegistry
@@ -213,7 +215,7 @@ class TransactionService:
         results: list[EndResult | None] = []
         decided: dict[tuple[str, str], list[tuple[HalfEntry, Outcome]]] = {}
         first: dict[int, Outcome] = {}
-        for h in headers:
+        for h in map(self._by_commit_log_offset, headers):
             if h.tran_state_table_offset in first and h.commit_or_rollback in _DECISIONS:
                 self.stats["duplicate_ends"] += 1
                 results.append(EndResult(ResponseCode.SUCCESS, first[h.tran_state_table_offset].value,
@@ -233,6 +235,24 @@ class TransactionService:
         return [_end_result(first[h.tran_state_table_offset], durable,
                             parked.get(h.tran_state_table_offset)) if r is None else r
                 for h, r in zip(headers, results, strict=True)]
+
+    def _by_commit_log_offset(self, h: EndTransactionRequestHeader) -> EndTransactionRequestHeader:
+        """``h`` naming its half message by commit log offset, as RocketMQ's broker finds it
+        (``EndTransactionProcessor``: ``lookMessageByOffset(commitLogOffset)``): the C++ client
+        sends ``tranStateTableOffset`` 0 on its first end request. When the offsets disagree, the
+        half queue offset is read from the record at ``commitLogOffset``, if that is a half."""
+        entry = self.index.pending.get(h.tran_state_table_offset)
+        if entry is not None and entry.commit_log_offset == h.commit_log_offset:
+            return h
+        if h.commit_log_offset < self.store.min_offset:
+            return h
+        try:
+            rec = self.store.read_at(h.commit_log_offset)
+        except (StoreError, ValueError, IndexError):  # CorruptRecord: not a record boundary
+            return h
+        if rec.topic != HALF_TOPIC or rec.queue_offset == h.tran_state_table_offset:
+            return h
+        return msgspec.structs.replace(h, tran_state_table_offset=rec.queue_offset)
 
     def _decide(self, h: EndTransactionRequestHeader) -> EndResult | tuple[HalfEntry, Outcome]:
         """Validate one end request: a final answer, or the pending entry and its outcome."""

@@ -13,20 +13,19 @@ from itertools import count
 import msgspec
 
 from txmq import limits
-from txmq.broker._actions import Action, Hold, Reply, SendTo
+from txmq.broker._actions import Action, Hold, Reply, SendTo, ok_reply
 from txmq.broker._clients import ClientRegistry
 from txmq.broker._config import BrokerConfig, parse_delay_levels
 from txmq.broker._groups import GroupService
 from txmq.broker._health import TimerHealth, destination_problem
 from txmq.broker._meta import load_json_meta
 from txmq.broker._schedule import SCHEDULE_TOPIC, ScheduleService
+from txmq.broker._tx_requests import TransactionRequests
 from txmq.broker.transaction import (
     HALF_TOPIC,
     OP_TOPIC,
     SINK_BATCH_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
-    EndResult,
-    Outcome,
     TransactionService,
 )
 from txmq.errors import (
@@ -60,13 +59,10 @@ from txmq.protocol import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUSPEND,
     RETRY_PREFIX,
-    AdminEndTransactionRequestHeader,
     BrokerRuntimeInfo,
     Command,
     ConsumerSendMsgBackRequestHeader,
     CreateTopicRequestHeader,
-    EndTransactionRequestHeader,
-    EndTransactionResponseHeader,
     GetConsumerListByGroupRequestHeader,
     GetConsumerListByGroupResponseBody,
     GetMaxOffsetRequestHeader,
@@ -77,27 +73,20 @@ from txmq.protocol import (
     MessageExt,
     NotifyConsumerIdsChangedRequestHeader,
     OffsetResponseHeader,
-    PendingTransactionsRequestHeader,
-    PendingTransactionsResponseHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     RequestCode,
-    ResumeCheckHalfMessageRequestHeader,
-    ResumeResponseHeader,
     SendHeader,
     SendMessageResponseHeader,
-    SinkBatchRequestHeader,
-    TransactionIdRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     ViewMessageByUniqKeyRequestHeader,
     ViewMessageRequestHeader,
     broker_route,
     check_group,
     check_offset,
-    check_properties,
     check_queue_id,
     check_send_properties,
     check_send_topic,
@@ -115,7 +104,6 @@ from txmq.protocol import (
     inflate_body,
     is_broker_topic,
     offset_msg_id,
-    parse_int,
     retry_topic,
     send_header,
     to_ext,
@@ -185,13 +173,14 @@ class Broker:
                                         self.append, self.destination_problem)
         self._recover()
         self.groups = GroupService(self)
+        self.tx_requests = TransactionRequests(self)
         self._handlers: dict[int, Handler] = {
             **self.groups.handlers(),
+            **self.tx_requests.handlers(),
             RequestCode.SEND_MESSAGE: self._send, RequestCode.SEND_MESSAGE_V2: self._send,
             RequestCode.SEND_BATCH_MESSAGE: self._send_batch,
             RequestCode.PULL_MESSAGE: self._pull, RequestCode.HEART_BEAT: self._heartbeat,
             RequestCode.UNREGISTER_CLIENT: self._unregister,
-            RequestCode.END_TRANSACTION: self._end_transaction,
             RequestCode.QUERY_CONSUMER_OFFSET: self._query_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self._update_offset,
             RequestCode.GET_MIN_OFFSET: self._min_offset, RequestCode.GET_MAX_OFFSET: self._max_offset,
@@ -199,14 +188,6 @@ class Broker:
             RequestCode.UPDATE_AND_CREATE_TOPIC: self._create_topic,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
             RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
-            RequestCode.GET_TRANSACTION_STATS: self._tx_stats,
-            RequestCode.GET_PENDING_TRANSACTIONS: self._tx_pending,
-            RequestCode.QUERY_TRANSACTION: self._tx_query,
-            RequestCode.ADMIN_END_TRANSACTION: self._tx_admin_end,
-            RequestCode.RESUME_CHECK_HALF_MESSAGE: self._tx_resume,
-            RequestCode.END_TRANSACTION_BATCH: self._end_transaction_batch,
-            RequestCode.COMMIT_SINK_BATCH: self._sink_commit,
-            RequestCode.ABORT_SINK_BATCH: self._sink_abort,
             RequestCode.QUERY_MESSAGE: self._query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: self._view_message,
             RequestCode.VIEW_MESSAGE_BY_UNIQ_KEY: self._view_by_uniq_key,
@@ -346,12 +327,7 @@ class Broker:
             return []
         return [Reply(conn, cmd.response(code, remark))]
 
-    @staticmethod
-    def _ok(conn: int, cmd: Command, ext: dict[str, str] | None = None, body: bytes = b"",
-            durable_offset: int = 0) -> list[Action]:
-        if cmd.is_oneway:
-            return []
-        return [Reply(conn, cmd.response(ResponseCode.SUCCESS, None, ext, body), durable_offset)]
+    _ok = staticmethod(ok_reply)
 
     def connection_opened(self, conn: int, peer: str) -> None:
         """Remember a connection's remote ``ip:port``: it is stored as the born host of the
@@ -772,112 +748,6 @@ class Broker:
         except CorruptRecord as exc:  # not a record boundary, or damaged
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"no message at commit log offset {offset}: "
                                                       f"{exc}") from exc
-
-    # -- transactions -----------------------------------------------------------------------------
-    def _end_transaction(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        if self.config.broker_role == "SLAVE":
-            raise _Fail(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
-        h = from_ext(cmd.ext, EndTransactionRequestHeader)
-        check_group(h.producer_group)
-        return self._end_reply(conn, cmd, self.tx.end(h, now))
-
-    def _end_transaction_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        if self.config.broker_role == "SLAVE":
-            raise _Fail(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
-        try:
-            exts = decode_body(cmd.body, list[dict[str, str]])
-        except MalformedHeader as exc:
-            raise _Fail(ResponseCode.INVALID_PARAMETER, f"end batch body: {exc}") from exc
-        if len(exts) > limits.BATCH_MESSAGES_MAX:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"more than {limits.BATCH_MESSAGES_MAX} ends")
-        parsed: list[EndTransactionRequestHeader | str] = []
-        for ext in exts:
-            try:
-                parsed.append(from_ext(ext, EndTransactionRequestHeader))
-            except MalformedHeader as exc:
-                parsed.append(str(exc))
-        decided = iter(self.tx.end_many([h for h in parsed if not isinstance(h, str)], now))
-        items, durable = [], 0
-        for h in parsed:
-            if isinstance(h, str):
-                items.append({"code": int(ResponseCode.INVALID_PARAMETER), "remark": h})
-                continue
-            r = next(decided)
-            durable = max(durable, r.durable_offset)
-            items.append({"code": int(r.code), "remark": r.remark, "outcome": r.outcome,
-                          "duplicate": r.duplicate})
-        return self._ok(conn, cmd, body=encode_body(items), durable_offset=durable)
-
-    def _end_reply(self, conn: int, cmd: Command, r: EndResult) -> list[Action]:
-        if r.code != ResponseCode.SUCCESS:
-            raise _Fail(r.code, r.remark)
-        ext = to_ext(EndTransactionResponseHeader(outcome=r.outcome, duplicate=r.duplicate))
-        return self._ok(conn, cmd, ext, durable_offset=r.durable_offset)
-
-    def _tx_stats(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        return self._ok(conn, cmd, body=encode_body({**self.tx.index.counts(), **self.tx.stats}))
-
-    def _tx_offset(self, cmd: Command) -> int:
-        """The half offset a transaction request names: a ``UNIQ_KEY`` or ``half:<offset>``
-        (``msgId`` of RESUME_CHECK_HALF_MESSAGE, ``id`` of txmq's requests)."""
-        if cmd.code == RequestCode.RESUME_CHECK_HALF_MESSAGE:
-            ident = from_ext(cmd.ext, ResumeCheckHalfMessageRequestHeader).msg_id
-        else:
-            ident = from_ext(cmd.ext, TransactionIdRequestHeader).id
-        if ident.startswith("half:"):
-            parse_int(ident[5:], "half offset", 0, limits.TIMESTAMP_MAX_MS)
-        off = self.tx.lookup(ident)
-        if off is None:
-            raise _Fail(ResponseCode.TRANSACTION_NOT_FOUND, f"no pending or discarded transaction {ident!r}")
-        return off
-
-    def _tx_pending(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = from_ext(cmd.ext, PendingTransactionsRequestHeader)
-        limit = max(1, min(h.limit, limits.PENDING_TRANSACTIONS_LIST_MAX))
-        body = msgspec.json.encode(self.tx.pending_list(now, limit))
-        return self._ok(conn, cmd, to_ext(PendingTransactionsResponseHeader(
-            pending=len(self.tx.index.pending))), body)
-
-    def _tx_query(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        return self._ok(conn, cmd, body=msgspec.json.encode(self.tx.describe(self._tx_offset(cmd), now)))
-
-    def _tx_admin_end(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        if self.config.broker_role == "SLAVE":
-            raise _Fail(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
-        h = from_ext(cmd.ext, AdminEndTransactionRequestHeader)
-        check_properties({"TXMQ_OPERATOR": h.operator, "TXMQ_REASON": h.reason})  # op message props
-        off = self._tx_offset(cmd)
-        outcome = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK}.get(h.outcome)
-        if outcome is None:
-            raise _Fail(ResponseCode.INVALID_PARAMETER, "outcome must be COMMIT or ROLLBACK")
-        return self._end_reply(conn, cmd, self.tx.operator_end(off, outcome, h.operator, h.reason, now))
-
-    def _sink_commit(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = from_ext(cmd.ext, SinkBatchRequestHeader)
-        batch, group = h.batch, h.producer_group
-        try:
-            tasks = decode_body(cmd.body, dict[str, int])
-        except MalformedHeader as exc:
-            raise _Fail(ResponseCode.INVALID_PARAMETER, f"sink batch body: {exc}") from exc
-        if not batch or not group:
-            raise _Fail(ResponseCode.INVALID_PARAMETER, "batch and producer_group are required")
-        check_group(group)
-        for task in (batch, *tasks):  # stored as TXMQ_SINK_BATCH / TXMQ_SINK_TASK values
-            check_properties({"TXMQ_SINK_BATCH": task})
-        return self._end_reply(conn, cmd, self.tx.commit_batch(batch, tasks, group, now))
-
-    def _sink_abort(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        batch = from_ext(cmd.ext, SinkBatchRequestHeader).batch
-        check_properties({"TXMQ_SINK_BATCH": batch})
-        if not batch:
-            raise _Fail(ResponseCode.INVALID_PARAMETER, "batch is required")
-        return self._end_reply(conn, cmd, self.tx.abort_batch(batch, now))
-
-    def _tx_resume(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        code, remark, new_offset = self.tx.resume(self._tx_offset(cmd), now)
-        if code != ResponseCode.SUCCESS:
-            raise _Fail(code, remark)
-        return self._ok(conn, cmd, to_ext(ResumeResponseHeader(half_offset=new_offset)))
 
 
 def _parse_subscription(expr: str) -> set[str] | None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from txmq import limits
-from txmq.broker._actions import Action, Reply, SendTo
+from txmq.broker._actions import Action, Reply, SendTo, ok_reply
 from txmq.errors import ResponseCode
 from txmq.protocol import (
     FLAG_ONEWAY,
@@ -117,9 +117,7 @@ def _error(conn: int, cmd: Command, code: ResponseCode, remark: str) -> list[Act
     return [] if cmd.is_oneway else [Reply(conn, cmd.response(code, remark))]
 
 
-def _ok(conn: int, cmd: Command, ext: dict[str, str] | None = None,
-        body: bytes = b"") -> list[Action]:
-    return [] if cmd.is_oneway else [Reply(conn, cmd.response(ResponseCode.SUCCESS, None, ext, body))]
+_ok = ok_reply
 
 
 class GroupService:

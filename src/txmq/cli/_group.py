@@ -21,7 +21,7 @@ from rich.table import Table
 
 from txmq.client import Admin
 from txmq.errors import TxmqError
-from txmq.protocol import PROPERTY_RETRY_TOPIC, MessageExt
+from txmq.protocol import PROPERTY_RETRY_TOPIC, MessageExt, dlq_topic
 
 __all__ = ["dlq_app", "dlq_row", "group_app", "parse_timestamp_ms"]
 
@@ -151,7 +151,7 @@ def dlq_list(group: Group, limit: Annotated[int, typer.Option(help="Most message
              "tags": m.tags, "reconsume_times": m.reconsume_times,
              "dlq_time": datetime.fromtimestamp(m.store_timestamp_ms / 1000).isoformat(" ", "seconds"),
              "bytes": len(m.body)} for m in msgs]
-    _table(rows, f"%DLQ%{group}", False)
+    _table(rows, dlq_topic(group), False)
 
 
 @dlq_app.command("show")

@@ -40,6 +40,13 @@ from txmq.protocol._message import (
     PROPERTY_TXMQ_SENDER_CLIENT_ID,
 )
 from txmq.protocol._parked import PARK_PROPERTY_NAMES
+from txmq.protocol._topics import (
+    HALF_TOPIC,
+    OP_TOPIC,
+    SCHEDULE_TOPIC,
+    SINK_BATCH_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+)
 
 __all__ = [
     "BROKER_ONLY_PROPERTIES",
@@ -63,9 +70,8 @@ _NAME = re.compile(r"[%|a-zA-Z0-9_-]+", re.ASCII)
 assert not _NAME.fullmatch(".") and not _NAME.fullmatch("..") and not _NAME.fullmatch("a/b")
 
 BROKER_TOPICS = frozenset({
-    "SCHEDULE_TOPIC_XXXX", "SCHEDULE_TOPIC_XXXX_V2", "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
-    "OFFSET_MOVED_EVENT", "TXMQ_SINK_BATCH_TOPIC",
+    SCHEDULE_TOPIC, "SCHEDULE_TOPIC_XXXX_V2", HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
+    "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", SINK_BATCH_TOPIC,
 })
 """Topics only the broker writes: RocketMQ ``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET`` and txmq's
 Spark sink batch marker topic. Topics starting with ``rmq_sys_`` (RocketMQ ``SYSTEM_TOPIC_PREFIX``)

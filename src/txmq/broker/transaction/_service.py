@@ -34,6 +34,8 @@ from txmq.broker.transaction._snapshot import TxSnapshot, decode_snapshot, encod
 from txmq.errors import CorruptRecord, ResponseCode, StoreError
 from txmq.protocol import (
     FLAG_ONEWAY,
+    HALF_TOPIC,
+    OP_TOPIC,
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_PRODUCER_GROUP,
@@ -47,6 +49,7 @@ from txmq.protocol import (
     PROPERTY_TXMQ_RESUMED_FROM,
     PROPERTY_TXMQ_SENDER_CLIENT_ID,
     PROPERTY_UNIQ_KEY,
+    TRANS_CHECK_MAX_TIME_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     CheckTransactionStateRequestHeader,
@@ -71,9 +74,6 @@ __all__ = [
 
 log = logging.getLogger("txmq.broker.transaction")
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 REMOVE_TAG = "d"
 PROPERTY_TXMQ_OPERATOR = "TXMQ_OPERATOR"
 PROPERTY_TXMQ_REASON = "TXMQ_REASON"

@@ -10,6 +10,7 @@ RocketMQ's binary message encodings (MessageExt records, batch bodies, propertie
 from __future__ import annotations
 
 import contextlib
+import re
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -153,8 +154,8 @@ HEADER_STRUCTS: list[type[msgspec.Struct]] = sorted(
     key=lambda c: c.__name__)
 """Every header and body struct of :mod:`txmq.protocol` (``from_ext`` / ``decode_body`` targets)."""
 HEADER_CLASSES: list[type[msgspec.Struct]] = [
-    c for c in HEADER_STRUCTS if c.__name__.endswith(("RequestHeader", "ResponseHeader", "Header"))]
-"""The header classes (names ending ``Header``): what travels as ``extFields``, round-tripped
+    c for c in HEADER_STRUCTS if re.search(r"Header(V\d+)?$", c.__name__)]
+"""The header classes (names ending ``Header`` or ``HeaderV2``): what travels as ``extFields``, round-tripped
 through :func:`~txmq.protocol.to_ext` / :func:`~txmq.protocol.from_ext`."""
 _WIRE_NAMES = sorted({f.encode_name for cls in HEADER_CLASSES for f in msgspec.structs.fields(cls)})
 _STRINGS = ["", "0", "1", "-1", "7", "t", "pg", "true", "false", "TRUE", "1.5", "1e3", " 1", "1 ",

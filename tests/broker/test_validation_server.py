@@ -170,9 +170,6 @@ def test_pipelined_refused_requests_are_answered_by_opaque(broker: BrokerProcess
                      6: ResponseCode.SUCCESS}
 
 
-@pytest.mark.xfail(strict=True, reason="broker bug (reported): Broker.handle_sends calls delay_level "
-                   "outside its guard, so an unparsable DELAY in pipelined sends raises InvalidRequest "
-                   "out of handle_sends and the server closes the connection")
 @pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
 def test_a_pipelined_send_with_an_unparsable_delay_is_refused_alone(broker: BrokerProcess,
                                                                     kind: int) -> None:

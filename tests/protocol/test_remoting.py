@@ -248,9 +248,6 @@ def test_a_number_that_does_not_parse_is_a_malformed_header(value: str) -> None:
         from_ext(_pull_ext(value), PullMessageRequestHeader)
 
 
-@pytest.mark.xfail(strict=True, reason="from_ext parses numbers as msgspec does, not as Java's "
-                   "Integer/Long.parseInt: it takes '1e3' and '1.0', and integers past a Java long "
-                   "(reported to the lead)")
 @pytest.mark.parametrize("value", ["1e3", "1.0", "9" * 30])
 def test_numbers_parse_as_javas_parse_long(value: str) -> None:
     """RocketMQ ``RemotingCommand.decodeCommandCustomHeader`` reads numbers with
@@ -330,9 +327,6 @@ def test_the_json_header_fastjson_writes_decodes() -> None:
                           SERIALIZE_JSON)
 
 
-@pytest.mark.xfail(strict=True, reason="txmq's JSON header leaves out fields equal to Java's "
-                   "defaults (flag 0, language JAVA, serializeTypeCurrentRPC JSON) where fastjson "
-                   "writes every non-null field; Java reads both the same (reported to the lead)")
 def test_the_json_header_is_byte_for_byte_what_fastjson_writes() -> None:
     data = encode_command(Command(103, 7, version=2333, language="JAVA", ext={"key": "value"}))
     assert data[8:] == FASTJSON_HEADER

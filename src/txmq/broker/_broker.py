@@ -281,11 +281,12 @@ class Broker:
             if cmd.is_response:
                 continue
             try:
-                h = send_header(cmd)
-                props = decode_properties(h.properties or "")
-            except ProtocolError:
-                h = None
-            if h is None or delay_level(props) > 0:
+                h: SendHeader | None = send_header(cmd)
+                props = decode_properties(h.properties or "") if h is not None else {}
+                delayed = delay_level(props) > 0
+            except (ProtocolError, InvalidRequest):  # answered by handle(), one by one
+                h, delayed = None, True
+            if h is None or delayed:
                 actions += self._send_run(conn, run, now_ms)
                 run = []
                 actions += self.handle(conn, cmd, now_ms)

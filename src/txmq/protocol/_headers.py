@@ -116,17 +116,42 @@ def _remark(exc: msgspec.ValidationError, cls: type[Any]) -> str:
     return f"bad {cls.__name__}: {text}"
 
 
+_JAVA_LONG_MAX = 2**63 - 1
+_JAVA_LONG_DIGITS_MAX = 19
+
+
+@functools.cache
+def _int_fields(cls: type[msgspec.Struct]) -> tuple[str, ...]:
+    """Wire names of the integer fields of ``cls``."""
+    return tuple(f.encode_name for f in msgspec.structs.fields(cls)
+                 if f.type is int or int in typing.get_args(f.type))
+
+
+def _java_long(v: str) -> bool:
+    """Whether ``v`` parses with Java's ``Long.parseLong``: an optional sign, ASCII digits, in
+    range (so no exponent, fraction, blank or underscore, which Python's ``int`` would take)."""
+    digits = v[1:] if v[:1] in ("-", "+") else v
+    if not (digits.isascii() and digits.isdigit()):
+        return False
+    return len(digits) < _JAVA_LONG_DIGITS_MAX or -_JAVA_LONG_MAX - 1 <= int(v) <= _JAVA_LONG_MAX
+
+
 def from_ext(ext: dict[str, str], cls: type[T]) -> T:
-    """Read header ``cls`` from ``extFields``.
+    """Read header ``cls`` from ``extFields``; numbers as Java's ``Long.parseLong`` reads them.
 
     Raises:
         MalformedHeader: a required field is missing (remark ``the custom field <name> is null``,
             as RocketMQ's ``RemotingCommand.decodeCommandCustomHeader``) or a value does not parse.
     """
     try:
-        return msgspec.convert(ext, cls, strict=False)
+        out = msgspec.convert(ext, cls, strict=False)
     except msgspec.ValidationError as exc:
         raise MalformedHeader(_remark(exc, cls)) from exc
+    for name in _int_fields(cls):
+        v = ext.get(name)
+        if v is not None and not (v.isdigit() and len(v) < _JAVA_LONG_DIGITS_MAX) and not _java_long(v):
+            raise MalformedHeader(f"bad {cls.__name__}: {name} {v[:40]!r} is not a Java long")
+    return out
 
 
 class _Header(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=False):

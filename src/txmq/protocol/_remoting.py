@@ -117,8 +117,8 @@ class Command(msgspec.Struct):
                        ext or {}, body, "PYTHON", self.serialize_type)
 
 
-class _JsonHeader(msgspec.Struct, omit_defaults=True):
-    """The JSON header as fastjson writes it (fields in fastjson's alphabetical order)."""
+class _JsonHeader(msgspec.Struct):
+    """The JSON header as the decoder reads it (a missing field is Java's default)."""
 
     code: int
     extFields: dict[str, str] | None = None
@@ -128,6 +128,19 @@ class _JsonHeader(msgspec.Struct, omit_defaults=True):
     remark: str | None = None
     serializeTypeCurrentRPC: str = "JSON"
     version: int = 0
+
+
+class _JsonHeaderOut(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """The JSON header as fastjson writes it: every non-null field, in alphabetical order."""
+
+    code: int
+    extFields: dict[str, str] | None = None
+    flag: int
+    language: str
+    opaque: int
+    remark: str | None = None
+    serializeTypeCurrentRPC: str
+    version: int
 
 
 _Loose = Union[None, bool, int, float, str]  # noqa: UP007 (a runtime type for msgspec)
@@ -151,8 +164,9 @@ _loose_decoder = msgspec.json.Decoder(_LooseJsonHeader)
 
 
 def _json_header(cmd: Command) -> bytes:
-    return _json_encoder.encode(_JsonHeader(cmd.code, cmd.ext or None, cmd.flag, cmd.language,
-                                            cmd.opaque, cmd.remark, "JSON", cmd.version))
+    return _json_encoder.encode(_JsonHeaderOut(
+        code=cmd.code, extFields=cmd.ext or None, flag=cmd.flag, language=cmd.language,
+        opaque=cmd.opaque, remark=cmd.remark, serializeTypeCurrentRPC="JSON", version=cmd.version))
 
 
 def _binary_header(cmd: Command) -> bytes:

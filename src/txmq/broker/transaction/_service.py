@@ -215,7 +215,8 @@ class TransactionService:
         results: list[EndResult | None] = []
         decided: dict[tuple[str, str], list[tuple[HalfEntry, Outcome]]] = {}
         first: dict[int, Outcome] = {}
-        for h in map(self._by_commit_log_offset, headers):
+        headers = [self._by_commit_log_offset(h) for h in headers]
+        for h in headers:
             if h.tran_state_table_offset in first and h.commit_or_rollback in _DECISIONS:
                 self.stats["duplicate_ends"] += 1
                 results.append(EndResult(ResponseCode.SUCCESS, first[h.tran_state_table_offset].value,

@@ -20,7 +20,7 @@ Sub-commands (``--namesrv`` is the name server or broker address, ``host:port``)
               [--check-answer commit|rollback|unknown|marker:PATH] [--expect-checks N] [--linger S]
               [--die-in-local --marker PATH]
     consume   --topic T --group G [--expect N] [--timeout S] [--idle S]
-              [--later KEY,...] [--later-times N]
+              [--later KEY,...] [--later-times N] [--orderly]
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def cmd_consume(a: argparse.Namespace) -> int:
         emit("received", answer=answer, **d)
         return ConsumeStatus.RECONSUME_LATER if retry else ConsumeStatus.CONSUME_SUCCESS
 
-    c = PushConsumer(a.group)
+    c = PushConsumer(a.group, orderly=a.orderly)
     c.set_name_server_address(a.namesrv)
     c.set_thread_count(a.threads)
     dll.SetPushConsumerMessageTrace(c._handle, _TRACE_OPEN)
@@ -240,6 +240,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     c.add_argument("--later-times", type=int, default=-1, help="for this many deliveries; -1: always")
     c.add_argument("--threads", type=int, default=2)
     c.add_argument("--expression", default="*")
+    c.add_argument("--orderly", action="store_true", help="orderly consumption (queue locks, 41/42)")
     return ap.parse_args(argv)
 
 

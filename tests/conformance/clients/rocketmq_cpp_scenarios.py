@@ -20,7 +20,7 @@ Sub-commands (``--namesrv`` is the name server or broker address, ``host:port``)
               [--check-answer commit|rollback|unknown|marker:PATH] [--expect-checks N] [--linger S]
               [--die-in-local --marker PATH]
     consume   --topic T --group G [--expect N] [--timeout S] [--idle S]
-              [--later KEY,...] [--later-times N] [--orderly]
+              [--later KEY,...] [--later-times N] [--orderly] [--stop-file PATH]
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def cmd_consume(a: argparse.Namespace) -> int:
             with lock:
                 enough = a.expect >= 0 and state["ok"] >= a.expect
                 idle = time.monotonic() - state["last"] >= a.idle
-            if enough and idle:
+            if (enough and idle) or (a.stop_file and os.path.exists(a.stop_file)):
                 break
     finally:
         c.shutdown()
@@ -241,6 +241,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     c.add_argument("--threads", type=int, default=2)
     c.add_argument("--expression", default="*")
     c.add_argument("--orderly", action="store_true", help="orderly consumption (queue locks, 41/42)")
+    c.add_argument("--stop-file", default="", help="shut down cleanly once this file exists")
     return ap.parse_args(argv)
 
 

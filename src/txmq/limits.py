@@ -407,12 +407,6 @@ runs once per name, not once per send (txmq: the checks cost a durable send abou
 PENDING_TRANSACTIONS_LIST_MAX = 10_000
 """Most pending half messages one GET_PENDING_TRANSACTIONS answer lists (txmq)."""
 
-FRAME_HEADER_EXT_DEPTH_MAX = 2
-"""Nesting of values in a frame header's ``ext`` map: a scalar, or a list or a string-keyed map of
-scalars (message properties). The frame decoder decodes ``ext`` into that bounded type, so deeper
-headers (60,000 nested arrays) are refused as ``MalformedFrame`` without recursion (txmq; RocketMQ's
-``extFields`` is a flat ``HashMap<String, String>``)."""
-
 assert 0 < GROUP_NAME_MAX_CHARS <= TOPIC_NAME_MAX_CHARS - len("%DLQ%")
 assert PROPERTY_KEY_MAX_CHARS + PROPERTY_VALUE_MAX_CHARS <= PROPERTIES_MAX_BYTES
 
@@ -468,3 +462,56 @@ FILE_NAME_MAX_BYTES = 255
 """Longest file name the store creates (Linux ``NAME_MAX``): a topic whose name is longer, or not a
 plain file name, gets no consume queue directory (txmq; RocketMQ ``TopicValidator`` caps topics at
 127 characters, which the door checks)."""
+
+# --- RocketMQ message codecs (issue 12: protocol/_message_codec.py) ------------------------------
+MESSAGE_TOPIC_V1_MAX_BYTES = 127
+"""Longest topic (UTF-8 bytes) a MessageExt record carries with magic code v1 and its 1-byte
+signed topic length; a longer topic is written with magic code v2 (2-byte length). RocketMQ
+``CommitLog`` ``autoMessageVersionOnTopicLen``: v2 when the topic is longer than ``Byte.MAX_VALUE``."""
+
+MESSAGE_TOPIC_MAX_BYTES = 32_767
+"""Longest topic (UTF-8 bytes) of a v2 MessageExt record: its 2-byte signed length
+(``Short.MAX_VALUE``; RocketMQ ``MessageVersion.MESSAGE_VERSION_V2``)."""
+
+MESSAGE_BODY_INFLATED_MAX_BYTES = FRAME_SIZE_MAX_BYTES
+"""Largest body a compressed (zlib) MessageExt body may inflate to; a larger one is refused as
+malformed rather than allocated (txmq: bounds a decompression bomb; RocketMQ producers compress
+bodies of at most ``maxMessageSize``, 4 MiB by default)."""
+
+MESSAGE_HOST_CACHE_ENTRIES = 1_024
+"""Host strings (``ip:port``) remembered by the MessageExt codec with their packed bytes, so a
+pull body of 32 messages from one broker parses its hosts once (txmq)."""
+
+assert MESSAGE_TOPIC_V1_MAX_BYTES < MESSAGE_TOPIC_MAX_BYTES
+assert TOPIC_NAME_MAX_CHARS <= MESSAGE_TOPIC_V1_MAX_BYTES
+assert MESSAGE_SIZE_MAX_BYTES <= MESSAGE_BODY_INFLATED_MAX_BYTES
+
+# --- name server (issue 12, part 3) --------------------------------------------------------------
+NAMESRV_PORT = 9876
+"""Default listen port of ``txmq namesrv``. RocketMQ NettyServerConfig ``listenPort`` of the name
+server (NamesrvStartup) 9876."""
+
+BROKER_CHANNEL_EXPIRED_TIME_MS = 120_000
+"""A broker that neither registered nor beat for this long is dropped from the routes, unless its
+REGISTER_BROKER header names another ``heartbeatTimeoutMillis``. RocketMQ RouteInfoManager
+``DEFAULT_BROKER_CHANNEL_EXPIRED_TIME`` 2 min."""
+
+SCAN_NOT_ACTIVE_BROKER_INTERVAL_MS = 5_000
+"""How often the name server looks for expired brokers. RocketMQ NamesrvConfig
+``scanNotActiveBrokerInterval`` 5 s."""
+
+REGISTER_NAME_SERVER_PERIOD_MS = 30_000
+"""How often a broker registers its topics with the name server again. RocketMQ BrokerConfig
+``registerNameServerPeriod`` 30 s."""
+
+AUTO_CREATE_TOPIC_QUEUE_NUMS = 8
+"""Queues of the default topic TBW102 a broker registers when auto-create is on. RocketMQ BrokerConfig
+``defaultTopicQueueNums`` 8 (TopicConfigManager). A client then creates a topic with
+min(its ``defaultTopicQueueNums`` 4, this) queues."""
+
+REGISTER_BODY_INFLATED_MAX_BYTES = 64 * 1024 * 1024
+"""Largest REGISTER_BROKER body a compressed one may inflate to (txmq; RocketMQ sets no bound). About
+300 000 topics of RocketMQ's compressed TopicConfig lines."""
+
+assert SCAN_NOT_ACTIVE_BROKER_INTERVAL_MS < BROKER_CHANNEL_EXPIRED_TIME_MS
+assert 3 * REGISTER_NAME_SERVER_PERIOD_MS < BROKER_CHANNEL_EXPIRED_TIME_MS  # two missed registrations pass

@@ -167,7 +167,7 @@ def test_lock_requests_over_the_wire_and_release_on_disconnect() -> None:
     assert lock(2, "B") == mqs
     lock(2, "B", RequestCode.UNLOCK_BATCH_MQ)
     assert lock(3, "C") == mqs
-    assert h.request(3, RequestCode.LOCK_BATCH_MQ, body=b"\xc1").code == ResponseCode.MALFORMED_REQUEST
+    assert h.request(3, RequestCode.LOCK_BATCH_MQ, body=b"\xc1").code == ResponseCode.INVALID_PARAMETER
 
 
 def test_group_list_consume_stats_and_reset_offset_notifies_members() -> None:
@@ -206,7 +206,7 @@ def test_group_list_consume_stats_and_reset_offset_notifies_members() -> None:
     assert (e.queue_id, e.new_offset) == (1, 3)
     both = ResetOffsetRequestHeader(consumer_group="g", topic="t", timestamp_ms=ts, offset=1)
     assert h.request(1, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                     to_ext(both)).code == ResponseCode.MALFORMED_REQUEST
+                     to_ext(both)).code == ResponseCode.INVALID_PARAMETER
 
 
 def test_a_held_pull_does_not_commit_its_offset_again_when_woken() -> None:

@@ -43,7 +43,7 @@ def test_query_by_key_within_a_time_range_newest_first(h: BrokerHarness) -> None
     assert _query(h, topic="zzz", key="ORDER-7")[0] == ResponseCode.TOPIC_NOT_EXIST
     assert _query(h, topic="t", key="ORDER-7", begin_timestamp_ms=5, end_timestamp_ms=1)[0] == \
         ResponseCode.MESSAGE_ILLEGAL
-    assert h.request(1, RequestCode.QUERY_MESSAGE, {"topic": "t"}).code == ResponseCode.MALFORMED_REQUEST
+    assert h.request(1, RequestCode.QUERY_MESSAGE, {"topic": "t"}).code == ResponseCode.INVALID_PARAMETER
 
 
 def test_view_by_id_finds_the_half_and_the_committed_copy_and_by_offset(h: BrokerHarness) -> None:

@@ -18,14 +18,14 @@ def test_unknown_topic_code_and_malformed_header_get_errors() -> None:
     assert h.send(1, "nope", b"x").code == ResponseCode.TOPIC_NOT_EXIST
     assert h.request(1, 9999).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     r = h.request(1, RequestCode.SEND_MESSAGE, {"topic": 5})
-    assert r.code == ResponseCode.MALFORMED_REQUEST and "SendMessageRequestHeader" in r.remark
-    assert h.request(1, RequestCode.HEART_BEAT, body=b"\xc1").code == ResponseCode.MALFORMED_REQUEST
+    assert r.code == ResponseCode.INVALID_PARAMETER and "SendMessageRequestHeader" in r.remark
+    assert h.request(1, RequestCode.HEART_BEAT, body=b"\xc1").code == ResponseCode.INVALID_PARAMETER
     assert h.send(1, "t", b"ok").code == ResponseCode.SUCCESS  # still serving
 
 
 def test_oversized_message_is_refused_and_nothing_is_stored() -> None:
     h = BrokerHarness(max_message_size=100)
-    assert h.send(1, "t", b"x" * 101).code == ResponseCode.MESSAGE_TOO_LARGE
+    assert h.send(1, "t", b"x" * 101).code == ResponseCode.MESSAGE_ILLEGAL
     assert h.all_messages("t") == []
 
 

@@ -84,9 +84,9 @@ def test_a_commit_that_does_not_match_the_halves_writes_nothing() -> None:
     assert h.store.write_offset == before and bodies(h) == []
     wrong_group = h.request(1, RequestCode.COMMIT_SINK_BATCH, {"batch": BATCH, "producer_group": "x"},
                             msgspec.msgpack.encode({"0.0": 2}))
-    assert wrong_group.code == ResponseCode.PRODUCER_GROUP_MISMATCH
+    assert wrong_group.code == ResponseCode.TRANSACTION_STATE_GROUP_WRONG
     assert h.request(1, RequestCode.COMMIT_SINK_BATCH, {"batch": BATCH, "producer_group": "spark"},
-                     b"\xc1").code == ResponseCode.MALFORMED_REQUEST
+                     b"\xc1").code == ResponseCode.INVALID_PARAMETER
 
 
 def test_uncommitted_halves_time_out_without_asking_any_producer() -> None:

@@ -12,7 +12,7 @@ from txmq.protocol import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_TRANSACTION_PREPARED,
     RequestCode,
-    decode_message_ext,
+    decode_message_ext_msgpack,
 )
 from txmq.testing import BrokerHarness
 
@@ -55,7 +55,7 @@ def test_unknown_is_settled_by_check_back() -> None:
     assert h.tick(TIMEOUT - 1) == []  # younger than transactionTimeOut: not checked
     [check] = h.tick(1)
     assert check.conn == 1 and check.command.code == RequestCode.CHECK_TRANSACTION_STATE
-    checked = decode_message_ext(check.command.body)
+    checked = decode_message_ext_msgpack(check.command.body)
     assert checked.topic == "t" and checked.body == b"x"
     assert h.end(1, half, "COMMIT", from_check=True).ext["outcome"] == "COMMIT"
     assert [m.body for m in h.all_messages("t")] == [b"x"]
@@ -138,7 +138,7 @@ def test_end_from_the_wrong_producer_group_is_refused() -> None:
     h = harness()
     half = h.send(1, "t", b"x", transactional=True)
     r = h.end(1, half, "COMMIT", group="other")
-    assert r.code == ResponseCode.PRODUCER_GROUP_MISMATCH
+    assert r.code == ResponseCode.TRANSACTION_STATE_GROUP_WRONG
     assert h.all_messages("t") == []
 
 
@@ -149,7 +149,7 @@ def test_rocketmq_9500_a_failing_check_holds_back_only_that_message() -> None:
     entry = h.broker.tx.index.pending[int(bad.ext["queue_offset"])]
     entry.commit_log_offset += 1  # its body can no longer be read
     checks = h.tick(TIMEOUT)
-    assert [decode_message_ext(c.command.body).body for c in checks] == [b"good"]
+    assert [decode_message_ext_msgpack(c.command.body).body for c in checks] == [b"good"]
     assert h.end(1, good, "COMMIT", from_check=True).ext["outcome"] == "COMMIT"
     assert h.broker.tx.stats["check_errors"] == 1
 
@@ -218,7 +218,7 @@ def test_rocketmq_9791_check_back_goes_to_the_sender_not_an_unrelated_member() -
     for conn in (1, 2, 3, 4):
         h.send(conn, "t", f"from-{conn}".encode(), transactional=True)
     checks = h.tick(TIMEOUT)
-    assert sorted((c.conn, decode_message_ext(c.command.body).body) for c in checks) == [
+    assert sorted((c.conn, decode_message_ext_msgpack(c.command.body).body) for c in checks) == [
         (1, b"from-1"), (2, b"from-2"), (3, b"from-3"), (4, b"from-4")]
 
 
@@ -288,7 +288,7 @@ def test_resume_puts_a_discarded_message_back_once() -> None:
                   ).code == ResponseCode.ILLEGAL_OPERATION
     h.heartbeat(1, "producer-1", ["pg"])
     [check] = h.tick(TIMEOUT)
-    assert decode_message_ext(check.command.body).msg_id == msg_id
+    assert decode_message_ext_msgpack(check.command.body).msg_id == msg_id
     from txmq.protocol import CheckTransactionStateRequestHeader, from_ext
     hdr = from_ext(check.command.ext, CheckTransactionStateRequestHeader)
     resumed = h.request(1, RequestCode.END_TRANSACTION, {
@@ -327,7 +327,7 @@ def test_end_batch_settles_with_one_op_record_and_first_writer_wins_inside_the_b
         (ResponseCode.SUCCESS, "COMMIT", False), (ResponseCode.SUCCESS, "COMMIT", True),
         (ResponseCode.SUCCESS, "ROLLBACK", False), (ResponseCode.SUCCESS, "COMMIT", False),
         (ResponseCode.SUCCESS, "PENDING", False),
-        (ResponseCode.PRODUCER_GROUP_MISMATCH, "", False)]
+        (ResponseCode.TRANSACTION_STATE_GROUP_WRONG, "", False)]
     assert sorted(m.body for m in h.all_messages("t")) == [b"m0", b"m2"]
     ops = h.pull(OP_TOPIC)[ops_before:]
     assert len(ops) == 2  # one op record per outcome, not one per end

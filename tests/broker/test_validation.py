@@ -88,7 +88,7 @@ def test_a_request_that_bricked_restart_is_refused_and_the_broker_starts_again(
     ({"DELAY": "1", "REAL_TOPIC": "../../../x", "REAL_QID": "0"}, ResponseCode.NO_PERMISSION),
     ({"TRAN_PREPARED_QUEUE_OFFSET": "abc"}, ResponseCode.NO_PERMISSION),
     ({"TRAN_MSG": "true", "TXMQ_RESUMED_FROM": "x"}, ResponseCode.NO_PERMISSION),
-    ({"DELAY": "abc"}, ResponseCode.MALFORMED_REQUEST),
+    ({"DELAY": "abc"}, ResponseCode.INVALID_PARAMETER),
     ({"k\u0001": "v"}, ResponseCode.MESSAGE_ILLEGAL),
 ], ids=["half-escape", "half-empty", "delay-escape", "prepared-offset", "resumed-from", "delay-abc",
         "separator"])
@@ -107,7 +107,7 @@ def test_broker_only_and_unparsable_properties_are_refused(props: dict[str, str]
 def test_a_non_numeric_limit_gets_malformed_request_not_system_error() -> None:
     h = BrokerHarness()
     r = h.request(1, RequestCode.GET_PENDING_TRANSACTIONS, {"limit": "ten"})
-    assert r.code == ResponseCode.MALFORMED_REQUEST and "limit" in r.remark
+    assert r.code == ResponseCode.INVALID_PARAMETER and "limit" in r.remark
     assert h.request(1, RequestCode.GET_PENDING_TRANSACTIONS, {"limit": 5}).code == ResponseCode.SUCCESS
 
 
@@ -197,7 +197,7 @@ def test_send_back_names_a_stored_message_of_a_client_topic() -> None:
 
 def test_unparsable_transaction_ids_and_sink_batches_get_malformed_request() -> None:
     h = BrokerHarness()
-    malformed = ResponseCode.MALFORMED_REQUEST
+    malformed = ResponseCode.INVALID_PARAMETER
     assert h.request(1, RequestCode.QUERY_TRANSACTION, {"id": "half:abc"}).code == malformed
     assert h.request(1, RequestCode.QUERY_TRANSACTION, {"id": "half:7"}).code == ResponseCode.SUCCESS
     assert h.request(1, RequestCode.ABORT_SINK_BATCH, {"batch": 5}).code == malformed

@@ -1,5 +1,5 @@
 """A real broker process against hostile frames (issue 11): an undecodable header gets
-MALFORMED_REQUEST and a close, with one warning line and no traceback, and other connections are
+INVALID_PARAMETER and a close, with one warning line and no traceback, and other connections are
 served; a refused request leaves its connection usable."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_an_undecodable_header_gets_an_error_reply_and_a_close_without_a_traceba
             socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
         s.sendall(_frame(header))
         [reply] = _replies(s, 1)
-        assert reply.code == ResponseCode.MALFORMED_REQUEST and reply.remark
+        assert reply.code == ResponseCode.INVALID_PARAMETER and reply.remark
         assert s.recv(65536) == b""
         ext = to_ext(SendMessageRequestHeader(producer_group="pg", topic="t", queue_id=0))
         other.sendall(encode_command(Command(code=RequestCode.SEND_MESSAGE, opaque=7, ext=ext, body=b"y")))
@@ -73,4 +73,4 @@ def test_a_refused_request_leaves_its_connection_usable(broker: BrokerProcess) -
                            for i, e in enumerate((bad, system, delay, good), start=1)))
         codes = {r.opaque: r.code for r in _replies(s, 4)}
     assert codes == {1: ResponseCode.MESSAGE_ILLEGAL, 2: ResponseCode.NO_PERMISSION,
-                     3: ResponseCode.MALFORMED_REQUEST, 4: ResponseCode.SUCCESS}
+                     3: ResponseCode.INVALID_PARAMETER, 4: ResponseCode.SUCCESS}

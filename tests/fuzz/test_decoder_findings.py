@@ -14,7 +14,7 @@ from txmq.protocol import (
     MessageExt,
     RequestCode,
     decode_body,
-    decode_message_ext,
+    decode_message_ext_msgpack,
     decode_messages,
 )
 from txmq.store.codec import Checkpoint, decode_checkpoint, encode_checkpoint
@@ -35,7 +35,7 @@ def test_decode_messages_raises_decode_error_on_invalid_utf8() -> None:
             decode_messages(data, ext=ext)
     one = _with_bad_utf8(msgspec.msgpack.encode(Message(topic="tt", body=b"")), b"tt")
     with pytest.raises(msgspec.DecodeError):
-        decode_message_ext(one)
+        decode_message_ext_msgpack(one)
 
 
 def test_decode_body_raises_malformed_frame_on_invalid_utf8() -> None:
@@ -68,4 +68,4 @@ def test_a_body_with_invalid_utf8_gets_malformed_request(code: RequestCode) -> N
         body = msgspec.msgpack.encode([Message(topic="cc", body=b"")])
     ext = {"producer_group": "pg", "topic": "t", "batch": "b"}
     r = h.request(1, code, ext, _with_bad_utf8(body, b"cc"))
-    assert r.code == ResponseCode.MALFORMED_REQUEST, r.remark
+    assert r.code == ResponseCode.INVALID_PARAMETER, r.remark

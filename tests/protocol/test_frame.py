@@ -16,9 +16,9 @@ from txmq.protocol import (
     FrameDecoder,
     MessageExt,
     SendMessageRequestHeader,
-    decode_message_ext,
+    decode_message_ext_msgpack,
     encode_command,
-    encode_message_ext,
+    encode_message_ext_msgpack,
     from_ext,
     to_ext,
 )
@@ -89,7 +89,7 @@ def test_header_struct_validation() -> None:
 def test_message_ext_round_trip() -> None:
     m = MessageExt(topic="t", body=b"\x00\x01", keys="k1 k2", properties={"UNIQ_KEY": "X"},
                    queue_id=3, queue_offset=7, commit_log_offset=99, born_timestamp_ms=5)
-    assert decode_message_ext(encode_message_ext(m)) == m
+    assert decode_message_ext_msgpack(encode_message_ext_msgpack(m)) == m
     assert m.msg_id == "X"
 
 

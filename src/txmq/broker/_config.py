@@ -25,6 +25,13 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: int = 10911
     """Listen port (RocketMQ's broker default ``listenPort`` 10911); 0 picks a free port."""
+    broker_name: str = "broker-a"
+    """RocketMQ ``brokerName``, as routes name this broker."""
+    broker_cluster_name: str = "DefaultCluster"
+    """RocketMQ ``brokerClusterName``."""
+    namesrv_addr: str = ""
+    """Name servers to register with, ``host:port`` separated by ``;`` (RocketMQ
+    ``namesrvAddr``); empty: none, clients use the broker itself as their name server."""
     data_dir: str = "./txmq-data"
     flush_disk_type: Literal["SYNC_FLUSH", "ASYNC_FLUSH"] = "SYNC_FLUSH"
     """RocketMQ MessageStoreConfig ``flushDiskType``: SYNC_FLUSH acknowledges after fsync."""

@@ -24,11 +24,13 @@ def _register_subapps() -> None:
     from txmq.cli._reconcile import reconcile
     from txmq.cli._store import store_app
     from txmq.cli._tx import tx_app
+    from txmq.namesrv._main import namesrv
 
     app.add_typer(tx_app, name="tx")
     app.add_typer(outbox_app, name="outbox")
     app.command("reconcile")(reconcile)
     app.add_typer(store_app, name="store")
+    app.command("namesrv")(namesrv)
 
 
 _register_subapps()

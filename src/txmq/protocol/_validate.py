@@ -9,7 +9,7 @@ a property the broker later trusts without passing here. Each raises
   (RocketMQ ``SendMessageProcessor``/``AbstractSendMessageProcessor.msgCheck``);
 - ``NO_PERMISSION`` (16): a write to a topic only the broker writes, or a property only the broker
   sets (RocketMQ ``TopicValidator.isNotAllowedSendTopic``);
-- ``MALFORMED_REQUEST`` (2000, txmq): a value that does not parse (``DELAY=abc``).
+- ``INVALID_PARAMETER`` (2000, txmq): a value that does not parse (``DELAY=abc``).
 
 Names follow RocketMQ ``TopicValidator``: ``^[%|a-zA-Z0-9_-]+$`` and at most
 ``TOPIC_NAME_MAX_CHARS`` (127) characters. The charset has no ``.``, ``/`` or ``@``, so ``.`` and
@@ -191,12 +191,12 @@ def check_timestamp(ms: int, what: str = "timestamp", *, none_ok: bool = False) 
 
 def parse_int(value: object, what: str, lo: int, hi: int) -> int:
     """``value`` (a decimal string or an int) as an int in ``lo .. hi``. Raises InvalidRequest:
-    MALFORMED_REQUEST when it does not parse, MESSAGE_ILLEGAL when out of range."""
+    INVALID_PARAMETER when it does not parse, MESSAGE_ILLEGAL when out of range."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise InvalidRequest(ResponseCode.MALFORMED_REQUEST, f"{what} must be an integer")
+        raise InvalidRequest(ResponseCode.INVALID_PARAMETER, f"{what} must be an integer")
     if isinstance(value, str):
         if not _INT.fullmatch(value):
-            raise InvalidRequest(ResponseCode.MALFORMED_REQUEST,
+            raise InvalidRequest(ResponseCode.INVALID_PARAMETER,
                                  f"{what} {value[:40]!r} is not an integer")
         value = int(value)
     if not lo <= value <= hi:
@@ -258,7 +258,7 @@ def _name_bad_value(props: Mapping[str, str]) -> None:
 def delay_level(props: Mapping[str, str]) -> int:
     """The ``DELAY`` level of a client's message (0: none). A level above the broker's highest is
     kept and later clamped to it, as RocketMQ clamps to ``maxDelayLevel``. Raises InvalidRequest:
-    MALFORMED_REQUEST when it does not parse, MESSAGE_ILLEGAL when negative or above int32."""
+    INVALID_PARAMETER when it does not parse, MESSAGE_ILLEGAL when negative or above int32."""
     raw = props.get(PROPERTY_DELAY_TIME_LEVEL, "")
     return 0 if raw == "" else parse_int(raw, "delay level (DELAY)", 0, _INT32_MAX)
 
@@ -290,7 +290,7 @@ def check_send_properties(props: Mapping[str, str]) -> bool:
                              f"properties {sorted(forbidden)} are set by the broker only")
     half = props.get(PROPERTY_TRANSACTION_PREPARED, "false")
     if half not in ("true", "false"):
-        raise InvalidRequest(ResponseCode.MALFORMED_REQUEST,
+        raise InvalidRequest(ResponseCode.INVALID_PARAMETER,
                              f"TRAN_MSG must be true or false, not {half[:40]!r}")
     delay_level(props)
     if PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS in props:

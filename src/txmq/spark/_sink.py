@@ -41,9 +41,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from txmq.broker.transaction import PROPERTY_TXMQ_SINK_BATCH, PROPERTY_TXMQ_SINK_TASK
-from txmq.client import AsyncTransactionProducer, LocalTransactionState, Message, Producer
+from txmq.client import Admin, AsyncTransactionProducer, LocalTransactionState, Message
 from txmq.errors import ConfigError
-from txmq.protocol import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, RequestCode
+from txmq.protocol import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS
 
 __all__ = ["SinkOptions", "TaskCommit", "TxmqStreamWriter"]
 
@@ -226,16 +226,14 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
         """Commit the batch on the broker (idempotent). Raises on a refused commit."""
         tasks = {m.task: m.rows for m in messages if isinstance(m, TaskCommit)}
         _fault(self.opts, f"hang-commit-before:{batchId}")
-        with Producer(self.opts.producer_group, self.opts.endpoints) as p:
-            r = p.request(RequestCode.COMMIT_SINK_BATCH,
-                          {"batch": self._batch(batchId), "producer_group": self.opts.producer_group},
-                          msgspec.msgpack.encode(tasks))
-        log.info("txmq sink %s batch %d: %s%s", self.opts.sink_id, batchId, r.ext.get("outcome"),
-                 " (committed before)" if r.ext.get("duplicate") else "")
+        with Admin(self.opts.endpoints) as admin:
+            r = admin.commit_sink_batch(self._batch(batchId), self.opts.producer_group, tasks)
+        log.info("txmq sink %s batch %d: %s%s", self.opts.sink_id, batchId, r.outcome,
+                 " (committed before)" if r.duplicate else "")
         _fault(self.opts, f"commit-after:{batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Roll back the batch's halves unless it was committed."""
-        with Producer(self.opts.producer_group, self.opts.endpoints) as p:
-            r = p.request(RequestCode.ABORT_SINK_BATCH, {"batch": self._batch(batchId)})
-        log.info("txmq sink %s batch %d aborted: %s", self.opts.sink_id, batchId, r.ext.get("outcome"))
+        with Admin(self.opts.endpoints) as admin:
+            r = admin.abort_sink_batch(self._batch(batchId))
+        log.info("txmq sink %s batch %d aborted: %s", self.opts.sink_id, batchId, r.outcome)

@@ -29,7 +29,7 @@ from txmq.protocol import (
     PROPERTY_UNIQ_KEY,
     CheckTransactionStateRequestHeader,
     Command,
-    decode_message_ext,
+    decode_message_ext_msgpack,
     from_ext,
 )
 from txmq.testing._harness import BrokerHarness
@@ -179,7 +179,7 @@ class Simulation:
             return
         p = self.rng.choice(ready)
         cmd = p.inbox.pop(self.rng.randrange(len(p.inbox)))  # out of order on purpose
-        msg = decode_message_ext(cmd.body)
+        msg = decode_message_ext_msgpack(cmd.body)
         tx = self.txs[msg.msg_id]
         answer = _LOCAL_ANSWER.get(tx.local)
         if answer is not None:
@@ -245,7 +245,7 @@ class Simulation:
 
     def _answer_one(self, p: _Producer) -> None:
         cmd = p.inbox.pop()
-        tx = self.txs[decode_message_ext(cmd.body).msg_id]
+        tx = self.txs[decode_message_ext_msgpack(cmd.body).msg_id]
         answer = _LOCAL_ANSWER.get(tx.local)
         if answer is not None:
             self._end(p, tx, answer, from_check=True)

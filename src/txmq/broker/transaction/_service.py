@@ -53,6 +53,7 @@ from txmq.protocol import (
     MessageExt,
     RequestCode,
     encode_message_ext,
+    offset_msg_id,
     to_ext,
 )
 from txmq.store import AppendResult, Record, StateTable, Store
@@ -121,12 +122,16 @@ class TransactionService:
             never be committed. Such a half message is discarded to TRANS_CHECK_MAX_TIME_TOPIC
             (resumable, I5) with the reason (``TXMQ_PARK_REASON``) when the checker first looks
             at it or when a commit asks for it, and counted in ``stats["parked"]``.
+        store_host: the broker's ``ip:port``, for the offset message id of a check-back of a
+            half message stored without one (the memory store keeps no host).
     """
 
     def __init__(self, config: BrokerConfig, store: Store, append: Append,
                  clients: ClientRegistry,
-                 destination_problem: Callable[[str | None, str | None], str | None]) -> None:
+                 destination_problem: Callable[[str | None, str | None], str | None],
+                 store_host: Callable[[], str] = lambda: "") -> None:
         self.config = config
+        self._store_host = store_host
         self._problem = destination_problem
         self.store = store
         self.index = TransactionIndex(_open_state_table(store))
@@ -218,7 +223,7 @@ class TransactionService:
             if isinstance(r, EndResult):
                 results.append(r)
             else:
-                decided.setdefault((h.operator, h.reason), []).append(r)
+                decided.setdefault(("", ""), []).append(r)
                 first[h.tran_state_table_offset] = r[1]
                 results.append(None)
         durable = 0
@@ -244,7 +249,7 @@ class TransactionService:
                 self.stats["duplicate_ends"] += 1
             return EndResult(ResponseCode.SUCCESS, recorded.value, duplicate=True)
         if h.producer_group != entry.producer_group:
-            return EndResult(ResponseCode.PRODUCER_GROUP_MISMATCH,
+            return EndResult(ResponseCode.TRANSACTION_STATE_GROUP_WRONG,
                              remark=f"producer group {h.producer_group!r} does not match "
                                     f"{entry.producer_group!r}")
         if h.commit_log_offset != entry.commit_log_offset:
@@ -457,10 +462,13 @@ class TransactionService:
         props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(entry.check_count)
         half.properties = props
         header = CheckTransactionStateRequestHeader(
-            tran_state_table_offset=entry.half_offset, commit_log_offset=entry.commit_log_offset,
-            msg_id=entry.msg_id, transaction_id=entry.msg_id, producer_group=entry.producer_group)
+            topic=half.topic, tran_state_table_offset=entry.half_offset,
+            commit_log_offset=entry.commit_log_offset, msg_id=entry.msg_id,
+            transaction_id=props.get(PROPERTY_TRANSACTION_ID) or entry.msg_id,
+            offset_msg_id=offset_msg_id(half.store_host or self._store_host(),
+                                        entry.commit_log_offset))
         return Command(code=RequestCode.CHECK_TRANSACTION_STATE, opaque=next(self._opaque),
-                       flags=FLAG_ONEWAY, ext=to_ext(header), body=encode_message_ext(half))
+                       flag=FLAG_ONEWAY, ext=to_ext(header), body=encode_message_ext(half))
 
     # -- recovery ---------------------------------------------------------------------------------
     @staticmethod
@@ -645,7 +653,7 @@ class TransactionService:
         """
         assert outcome in (Outcome.COMMIT, Outcome.ROLLBACK)
         if not operator:
-            return EndResult(ResponseCode.MALFORMED_REQUEST, remark="an operator name is required")
+            return EndResult(ResponseCode.INVALID_PARAMETER, remark="an operator name is required")
         entry = self.index.pending.get(half_offset)
         if entry is None:
             recorded = self.index.settled.get(half_offset)
@@ -701,7 +709,7 @@ class TransactionService:
                                         f"pending halves, expected {n}")
             for off in pending.get(task, ()):
                 if self.index.pending[off].producer_group != producer_group:
-                    return EndResult(ResponseCode.PRODUCER_GROUP_MISMATCH,
+                    return EndResult(ResponseCode.TRANSACTION_STATE_GROUP_WRONG,
                                      remark=f"half {off} belongs to another producer group")
         marker = Record(topic=SINK_BATCH_TOPIC, queue_id=0,
                         body=encode_marker(BatchMarker(batch, dict(tasks))),

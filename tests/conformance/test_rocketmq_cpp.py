@@ -9,9 +9,15 @@ server answers route lookups itself.
 from __future__ import annotations
 
 import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import DELAY_LEVELS, FAST_TX
 from rocketmq_cpp_helpers import CppClient, CppFactory, Event, keys, settle
 
 from txmq.client import (
@@ -23,7 +29,8 @@ from txmq.client import (
     PushConsumer,
     TransactionProducer,
 )
-from txmq.testing import BrokerProcess, wait_until
+from txmq.protocol import Command, FrameDecoder, RequestCode, encode_command
+from txmq.testing import BrokerProcess, run_broker, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -194,3 +201,57 @@ def test_cpp_client_and_txmq_sdk_consume_what_the_other_produced(cpp: CppFactory
     finally:
         sdk.shutdown()
     assert sorted(seen) == sorted((k, v.encode()) for k, v in expected.items())
+
+
+@pytest.fixture
+def namesrv(tmp_path: Path) -> Iterator[str]:
+    """``txmq namesrv`` on a free port; yields its ``host:port``."""
+    port_file = tmp_path / "namesrv.port"
+    with open(tmp_path / "namesrv.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "txmq", "namesrv", "--port", "0", "--port-file",
+                                 str(port_file)], stderr=log)
+    try:
+        wait_until(lambda: port_file.exists() or proc.poll() is not None, 30)
+        assert proc.poll() is None, (tmp_path / "namesrv.log").read_text()
+        yield f"127.0.0.1:{int(port_file.read_text())}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def routed(namesrv: str, topic: str) -> bool:
+    """Whether the name server answers GET_ROUTEINFO_BY_TOPIC for ``topic`` with a route."""
+    host, port = namesrv.split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(encode_command(Command(code=RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=1,
+                                            ext={"topic": topic})))
+        decoder, got = FrameDecoder(), []
+        while not got:
+            data = sock.recv(65536)
+            if not data:
+                return False
+            got = decoder.feed(data)
+    return got[0].code == 0
+
+
+def test_through_a_name_server(cpp_python: Path, namesrv: str, tmp_path: Path) -> None:
+    """namesrvAddr = ``txmq namesrv``, with a broker that registered its topics there."""
+    with run_broker(tmp_path / "broker", topics={"cpp-ns": 4}, namesrv_addr=namesrv,
+                    message_delay_level=DELAY_LEVELS, **FAST_TX):
+        try:
+            wait_until(lambda: routed(namesrv, "cpp-ns"), 30)
+        except AssertionError:
+            msg = "the broker (namesrv_addr set) never registered cpp-ns with the name server"
+            raise AssertionError(msg) from None
+
+        def start(command: str, *args: str) -> CppClient:
+            return CppClient(cpp_python, namesrv, command, *args,
+                             log_path=tmp_path / f"cpp-{command}-{time.monotonic_ns()}.log")
+
+        tx = start("transact", "--topic", "cpp-ns", "--group", "cpp-ns-tx", "--prefix", "ns",
+                   "--plan", "commit,rollback,unknown", "--check-answer", "commit", "--expect-checks", "1",
+                   "--linger", "60")
+        assert keys(tx.ok(), "check") == ["ns-2"]
+        reader = start("consume", "--topic", "cpp-ns", "--group", "cpp-ns-readers", "--expect", "2",
+                       "--idle", "3")
+        assert sorted(keys(reader.ok())) == ["ns-0", "ns-2"]

@@ -14,17 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rocketmq_cpp_helpers import CppClient, CppFactory
+from rocketmq_cpp_helpers import DELAY_LEVELS, FAST_TX, CppClient, CppFactory
 
 from txmq.testing import BrokerProcess, run_broker
 from txmq.testing.rocketmq_cpp import CppClientUnavailable, ensure_env
 
 REQUIRE_ENV = "TXMQ_REQUIRE_ROCKETMQ_CPP"
 TOPIC_QUEUES = 4
-# Retries of a consumer's RECONSUME_LATER use delay levels 3 + reconsumeTimes (RocketMQ
-# SendMessageProcessor), up to level 18 for the 16th retry: every level is short here.
-DELAY_LEVELS = " ".join(["100ms"] * 18)
-FAST_TX = {"transaction_timeout_ms": 500, "transaction_check_interval_ms": 300}
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,10 @@ from txmq.testing import wait_until
 
 SCENARIOS = Path(__file__).resolve().parent / "clients" / "rocketmq_cpp_scenarios.py"
 PROCESS_TIMEOUT_S = 120.0
+# Retries of a consumer's RECONSUME_LATER use delay levels 3 + reconsumeTimes (RocketMQ
+# SendMessageProcessor), up to level 18 for the 16th retry: every level is short here.
+DELAY_LEVELS = " ".join(["100ms"] * 18)
+FAST_TX = {"transaction_timeout_ms": 500, "transaction_check_interval_ms": 300}
 Event = dict[str, Any]
 
 

@@ -17,8 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DELAY_LEVELS, FAST_TX
-from rocketmq_cpp_helpers import CppClient, CppFactory, Event, keys, settle
+from rocketmq_cpp_helpers import DELAY_LEVELS, FAST_TX, CppClient, CppFactory, Event, keys, settle
 
 from txmq.client import (
     ConsumeStatus,

@@ -683,7 +683,7 @@ class Broker:
 
     # -- clients ----------------------------------------------------------------------------------
     def _heartbeat(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        data = decode_body(cmd.body, HeartbeatData, strict=False)
+        data = decode_body(cmd.body, HeartbeatData)
         for g in data.producer_groups:
             check_group(g)
         for cd in data.consumer_data_set:

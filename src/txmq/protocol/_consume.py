@@ -44,9 +44,10 @@ def encode_body(value: object) -> bytes:
     return _enc.encode(value)
 
 
-def decode_body(data: bytes, cls: type[B], *, strict: bool = True) -> B:
-    """Decode a JSON body as ``cls``; ``strict=False`` also takes numbers written as strings (the
-    C++ client's ``subVersion``). Raises MalformedHeader when it does not decode or validate."""
+def decode_body(data: bytes, cls: type[B], *, strict: bool = False) -> B:
+    """Decode a JSON body as ``cls``. Like fastjson, numbers written as strings are read as numbers
+    (the C++ client writes ``subVersion`` so) unless ``strict``. Raises MalformedHeader when it
+    does not decode or validate."""
     try:
         return msgspec.json.decode(data, type=cls, strict=strict)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:

@@ -13,6 +13,7 @@ or a value does not parse. txmq's extension headers (codes >= 9000) follow the s
 from __future__ import annotations
 
 import functools
+import re
 import typing
 from typing import Any, TypeVar
 
@@ -118,6 +119,8 @@ def _remark(exc: msgspec.ValidationError, cls: type[Any]) -> str:
 
 _JAVA_LONG_MAX = 2**63 - 1
 _JAVA_LONG_DIGITS_MAX = 19
+_SHORT_INTS = re.compile(r"(?:-?[0-9]{1,18}(?:,|$))*")
+"""Integers of at most 18 digits, comma-separated: always within a Java long."""
 
 
 @functools.cache
@@ -147,10 +150,12 @@ def from_ext(ext: dict[str, str], cls: type[T]) -> T:
         out = msgspec.convert(ext, cls, strict=False)
     except msgspec.ValidationError as exc:
         raise MalformedHeader(_remark(exc, cls)) from exc
-    for name in _int_fields(cls):
-        v = ext.get(name)
-        if v is not None and not (v.isdigit() and len(v) < _JAVA_LONG_DIGITS_MAX) and not _java_long(v):
-            raise MalformedHeader(f"bad {cls.__name__}: {name} {v[:40]!r} is not a Java long")
+    names = _int_fields(cls)
+    if not _SHORT_INTS.fullmatch(",".join([ext.get(n) or "0" for n in names])):
+        for name in names:  # the rare slow path: say which, or let a 19-digit long pass
+            v = ext.get(name)
+            if v is not None and not _java_long(v):
+                raise MalformedHeader(f"bad {cls.__name__}: {name} {v[:40]!r} is not a Java long")
     return out
 
 

@@ -256,3 +256,23 @@ def test_topic_names_that_would_break_offset_keys_are_refused(name: str) -> None
     hdr = CreateTopicRequestHeader(topic=name, read_queue_nums=1, write_queue_nums=1)
     r = h.request(1, RequestCode.UPDATE_AND_CREATE_TOPIC, to_ext(hdr))
     assert r.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+@pytest.mark.parametrize("max_times", [0, 3, 16])
+def test_an_orderly_dead_letter_send_lands_in_the_dlq_with_its_local_retry_count(max_times: int) -> None:
+    """RocketMQ ConsumeMessageOrderlyService.sendMessageBack: a send to the retry topic whose
+    reconsumeTimes exceeds maxReconsumeTimes is stored in the DLQ (handleRetryAndDLQ), with that
+    count; a maxReconsumeTimes of 0 is a limit, not "use the default"."""
+    from txmq.client._core import dead_letter_header
+
+    h = BrokerHarness(topics={"t": 1})
+    h.send(1, "t", b"x", keys="k")
+    [msg] = h.pull("t")
+    msg.reconsume_times = max_times  # the orderly consumer's local retries
+    ext = dead_letter_header(msg, "g", max_times, h.now_ms)
+    assert h.request(1, RequestCode.SEND_MESSAGE_V2, ext, msg.body).code == ResponseCode.SUCCESS
+    [dead] = h.pull(dlq_topic("g"))
+    assert (dead.body, dead.keys, dead.reconsume_times, dead.msg_id) == (b"x", "k", max_times + 1,
+                                                                          msg.msg_id)
+    assert dead.properties[PROPERTY_RETRY_TOPIC] == "t"
+    assert h.pull(retry_topic("g")) == []

@@ -146,7 +146,8 @@ def test_the_snapshot_restores_pending_check_counts_and_outcomes(tmp_path: Path)
     assert tx.index.counts() == {"PENDING": 2, "COMMIT": 3, "ROLLBACK": 1, "DISCARD": 0}
     assert [e.check_count for e in tx.index.pending.values()] == [1, 1]
     r = h.end(1, halves[0], "ROLLBACK")  # I4: a late duplicate gets the recorded outcome
-    assert r.code == ResponseCode.SUCCESS and r.ext.get("outcome", "COMMIT") == "COMMIT"
+    ended = from_ext(r.ext, EndTransactionResponseHeader)
+    assert (r.code, ended.outcome, ended.duplicate) == (ResponseCode.SUCCESS, "COMMIT", True)
     assert tx.stats["duplicate_ends"] == 1
     assert [m.body for m in h.pull("t", 0)] == [b"m0", b"m1", b"m2"]
     _stop(h)

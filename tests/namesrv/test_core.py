@@ -7,7 +7,7 @@ import json
 import zlib
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txmq.errors import ResponseCode
@@ -291,6 +291,7 @@ _values = st.sampled_from(["", "0", "-1", "1", "true", "false", "9" * 30, "b", "
 
 
 @given(_codes, st.dictionaries(_keys, _values), st.binary(max_size=64) | st.just(b"{}"), st.booleans())
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # a loaded machine: st.text
 def test_any_request_gets_an_answer_and_never_raises(
         code: int, ext: dict[str, str], body: bytes, compressed_body: bool) -> None:
     core = NameServerCore()

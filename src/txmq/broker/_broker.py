@@ -460,8 +460,8 @@ class Broker:
             check_group(h.producer_group)
         check_timestamp(h.born_timestamp, "born timestamp")
         topic, reconsumed = h.topic, h.reconsume_times or 0
-        if topic.startswith(RETRY_PREFIX) and reconsumed > (h.max_reconsume_times
-                                                            or limits.MAX_RECONSUME_TIMES):
+        max_times = limits.MAX_RECONSUME_TIMES if h.max_reconsume_times is None else h.max_reconsume_times
+        if topic.startswith(RETRY_PREFIX) and reconsumed > max_times:
             topic = dlq_topic(topic[len(RETRY_PREFIX):])
             self.create_topic(topic, 1)
         n = self._queue_nums(topic)

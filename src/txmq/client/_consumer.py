@@ -29,6 +29,7 @@ from txmq.client._core import (
     batches,
     check_response,
     consumer_heartbeat,
+    dead_letter_header,
     decode_local_offsets,
     encode_local_offsets,
     is_consumed,
@@ -473,13 +474,20 @@ class AsyncPushConsumer(_PullMixin):
                 self._submit(w, kept)
 
     async def _send_back(self, msg: MessageExt, *, dlq: bool = False) -> bool:
-        """CONSUMER_SEND_MSG_BACK: park ``msg`` in the retry topic (or the DLQ); False on failure."""
-        h = ConsumerSendMsgBackRequestHeader(
-            group=self.group, offset=msg.commit_log_offset, delay_level=-1 if dlq else 0,
-            origin_msg_id=msg.msg_id, origin_topic=msg.topic,
-            max_reconsume_times=self.max_reconsume_times)
+        """CONSUMER_SEND_MSG_BACK: park ``msg`` in the retry topic; with ``dlq`` (orderly, out of
+        local retries) a send of it to the DLQ with its local retry count
+        (:func:`dead_letter_header`). False on failure."""
+        if dlq:
+            ext = dead_letter_header(msg, self.group, self.max_reconsume_times, _wall_ms())
+            req = (RequestCode.SEND_MESSAGE_V2, ext, msg.body)
+        else:
+            h = ConsumerSendMsgBackRequestHeader(
+                group=self.group, offset=msg.commit_log_offset, delay_level=0,
+                origin_msg_id=msg.msg_id, origin_topic=msg.topic,
+                max_reconsume_times=self.max_reconsume_times)
+            req = (RequestCode.CONSUMER_SEND_MSG_BACK, to_ext(h), b"")
         try:
-            check_response(await self.call(RequestCode.CONSUMER_SEND_MSG_BACK, to_ext(h)))
+            check_response(await self.call(*req))
             return True
         except _NETWORK_ERRORS as exc:
             log.warning("send back of %s failed: %s", msg.msg_id, exc)

@@ -15,9 +15,15 @@ import msgspec
 from txmq import limits
 from txmq.errors import ConfigError, MalformedHeader, RemoteError, ResponseCode
 from txmq.protocol import (
+    BROKER_ONLY_PROPERTIES,
     FLAG_ONEWAY,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_RECONSUME_TIME,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
     RETRY_PREFIX,
     SERIALIZE_JSON,
@@ -39,6 +45,7 @@ from txmq.protocol import (
     encode_command,
     encode_properties,
     from_ext,
+    retry_topic,
     to_ext,
 )
 
@@ -62,6 +69,7 @@ __all__ = [
     "batches",
     "check_response",
     "consumer_heartbeat",
+    "dead_letter_header",
     "decode_local_offsets",
     "encode_local_offsets",
     "is_consumed",
@@ -346,6 +354,39 @@ def rebalance_plan(owned: set[MessageQueue], wanted: set[MessageQueue]
                    ) -> tuple[list[MessageQueue], list[MessageQueue]]:
     """``(drop, add)``: queues to stop consuming and queues to start, each sorted."""
     return sorted(owned - wanted), sorted(wanted - owned)
+
+
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+"""The producer group of a consumer's own sends (RocketMQ ``MixAll.CLIENT_INNER_PRODUCER_GROUP``)."""
+
+_NOT_RESENT = BROKER_ONLY_PROPERTIES | {PROPERTY_TRANSACTION_PREPARED, PROPERTY_PRODUCER_GROUP,
+                                        PROPERTY_DELAY_TIME_LEVEL, "TXMQ_SINK_BATCH", "TXMQ_SINK_TASK"}
+
+
+def dead_letter_header(msg: MessageExt, group: str, max_reconsume_times: int,
+                       born_ms: int) -> dict[str, str]:
+    """The SEND_MESSAGE_V2 header that puts ``msg`` (body: ``msg.body``), out of an orderly
+    consumer's local retries, into ``%DLQ%<group>`` with its retry count: a send to
+    ``%RETRY%<group>`` whose ``reconsumeTimes`` (``msg.reconsume_times`` + 1) exceeds
+    ``maxReconsumeTimes``, which the broker stores in the DLQ (RocketMQ
+    ``ConsumeMessageOrderlyService.sendMessageBack``, ``SendMessageProcessor.handleRetryAndDLQ``).
+    CONSUMER_SEND_MSG_BACK cannot carry a count kept by the client. Properties the broker sets,
+    or that would make the copy a half or delay message, are left out."""
+    props = {k: v for k, v in msg.properties.items() if k not in _NOT_RESENT}
+    props[PROPERTY_RETRY_TOPIC] = msg.topic
+    if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
+        props[PROPERTY_ORIGIN_MESSAGE_ID] = msg.msg_id
+    times = msg.reconsume_times + 1
+    props[PROPERTY_RECONSUME_TIME] = str(times)
+    props[PROPERTY_MAX_RECONSUME_TIMES] = str(max_reconsume_times)
+    if msg.tags:
+        props["TAGS"] = msg.tags
+    if msg.keys:
+        props["KEYS"] = msg.keys
+    return to_ext(SendMessageRequestHeaderV2(
+        producer_group=CLIENT_INNER_PRODUCER_GROUP, topic=retry_topic(group), queue_id=0,
+        born_timestamp=born_ms, flag=msg.flag, properties=encode_properties(props),
+        reconsume_times=times, max_reconsume_times=max_reconsume_times))
 
 
 def restore_retry_topic(msg: MessageExt) -> MessageExt:

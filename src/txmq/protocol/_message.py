@@ -7,8 +7,6 @@ properties ``TAGS`` and ``KEYS``; here they are fields of their own.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from txmq.protocol._message_id import offset_msg_id
@@ -67,10 +65,6 @@ __all__ = [
     "SYSTEM_PROPERTIES",
     "Message",
     "MessageExt",
-    "decode_message_ext_msgpack",
-    "decode_messages",
-    "encode_message_ext_msgpack",
-    "encode_messages",
 ]
 
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
@@ -234,39 +228,3 @@ class MessageExt(Message, kw_only=True):
             MalformedMessage: ``store_host`` is not an IP literal with a port.
         """
         return offset_msg_id(self.store_host, self.commit_log_offset) if self.store_host else ""
-
-
-_enc = msgspec.msgpack.Encoder()
-_dec_ext = msgspec.msgpack.Decoder(MessageExt)
-_dec_ext_list = msgspec.msgpack.Decoder(list[MessageExt])
-_dec_list = msgspec.msgpack.Decoder(list[Message])
-
-
-def encode_message_ext_msgpack(msg: MessageExt) -> bytes:
-    """msgpack-encode one stored message (txmq's old check-back body; the binary RocketMQ codec
-    is :func:`txmq.protocol.encode_message_ext`)."""
-    return _enc.encode(msg)
-
-
-def _decode(decoder: msgspec.msgpack.Decoder[Any], data: bytes) -> Any:
-    try:
-        return decoder.decode(data)
-    except UnicodeDecodeError as exc:  # msgspec's error for a str that is not UTF-8 (txmq fuzz)
-        raise msgspec.DecodeError(f"invalid UTF-8: {exc}") from exc
-
-
-def decode_message_ext_msgpack(data: bytes) -> MessageExt:
-    """Decode :func:`encode_message_ext_msgpack` output. Raises ``msgspec.DecodeError`` on bad input
-    (``msgspec.ValidationError``, a subclass, when a field has the wrong type)."""
-    return _decode(_dec_ext, data)  # type: ignore[no-any-return]
-
-
-def encode_messages(msgs: list[MessageExt] | list[Message]) -> bytes:
-    """msgpack-encode a list of messages (pull responses, batch sends)."""
-    return _enc.encode(msgs)
-
-
-def decode_messages(data: bytes, *, ext: bool = True) -> list[MessageExt] | list[Message]:
-    """Decode a list of messages; ``ext`` selects :class:`MessageExt` or :class:`Message`.
-    Raises ``msgspec.DecodeError`` (or its subclass ``msgspec.ValidationError``) on bad input."""
-    return _decode(_dec_ext_list if ext else _dec_list, data)  # type: ignore[no-any-return]

@@ -219,7 +219,7 @@ def test_stalled_big_frames_stay_within_the_buffer_budget(tmp_path: Path) -> Non
         pid = bp.proc.pid
         big = socket.create_connection(("127.0.0.1", bp.port))
         frame = encode_command(Command(code=RequestCode.HEART_BEAT, opaque=3,
-                                       body=bytes(limits.FRAME_SIZE_MAX_BYTES - 64)))
+                                       body=bytes(limits.FRAME_SIZE_MAX_BYTES - 256)))
         assert ask(big, frame, timeout_s=30) == ResponseCode.SYSTEM_ERROR  # read whole (bad body)
         big.close()
         base = rss_bytes(pid)

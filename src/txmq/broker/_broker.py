@@ -283,7 +283,7 @@ class Broker:
             try:
                 h: SendHeader | None = send_header(cmd)
                 props = decode_properties(h.properties or "") if h is not None else {}
-                delayed = delay_level(props) > 0
+                delayed = PROPERTY_DELAY_TIME_LEVEL in props and delay_level(props) > 0
             except (ProtocolError, InvalidRequest):  # answered by handle(), one by one
                 h, delayed = None, True
             if h is None or delayed:

@@ -13,9 +13,8 @@ or a value does not parse. txmq's extension headers (codes >= 9000) follow the s
 from __future__ import annotations
 
 import functools
-import re
 import typing
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
@@ -39,6 +38,7 @@ __all__ = [
     "GetConsumerListByGroupRequestHeader",
     "GetMaxOffsetRequestHeader",
     "GetMinOffsetRequestHeader",
+    "JLong",
     "NotifyConsumerIdsChangedRequestHeader",
     "OffsetResponseHeader",
     "PendingTransactionsRequestHeader",
@@ -117,46 +117,24 @@ def _remark(exc: msgspec.ValidationError, cls: type[Any]) -> str:
     return f"bad {cls.__name__}: {text}"
 
 
-_JAVA_LONG_MAX = 2**63 - 1
-_JAVA_LONG_DIGITS_MAX = 19
-_SHORT_INTS = re.compile(r"(?:-?[0-9]{1,18}(?:,|$))*")
-"""Integers of at most 18 digits, comma-separated: always within a Java long."""
-
-
-@functools.cache
-def _int_fields(cls: type[msgspec.Struct]) -> tuple[str, ...]:
-    """Wire names of the integer fields of ``cls``."""
-    return tuple(f.encode_name for f in msgspec.structs.fields(cls)
-                 if f.type is int or int in typing.get_args(f.type))
-
-
-def _java_long(v: str) -> bool:
-    """Whether ``v`` parses with Java's ``Long.parseLong``: an optional sign, ASCII digits, in
-    range (so no exponent, fraction, blank or underscore, which Python's ``int`` would take)."""
-    digits = v[1:] if v[:1] in ("-", "+") else v
-    if not (digits.isascii() and digits.isdigit()):
-        return False
-    return len(digits) < _JAVA_LONG_DIGITS_MAX or -_JAVA_LONG_MAX - 1 <= int(v) <= _JAVA_LONG_MAX
+JLong = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+"""An integer header field: a Java ``long``, so a number out of its range is a malformed header
+(checked in msgspec's conversion, at C speed)."""
 
 
 def from_ext(ext: dict[str, str], cls: type[T]) -> T:
-    """Read header ``cls`` from ``extFields``; numbers as Java's ``Long.parseLong`` reads them.
+    """Read header ``cls`` from ``extFields``. Integers must fit a Java ``long`` (:data:`JLong`);
+    unlike Java's ``Long.parseLong``, an integral number written as a float (``1e3``, ``1.0``) is
+    read as that integer.
 
     Raises:
         MalformedHeader: a required field is missing (remark ``the custom field <name> is null``,
             as RocketMQ's ``RemotingCommand.decodeCommandCustomHeader``) or a value does not parse.
     """
     try:
-        out = msgspec.convert(ext, cls, strict=False)
+        return msgspec.convert(ext, cls, strict=False)
     except msgspec.ValidationError as exc:
         raise MalformedHeader(_remark(exc, cls)) from exc
-    names = _int_fields(cls)
-    if not _SHORT_INTS.fullmatch(",".join([ext.get(n) or "0" for n in names])):
-        for name in names:  # the rare slow path: say which, or let a 19-digit long pass
-            v = ext.get(name)
-            if v is not None and not _java_long(v):
-                raise MalformedHeader(f"bad {cls.__name__}: {name} {v[:40]!r} is not a Java long")
-    return out
 
 
 class _Header(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=False):
@@ -174,16 +152,16 @@ class SendMessageRequestHeader(_Header, kw_only=True):
     producer_group: str
     topic: str
     default_topic: str = DEFAULT_TOPIC
-    default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS
-    queue_id: int
-    sys_flag: int = 0
-    born_timestamp: int
-    flag: int = 0
+    default_topic_queue_nums: JLong = DEFAULT_TOPIC_QUEUE_NUMS
+    queue_id: JLong
+    sys_flag: JLong = 0
+    born_timestamp: JLong
+    flag: JLong = 0
     properties: str | None = None
-    reconsume_times: int | None = None
+    reconsume_times: JLong | None = None
     unit_mode: bool | None = None
     batch: bool | None = None
-    max_reconsume_times: int | None = None
+    max_reconsume_times: JLong | None = None
     broker_name: str | None = msgspec.field(default=None, name="bname")
 
 
@@ -197,15 +175,15 @@ class SendMessageRequestHeaderV2(msgspec.Struct, kw_only=True):
     producer_group: str = msgspec.field(name="a")
     topic: str = msgspec.field(name="b")
     default_topic: str = msgspec.field(default=DEFAULT_TOPIC, name="c")
-    default_topic_queue_nums: int = msgspec.field(default=DEFAULT_TOPIC_QUEUE_NUMS, name="d")
-    queue_id: int = msgspec.field(name="e")
-    sys_flag: int = msgspec.field(default=0, name="f")
-    born_timestamp: int = msgspec.field(name="g")
-    flag: int = msgspec.field(default=0, name="h")
+    default_topic_queue_nums: JLong = msgspec.field(default=DEFAULT_TOPIC_QUEUE_NUMS, name="d")
+    queue_id: JLong = msgspec.field(name="e")
+    sys_flag: JLong = msgspec.field(default=0, name="f")
+    born_timestamp: JLong = msgspec.field(name="g")
+    flag: JLong = msgspec.field(default=0, name="h")
     properties: str | None = msgspec.field(default=None, name="i")
-    reconsume_times: int | None = msgspec.field(default=None, name="j")
+    reconsume_times: JLong | None = msgspec.field(default=None, name="j")
     unit_mode: bool | None = msgspec.field(default=None, name="k")
-    max_reconsume_times: int | None = msgspec.field(default=None, name="l")
+    max_reconsume_times: JLong | None = msgspec.field(default=None, name="l")
     batch: bool | None = msgspec.field(default=None, name="m")
     broker_name: str | None = msgspec.field(default=None, name="n")
 
@@ -237,8 +215,8 @@ class SendMessageResponseHeader(_Header, kw_only=True):
     commas and ``queue_offset`` the first message's."""
 
     msg_id: str
-    queue_id: int
-    queue_offset: int
+    queue_id: JLong
+    queue_offset: JLong
     transaction_id: str | None = None
     batch_uniq_id: str | None = None
 
@@ -253,25 +231,25 @@ class PullMessageRequestHeader(_Header, kw_only=True):
 
     consumer_group: str
     topic: str
-    queue_id: int
-    queue_offset: int
-    max_msg_nums: int
-    sys_flag: int = 0
-    commit_offset: int = 0
-    suspend_timeout_millis: int = 0
+    queue_id: JLong
+    queue_offset: JLong
+    max_msg_nums: JLong
+    sys_flag: JLong = 0
+    commit_offset: JLong = 0
+    suspend_timeout_millis: JLong = 0
     subscription: str | None = None
-    sub_version: int = 0
+    sub_version: JLong = 0
     expression_type: str | None = None
-    max_msg_bytes: int | None = None
+    max_msg_bytes: JLong | None = None
 
 
 class PullMessageResponseHeader(_Header, kw_only=True):
     """Where to pull next, and the queue's bounds (RocketMQ ``PullMessageResponseHeader``)."""
 
-    suggest_which_broker_id: int = 0
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
+    suggest_which_broker_id: JLong = 0
+    next_begin_offset: JLong
+    min_offset: JLong
+    max_offset: JLong
 
 
 class QueryConsumerOffsetRequestHeader(_Header, kw_only=True):
@@ -279,7 +257,7 @@ class QueryConsumerOffsetRequestHeader(_Header, kw_only=True):
 
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: JLong
     set_zero_if_not_found: bool | None = None
 
 
@@ -288,22 +266,22 @@ class UpdateConsumerOffsetRequestHeader(_Header, kw_only=True):
 
     consumer_group: str
     topic: str
-    queue_id: int
-    commit_offset: int
+    queue_id: JLong
+    commit_offset: JLong
 
 
 class OffsetResponseHeader(_Header, kw_only=True):
     """The answer of QUERY_CONSUMER_OFFSET, GET_MAX_OFFSET, GET_MIN_OFFSET and
     SEARCH_OFFSET_BY_TIMESTAMP (RocketMQ's ``*ResponseHeader`` with one ``offset`` field)."""
 
-    offset: int
+    offset: JLong
 
 
 class GetMaxOffsetRequestHeader(_Header, kw_only=True):
     """GET_MAX_OFFSET (30): the queue's next offset to be written."""
 
     topic: str
-    queue_id: int
+    queue_id: JLong
     committed: bool = True
 
 
@@ -311,7 +289,7 @@ class GetMinOffsetRequestHeader(_Header, kw_only=True):
     """GET_MIN_OFFSET (31)."""
 
     topic: str
-    queue_id: int
+    queue_id: JLong
 
 
 class SearchOffsetRequestHeader(_Header, kw_only=True):
@@ -319,8 +297,8 @@ class SearchOffsetRequestHeader(_Header, kw_only=True):
     the queue's max offset when every message is older, its min offset when every one is newer."""
 
     topic: str
-    queue_id: int
-    timestamp: int
+    queue_id: JLong
+    timestamp: JLong
     boundary_type: str | None = None
 
 
@@ -328,13 +306,13 @@ class ConsumerSendMsgBackRequestHeader(_Header, kw_only=True):
     """CONSUMER_SEND_MSG_BACK (36): put the message stored at commit log ``offset`` into the
     group's retry topic (or its DLQ after ``max_reconsume_times``; RocketMQ default 16)."""
 
-    offset: int
+    offset: JLong
     group: str
-    delay_level: int
+    delay_level: JLong
     origin_msg_id: str | None = None
     origin_topic: str | None = None
     unit_mode: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: JLong | None = None
 
 
 # --- transactions -----------------------------------------------------------------------------
@@ -347,9 +325,9 @@ class EndTransactionRequestHeader(_Header, kw_only=True):
 
     topic: str | None = None
     producer_group: str
-    tran_state_table_offset: int
-    commit_log_offset: int
-    commit_or_rollback: int
+    tran_state_table_offset: JLong
+    commit_log_offset: JLong
+    commit_or_rollback: JLong
     from_transaction_check: bool = False
     msg_id: str
     transaction_id: str | None = None
@@ -368,8 +346,8 @@ class CheckTransactionStateRequestHeader(_Header, kw_only=True):
     record with its real topic (RocketMQ ``CheckTransactionStateRequestHeader``)."""
 
     topic: str | None = None
-    tran_state_table_offset: int
-    commit_log_offset: int
+    tran_state_table_offset: JLong
+    commit_log_offset: JLong
     msg_id: str | None = None
     transaction_id: str | None = None
     offset_msg_id: str | None = None
@@ -415,11 +393,11 @@ class CreateTopicRequestHeader(_Header, kw_only=True):
 
     topic: str
     default_topic: str = DEFAULT_TOPIC
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int = 6
+    read_queue_nums: JLong
+    write_queue_nums: JLong
+    perm: JLong = 6
     topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int | None = None
+    topic_sys_flag: JLong | None = None
     order: bool = False
 
 
@@ -435,23 +413,23 @@ class QueryMessageRequestHeader(_Header, kw_only=True):
 
     topic: str
     key: str
-    max_num: int = 32
-    begin_timestamp: int = 0
-    end_timestamp: int = 2**63 - 1
+    max_num: JLong = 32
+    begin_timestamp: JLong = 0
+    end_timestamp: JLong = 2**63 - 1
 
 
 class QueryMessageResponseHeader(_Header, kw_only=True):
     """RocketMQ ``QueryMessageResponseHeader``: how current the index is."""
 
-    index_last_update_timestamp: int
-    index_last_update_phyoffset: int
+    index_last_update_timestamp: JLong
+    index_last_update_phyoffset: JLong
 
 
 class ViewMessageRequestHeader(_Header, kw_only=True):
     """VIEW_MESSAGE_BY_ID (33): the one record at commit log ``offset``."""
 
     topic: str | None = None
-    offset: int
+    offset: JLong
 
 
 class ViewMessageByUniqKeyRequestHeader(_Header, kw_only=True):
@@ -481,19 +459,19 @@ class AdminEndTransactionRequestHeader(_Header, kw_only=True):
 class PendingTransactionsRequestHeader(_Header, kw_only=True):
     """GET_PENDING_TRANSACTIONS: list at most ``limit`` of the oldest pending half messages."""
 
-    limit: int = 100
+    limit: JLong = 100
 
 
 class PendingTransactionsResponseHeader(_Header, kw_only=True):
     """GET_PENDING_TRANSACTIONS answer: how many are pending in all (the body lists the oldest)."""
 
-    pending: int
+    pending: JLong
 
 
 class ResumeResponseHeader(_Header, kw_only=True):
     """RESUME_CHECK_HALF_MESSAGE answer (txmq): the queue offset of the half message put back."""
 
-    half_offset: int
+    half_offset: JLong
 
 
 class SinkBatchRequestHeader(_Header, kw_only=True):

@@ -57,6 +57,7 @@ _UNIQ_VAR = struct.Struct(">IH")
 _NO_HOST = bytes(8)
 _V4_MAPPED = bytes(10) + b"\xff\xff"
 _PORT_MAX = 0xFFFF
+_OFFSET_MAX = 2**63 - 1
 _NTP_SLACK_MS = 1_000_000
 """``MessageClientIDSetter.createUniqID`` writes 0 for a time up to this far before the month start."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -118,10 +119,17 @@ def offset_msg_id(store_host: str, commit_log_offset: int) -> str:
         MalformedMessage: ``store_host`` is not an IP literal with a port, or the offset does not
             fit a signed 64-bit integer.
     """
+    if 0 <= commit_log_offset <= _OFFSET_MAX:  # the common case: no struct, one format
+        return _host_hex(store_host) + format(commit_log_offset, "016X")
     try:
         return (pack_host(store_host) + _OFFSET.pack(commit_log_offset)).hex().upper()
     except struct.error as exc:
         raise MalformedMessage(f"commit log offset {commit_log_offset} does not fit i64") from exc
+
+
+@lru_cache(maxsize=limits.MESSAGE_HOST_CACHE_ENTRIES)
+def _host_hex(store_host: str) -> str:
+    return pack_host(store_host).hex().upper()
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:

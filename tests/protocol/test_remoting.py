@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import re
-import typing
 import struct
+import typing
 from typing import Any
 
 import msgspec
@@ -254,7 +254,7 @@ def test_numbers_must_fit_a_java_long(value: str) -> None:
     """RocketMQ ``RemotingCommand.decodeCommandCustomHeader`` reads numbers with
     ``Long.parseLong``: a number past a Java long is a malformed header, never a Python int that
     a later ``struct.pack`` would choke on."""
-    with pytest.raises(MalformedHeader, match="9223372036854775807|-9223372036854775808"):
+    with pytest.raises(MalformedHeader, match=r"9223372036854775807|-9223372036854775808"):
         from_ext(_pull_ext(value), PullMessageRequestHeader)
 
 

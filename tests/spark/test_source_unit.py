@@ -155,7 +155,8 @@ class FakePullConsumer:
 def broker(monkeypatch: pytest.MonkeyPatch) -> FakeBroker:
     fake = FakeBroker()
     fake.add_topic("orders", 3)
-    monkeypatch.setattr(_source, "_new_consumer", lambda endpoints, group, namesrv_addr="": FakePullConsumer(fake))
+    monkeypatch.setattr(_source, "_new_consumer",
+                        lambda endpoints, group, namesrv_addr="": FakePullConsumer(fake))
     return fake
 
 

@@ -56,7 +56,6 @@ from txmq.protocol import (
     encode_command,
     from_ext,
     offset_msg_id,
-    send_header,
     to_ext,
 )
 from txmq.testing import BrokerProcess
@@ -72,15 +71,13 @@ _READ_BYTES = 256 * 1024
 # -- the echo server (ceiling) ----------------------------------------------------------------------
 async def _echo_serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     decoder, offset = FrameDecoder(), 0
+    reply = to_ext(SendMessageResponseHeader(msg_id=offset_msg_id("127.0.0.1:10911", 1200),
+                                             queue_id=0, queue_offset=0))
     while data := await reader.read(_READ_BYTES):
         out = []
         for cmd in decoder.feed(data):
-            h = send_header(cmd)  # what a broker decodes of every send, at least
             offset += 1
-            ext = to_ext(SendMessageResponseHeader(
-                msg_id=offset_msg_id("127.0.0.1:10911", offset * 1200), queue_id=h.queue_id,
-                queue_offset=offset))
-            out.append(encode_command(cmd.response(ResponseCode.SUCCESS, None, ext)))
+            out.append(encode_command(cmd.response(ResponseCode.SUCCESS, None, reply)))
         writer.write(b"".join(out))
         await writer.drain()
     writer.close()
@@ -123,7 +120,7 @@ class _Pipeline(asyncio.Protocol):
     def _next(self) -> bytes:
         self.sent += 1
         frame, n = self.make(self.sent)
-        self.carried[self.sent] = n
+        self.carried[self.sent % _FRAMES_PER_PRODUCER] = n
         return frame
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -148,23 +145,33 @@ class _Pipeline(asyncio.Protocol):
             self.lost.set_result(None)
 
 
+_FRAMES_PER_PRODUCER = 4096
+"""Requests a producer builds before the run and then sends in turn (opaque = index), so the load
+generator spends its CPU on the socket, not on encoding (it shares the machine with the broker)."""
+
+
 def _send_maker(producer: int, body: bytes, batch: int,
                 serialize_type: int = SERIALIZE_JSON) -> Callable[[int], tuple[bytes, int]]:
     """Request ``i``: a SEND_MESSAGE_V2 (or a batch of ``batch``) as the SDK builds it, its header
-    in ``serialize_type``."""
+    in ``serialize_type``; built once per opaque in ``0 .. _FRAMES_PER_PRODUCER``."""
     prefix = f"{os.getpid() & 0xFFFF:04X}{producer:04X}"
 
-    def make(i: int) -> tuple[bytes, int]:
+    def build(i: int) -> bytes:
         if batch <= 1:
             msg = Message(topic=TOPIC, body=body, properties={"UNIQ_KEY": f"{prefix}{i:024X}"})
             ext = send_request_header(msg, "bench", i % QUEUES, 1)
             return encode_command(Command(RequestCode.SEND_MESSAGE_V2, i, ext=ext, body=body,
-                                          serialize_type=serialize_type)), 1
+                                          serialize_type=serialize_type))
         msgs = [Message(topic=TOPIC, body=body, properties={"UNIQ_KEY": f"{prefix}{i:016X}{k:08X}"})
                 for k in range(batch)]
         ext = send_request_header(Message(topic=TOPIC, body=b""), "bench", i % QUEUES, 1, batch=True)
         return encode_command(Command(RequestCode.SEND_BATCH_MESSAGE, i, ext=ext,
-                                      body=encode_batch(msgs), serialize_type=serialize_type)), batch
+                                      body=encode_batch(msgs), serialize_type=serialize_type))
+
+    frames = [build(i) for i in range(_FRAMES_PER_PRODUCER)]
+
+    def make(i: int) -> tuple[bytes, int]:
+        return frames[i % _FRAMES_PER_PRODUCER], max(batch, 1)
 
     return make
 

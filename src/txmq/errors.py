@@ -18,11 +18,14 @@ __all__ = [
     "CommitLogDamaged",
     "ConfigError",
     "CorruptRecord",
+    "DataLossError",
     "DiskFull",
     "FrameTooLarge",
     "InvalidRequest",
     "LocalError",
     "MalformedFrame",
+    "MalformedHeader",
+    "MalformedMessage",
     "MessageTooLarge",
     "OutboxError",
     "ProtocolError",
@@ -31,39 +34,44 @@ __all__ = [
     "ResponseCode",
     "StoreError",
     "TxmqError",
-    "remote_error",
 ]
 
 
 class ResponseCode(IntEnum):
-    """Response codes on the wire (RocketMQ ``ResponseCode`` numbers where they exist)."""
+    """Response codes on the wire: RocketMQ ``ResponseCode`` numbers, plus txmq's own at 9000 and
+    above for conditions RocketMQ has no code for (RocketMQ's stop at 3010 below the pop range)."""
 
     SUCCESS = 0
     SYSTEM_ERROR = 1
+    """Also the answer to a header that does not decode (RocketMQ ``NettyRemotingAbstract``)."""
     SYSTEM_BUSY = 2
     REQUEST_CODE_NOT_SUPPORTED = 3
-    MESSAGE_ILLEGAL = 13
     SLAVE_NOT_AVAILABLE = 11
+    MESSAGE_ILLEGAL = 13
+    """A message RocketMQ refuses: too large a body or properties, a bad delay level."""
     SERVICE_NOT_AVAILABLE = 14
+    """The broker cannot store now (RocketMQ's answer to a full disk)."""
     NO_PERMISSION = 16
     TOPIC_NOT_EXIST = 17
+    TOPIC_EXIST_ALREADY = 18
     PULL_NOT_FOUND = 19
     PULL_RETRY_IMMEDIATELY = 20
     PULL_OFFSET_MOVED = 21
     QUERY_NOT_FOUND = 22
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    INVALID_PARAMETER = 29
+    """A well-framed request naming something illegal: a bad topic or group name, an id out of
+    range, a value that does not parse (RocketMQ 5 ``TopicValidator`` answers)."""
+    TRANSACTION_STATE_GROUP_WRONG = 203
+    """An end request whose producer group is not the half message's."""
     ILLEGAL_OPERATION = 604
-    # txmq-specific
-    MALFORMED_REQUEST = 2000
-    MESSAGE_TOO_LARGE = 2001
-    DISK_FULL = 2002
-    TRANSACTION_NOT_FOUND = 2003
-    PRODUCER_GROUP_MISMATCH = 2004
+    # txmq's own
+    TRANSACTION_NOT_FOUND = 9003
+    """No half message at the named offset or id (RocketMQ answers SYSTEM_ERROR "Find prepared
+    transaction message failed")."""
 
 
-_RETRIABLE = frozenset(
-    {ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.DISK_FULL}
-)
+_RETRIABLE = frozenset({ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE})
 
 
 class TxmqError(Exception):
@@ -107,6 +115,25 @@ class MalformedFrame(ProtocolError):
     code = "MALFORMED_FRAME"
 
 
+class MalformedHeader(ProtocolError):
+    """A well-framed command whose header or body does not decode as its code's class (a missing
+    required field, a value that does not parse). The broker answers it (SYSTEM_ERROR, with
+    RocketMQ's remark such as ``the custom field <topic> is null``) and keeps the connection."""
+
+    code = "MALFORMED_HEADER"
+
+
+class MalformedMessage(ProtocolError):
+    """A message in RocketMQ's binary encodings that cannot be encoded or decoded: a MessageExt
+    record (pull and check-back bodies), a batch body, a properties string, an offset message id or
+    a ``UNIQ_KEY`` (RocketMQ ``MessageDecoder``, ``MessageClientIDSetter``). Raised for short
+    buffers, a bad magic code, lengths past the end, a body CRC mismatch, invalid UTF-8, a body
+    that cannot be inflated, and on encode for fields that do not fit their width or property
+    names and values that contain the separators."""
+
+    code = "MALFORMED_MESSAGE"
+
+
 class InvalidRequest(LocalError):
     """A well-framed request that names something illegal or forbidden (a bad topic or group name,
     a broker-only property, a queue id out of range, an unparsable number). The broker answers it
@@ -114,7 +141,7 @@ class InvalidRequest(LocalError):
 
     Attributes:
         response_code: the :class:`ResponseCode` to answer with (``MESSAGE_ILLEGAL``,
-            ``NO_PERMISSION``, ``MALFORMED_REQUEST``, ...).
+            ``NO_PERMISSION``, ``INVALID_PARAMETER``, ...).
     """
 
     code = "INVALID_REQUEST"
@@ -170,6 +197,17 @@ class DiskFull(StoreError):
     retriable = True
 
 
+class DataLossError(TxmqError):
+    """A planned offset range of the Spark source cannot be read completely.
+
+    Raised when a range starts below the queue's ``min_offset`` or a queue's ``max_offset`` went
+    backwards (both only with ``failOnDataLoss=true``), and always when the broker skips an offset
+    inside ``[min_offset, max_offset)`` or returns a message of another queue.
+    """
+
+    code = "DATA_LOSS"
+
+
 class BrokerUnavailable(TxmqError):
     """No connection to the broker could be made or kept."""
 
@@ -204,8 +242,3 @@ class RemoteError(TxmqError):
             name, retriable = f"CODE_{response_code}", False
         self.code = name
         super().__init__(f"{name} ({response_code}): {remark}", retriable=retriable)
-
-
-def remote_error(response_code: int, remark: str) -> RemoteError:
-    """Build the :class:`RemoteError` for an error response."""
-    return RemoteError(response_code, remark)

@@ -188,13 +188,6 @@ INDEX_ENTRIES_MAX = 2_000_000
 """Entries per index file before a new one starts. RocketMQ ``maxIndexNum`` is 20 000 000 (a tenth,
 as for the slots: 2 M entries × 20 bytes = 40 MB per file)."""
 
-QUERY_MESSAGES_MAX = 64
-"""Most messages one key or message id query returns. RocketMQ ``defaultQueryMaxNum`` 32; txmq allows
-a few more since a message id also matches its half, retry and DLQ copies."""
-
-FLUSH_INTERVAL_COMMIT_LOG_MS = 500
-"""Period of the asynchronous commit log flush. RocketMQ ``flushIntervalCommitLog`` 500 ms."""
-
 FLUSH_INTERVAL_CONSUME_QUEUE_MS = 1_000
 """How often consume queues and indexes are written, fsynced and checkpointed. RocketMQ
 ``flushIntervalConsumeQueue`` 1 s. A crash re-dispatches at most this interval from the commit log."""
@@ -407,12 +400,6 @@ runs once per name, not once per send (txmq: the checks cost a durable send abou
 PENDING_TRANSACTIONS_LIST_MAX = 10_000
 """Most pending half messages one GET_PENDING_TRANSACTIONS answer lists (txmq)."""
 
-FRAME_HEADER_EXT_DEPTH_MAX = 2
-"""Nesting of values in a frame header's ``ext`` map: a scalar, or a list or a string-keyed map of
-scalars (message properties). The frame decoder decodes ``ext`` into that bounded type, so deeper
-headers (60,000 nested arrays) are refused as ``MalformedFrame`` without recursion (txmq; RocketMQ's
-``extFields`` is a flat ``HashMap<String, String>``)."""
-
 assert 0 < GROUP_NAME_MAX_CHARS <= TOPIC_NAME_MAX_CHARS - len("%DLQ%")
 assert PROPERTY_KEY_MAX_CHARS + PROPERTY_VALUE_MAX_CHARS <= PROPERTIES_MAX_BYTES
 
@@ -468,3 +455,91 @@ FILE_NAME_MAX_BYTES = 255
 """Longest file name the store creates (Linux ``NAME_MAX``): a topic whose name is longer, or not a
 plain file name, gets no consume queue directory (txmq; RocketMQ ``TopicValidator`` caps topics at
 127 characters, which the door checks)."""
+
+# --- RocketMQ message codecs (issue 12: protocol/_message_codec.py) ------------------------------
+MESSAGE_TOPIC_V1_MAX_BYTES = 127
+"""Longest topic (UTF-8 bytes) a MessageExt record carries with magic code v1 and its 1-byte
+signed topic length; a longer topic is written with magic code v2 (2-byte length). RocketMQ
+``CommitLog`` ``autoMessageVersionOnTopicLen``: v2 when the topic is longer than ``Byte.MAX_VALUE``."""
+
+MESSAGE_TOPIC_MAX_BYTES = 32_767
+"""Longest topic (UTF-8 bytes) of a v2 MessageExt record: its 2-byte signed length
+(``Short.MAX_VALUE``; RocketMQ ``MessageVersion.MESSAGE_VERSION_V2``)."""
+
+MESSAGE_BODY_INFLATED_MAX_BYTES = FRAME_SIZE_MAX_BYTES
+"""Largest body a compressed (zlib) MessageExt body may inflate to; a larger one is refused as
+malformed rather than allocated (txmq: bounds a decompression bomb; RocketMQ producers compress
+bodies of at most ``maxMessageSize``, 4 MiB by default)."""
+
+MESSAGE_HOST_CACHE_ENTRIES = 1_024
+"""Host strings (``ip:port``) remembered by the MessageExt codec with their packed bytes, so a
+pull body of 32 messages from one broker parses its hosts once (txmq)."""
+
+assert MESSAGE_TOPIC_V1_MAX_BYTES < MESSAGE_TOPIC_MAX_BYTES
+assert TOPIC_NAME_MAX_CHARS <= MESSAGE_TOPIC_V1_MAX_BYTES
+assert MESSAGE_SIZE_MAX_BYTES <= MESSAGE_BODY_INFLATED_MAX_BYTES
+
+# --- name server (issue 12, part 3) --------------------------------------------------------------
+NAMESRV_PORT = 9876
+"""Default listen port of ``txmq namesrv``. RocketMQ NettyServerConfig ``listenPort`` of the name
+server (NamesrvStartup) 9876."""
+
+BROKER_CHANNEL_EXPIRED_TIME_MS = 120_000
+"""A broker that neither registered nor beat for this long is dropped from the routes, unless its
+REGISTER_BROKER header names another ``heartbeatTimeoutMillis``. RocketMQ RouteInfoManager
+``DEFAULT_BROKER_CHANNEL_EXPIRED_TIME`` 2 min."""
+
+SCAN_NOT_ACTIVE_BROKER_INTERVAL_MS = 5_000
+"""How often the name server looks for expired brokers. RocketMQ NamesrvConfig
+``scanNotActiveBrokerInterval`` 5 s."""
+
+NAMESRV_REGISTER_CHECK_MS = 1_000
+"""How often a broker with name servers looks for new topics to register at once (txmq; RocketMQ
+registers a created topic from the request that created it)."""
+
+REGISTER_NAME_SERVER_PERIOD_MS = 30_000
+"""How often a broker registers its topics with the name server again. RocketMQ BrokerConfig
+``registerNameServerPeriod`` 30 s."""
+
+AUTO_CREATE_TOPIC_QUEUE_NUMS = 8
+"""Queues of the default topic TBW102 a broker registers when auto-create is on. RocketMQ BrokerConfig
+``defaultTopicQueueNums`` 8 (TopicConfigManager). A client then creates a topic with
+min(its ``defaultTopicQueueNums`` 4, this) queues."""
+
+REGISTER_BODY_INFLATED_MAX_BYTES = 64 * 1024 * 1024
+"""Largest REGISTER_BROKER body a compressed one may inflate to (txmq; RocketMQ sets no bound). About
+300 000 topics of RocketMQ's compressed TopicConfig lines."""
+
+assert SCAN_NOT_ACTIVE_BROKER_INTERVAL_MS < BROKER_CHANNEL_EXPIRED_TIME_MS
+assert 3 * REGISTER_NAME_SERVER_PERIOD_MS < BROKER_CHANNEL_EXPIRED_TIME_MS  # two missed registrations pass
+
+# --- issue 12: bounds that were inline ------------------------------------------------------------
+FLUSH_INTERVAL_MS = 500
+"""Default period of the asynchronous commit log flush (BrokerConfig ``flush_interval_ms``).
+RocketMQ MessageStoreConfig ``flushIntervalCommitLog`` 500 ms."""
+
+BROKER_PORT = 10911
+"""Default broker listen port. RocketMQ NettyServerConfig ``listenPort`` of a broker 10911."""
+
+PORT_MAX = 65_535
+"""Largest TCP port."""
+
+MESSAGE_SIZE_CONFIG_MAX_BYTES = 4 * MESSAGE_SIZE_MAX_BYTES
+"""Largest ``max_message_size`` a broker may be configured with: a 16 MiB body still fits one
+frame with its header (txmq; RocketMQ ``maxMessageSize`` defaults to 4 MiB)."""
+
+SINK_SEND_BATCH_ROWS = 256
+"""Rows per half-message batch request of the Spark sink (≤ ``BATCH_MESSAGES_MAX``; txmq)."""
+
+SINK_SEND_BATCH_BYTES = 2 * 1024 * 1024
+"""Body bytes per half-message batch request of the Spark sink (well under the frame size; txmq)."""
+
+SINK_TIMEOUT_S = 600
+"""Default ``timeoutSeconds`` of the Spark sink: how long its halves wait for their batch commit
+before the broker rolls them back (txmq)."""
+
+SINK_MAX_IN_FLIGHT = 8
+"""Default ``maxInFlight`` of the Spark sink: batch requests in flight per task (txmq)."""
+
+assert SINK_SEND_BATCH_ROWS <= BATCH_MESSAGES_MAX
+assert SINK_SEND_BATCH_BYTES + FRAME_HEADER_MAX_BYTES < FRAME_SIZE_MAX_BYTES

@@ -24,7 +24,15 @@ import pytest
 
 from txmq.client import AsyncConnection, PullConsumer
 from txmq.errors import BrokerUnavailable, RequestTimeout, ResponseCode
-from txmq.protocol import RequestCode, SendMessageRequestHeader, to_ext
+from txmq.protocol import (
+    PROPERTY_UNIQ_KEY,
+    RequestCode,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    encode_properties,
+    from_ext,
+    to_ext,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -108,11 +116,13 @@ async def produce(port: int, rnd: int, p: int, acks: Acks, rng: random.Random) -
 
     async def one(mid: str, qid: int, body: bytes) -> None:
         h = SendMessageRequestHeader(producer_group="crash", topic=TOPIC, queue_id=qid,
-                                     properties={"UNIQ_KEY": mid}, born_timestamp_ms=1)
+                                     properties=encode_properties({PROPERTY_UNIQ_KEY: mid}),
+                                     born_timestamp=1)
         r = await conn.request(RequestCode.SEND_MESSAGE, to_ext(h), body)
         if r.code == ResponseCode.SUCCESS:
-            assert (r.ext["msg_id"], r.ext["queue_id"]) == (mid, qid)
-            acks.by_id[mid] = (qid, r.ext["queue_offset"])
+            sent = from_ext(r.ext, SendMessageResponseHeader)
+            assert sent.queue_id == qid and sent.transaction_id is None
+            acks.by_id[mid] = (qid, sent.queue_offset)
 
     try:
         while not conn.closed:

@@ -13,16 +13,19 @@ from txmq.limits import MESSAGE_DELAY_LEVELS, REBALANCE_LOCK_MAX_LIVE_TIME_MS
 from txmq.protocol import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_RETRY_TOPIC,
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUSPEND,
     ConsumerData,
     ConsumerGroupInfo,
     ConsumerSendMsgBackRequestHeader,
     ConsumeStatsRequestHeader,
+    CreateTopicRequestHeader,
     HeartbeatData,
     LockBatchRequestBody,
     LockBatchResponseBody,
     MessageExt,
     MessageQueue,
-    OffsetRequestHeader,
+    OffsetResponseHeader,
     PullMessageRequestHeader,
     QueueConsumeStats,
     RequestCode,
@@ -30,8 +33,11 @@ from txmq.protocol import (
     ResetOffsetEntry,
     ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
+    SubscriptionData,
+    UpdateConsumerOffsetRequestHeader,
     decode_body,
     encode_body,
+    from_ext,
     to_ext,
 )
 from txmq.testing import BrokerHarness
@@ -41,16 +47,16 @@ LEVELS_MS = parse_delay_levels(MESSAGE_DELAY_LEVELS)
 
 def join(h: BrokerHarness, conn: int, client_id: str, group: str = "g",
          subs: dict[str, str] | None = None, model: str = "CLUSTERING") -> None:
-    cd = ConsumerData(group=group, message_model=model, subscriptions=subs or {"t": "*"})
-    data = HeartbeatData(client_id=client_id, consumer_groups=[cd])
-    assert h.request(conn, RequestCode.HEART_BEAT, body=msgspec.msgpack.encode(data)).code == 0
+    sds = [SubscriptionData(topic=t, sub_string=e) for t, e in (subs or {"t": "*"}).items()]
+    cd = ConsumerData(group_name=group, message_model=model, subscription_data_set=sds)
+    data = HeartbeatData(client_id=client_id, consumer_data_set=[cd])
+    assert h.request(conn, RequestCode.HEART_BEAT, body=encode_body(data)).code == 0
 
 
-def send_back(h: BrokerHarness, msg: MessageExt, *, max_times: int = 16, dlq: bool = False,
-              local_times: int = -1) -> None:
+def send_back(h: BrokerHarness, msg: MessageExt, *, max_times: int = 16, dlq: bool = False) -> None:
     back = ConsumerSendMsgBackRequestHeader(
-        group="g", commit_log_offset=msg.commit_log_offset, origin_msg_id=msg.msg_id,
-        max_reconsume_times=max_times, delay_level=-1 if dlq else 0, reconsume_times=local_times)
+        group="g", offset=msg.commit_log_offset, origin_msg_id=msg.msg_id,
+        max_reconsume_times=max_times, delay_level=-1 if dlq else 0)
     assert h.request(1, RequestCode.CONSUMER_SEND_MSG_BACK, to_ext(back)).code == ResponseCode.SUCCESS
 
 
@@ -85,9 +91,13 @@ def test_max_reconsume_times_is_per_group_and_orderly_goes_straight_to_the_dlq()
     send_back(h, msg, max_times=0)
     [dead] = h.pull(dlq_topic("g"))
     assert dead.reconsume_times == 1
-    send_back(h, msg, dlq=True, local_times=16)  # an orderly consumer retried 16 times locally
+    # An orderly consumer that gave up after its local retries asks for the DLQ (delay level -1)
+    # whatever the broker-side count; RocketMQ's header carries no local count, so the DLQ copy
+    # counts the stored message's retries plus this one.
+    send_back(h, msg, dlq=True)
     [_, dead2] = h.pull(dlq_topic("g"))
-    assert dead2.reconsume_times == 17
+    assert (dead2.body, dead2.reconsume_times) == (b"x", 1)
+    assert h.pull(retry_topic("g")) == []
 
 
 def test_delay_message_is_due_after_its_level_and_survives_a_restart() -> None:
@@ -127,8 +137,9 @@ def test_search_offset_by_timestamp_is_a_binary_search_over_store_time() -> None
         h.now_ms += 10 if i % 7 else 0  # some messages share a timestamp
 
     def search(ts: int) -> int:
-        hdr = SearchOffsetRequestHeader(topic="t", queue_id=0, timestamp_ms=ts)
-        return int(h.request(1, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, to_ext(hdr)).ext["offset"])
+        hdr = SearchOffsetRequestHeader(topic="t", queue_id=0, timestamp=ts)
+        r = h.request(1, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, to_ext(hdr))
+        return from_ext(r.ext, OffsetResponseHeader).offset
 
     for ts in [stamps[0] - 1, *stamps, stamps[-1] + 1, stamps[20] + 3]:
         expected = next((i for i, s in enumerate(stamps) if s >= ts), len(stamps))
@@ -155,9 +166,10 @@ def test_lock_requests_over_the_wire_and_release_on_disconnect() -> None:
     mqs = [MessageQueue("t", 0), MessageQueue("t", 1)]
 
     def lock(conn: int, cid: str, code: int = RequestCode.LOCK_BATCH_MQ) -> list[MessageQueue]:
-        body = encode_body(LockBatchRequestBody(consumer_group="g", client_id=cid, mqs=mqs))
+        body = encode_body(LockBatchRequestBody(consumer_group="g", client_id=cid, mq_set=mqs))
         r = h.request(conn, code, body=body)
-        return decode_body(r.body, LockBatchResponseBody).locked if r.body else []
+        assert r.code == ResponseCode.SUCCESS
+        return decode_body(r.body, LockBatchResponseBody).lock_ok_mq_set if r.body else []
 
     join(h, 1, "A")
     join(h, 2, "B")
@@ -167,7 +179,8 @@ def test_lock_requests_over_the_wire_and_release_on_disconnect() -> None:
     assert lock(2, "B") == mqs
     lock(2, "B", RequestCode.UNLOCK_BATCH_MQ)
     assert lock(3, "C") == mqs
-    assert h.request(3, RequestCode.LOCK_BATCH_MQ, body=b"\xc1").code == ResponseCode.MALFORMED_REQUEST
+    r = h.request(3, RequestCode.LOCK_BATCH_MQ, body=b"\xc1")
+    assert r.code == ResponseCode.SYSTEM_ERROR and "LockBatchRequestBody" in r.remark
 
 
 def test_group_list_consume_stats_and_reset_offset_notifies_members() -> None:
@@ -176,10 +189,10 @@ def test_group_list_consume_stats_and_reset_offset_notifies_members() -> None:
     for i in range(10):
         h.now_ms += 100
         h.send(1, "t", str(i).encode(), queue_id=i % 2)
-    update = OffsetRequestHeader(consumer_group="g", topic="t", queue_id=0, commit_offset=3)
+    update = UpdateConsumerOffsetRequestHeader(consumer_group="g", topic="t", queue_id=0, commit_offset=3)
     h.request(7, RequestCode.UPDATE_CONSUMER_OFFSET, to_ext(update))
 
-    [info] = decode_body(h.request(1, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG).body,
+    [info] = decode_body(h.request(1, RequestCode.GET_CONSUMER_GROUPS).body,
                          list[ConsumerGroupInfo])
     assert (info.group, info.message_model, info.client_ids) == ("g", "CLUSTERING", ["member-1"])
     assert info.offset_topics == ["t"]
@@ -192,33 +205,36 @@ def test_group_list_consume_stats_and_reset_offset_notifies_members() -> None:
 
     h.sent.clear()
     reset = ResetOffsetRequestHeader(consumer_group="g", topic="t", offset=1)
-    entries = decode_body(h.request(1, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, to_ext(reset)).body,
+    entries = decode_body(h.request(1, RequestCode.RESET_OFFSET, to_ext(reset)).body,
                           list[ResetOffsetEntry])
     assert [(e.queue_id, e.old_offset, e.new_offset) for e in entries] == [(0, 3, 1), (1, -1, 1)]
-    [note] = [s for s in h.sent if s.command.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET]
+    [note] = [s for s in h.sent if s.command.code == RequestCode.RESET_CONSUMER_OFFSETS]
     assert note.conn == 7
     assert decode_body(note.command.body, ResetConsumerClientOffsetBody).offsets == {0: 1, 1: 1}
 
     ts = h.store.read_queue("t", 1, 3, 1, 1)[0].store_timestamp_ms
     by_time = ResetOffsetRequestHeader(consumer_group="g", topic="t", timestamp_ms=ts, queue_id=1)
-    [e] = decode_body(h.request(1, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, to_ext(by_time)).body,
+    [e] = decode_body(h.request(1, RequestCode.RESET_OFFSET, to_ext(by_time)).body,
                       list[ResetOffsetEntry])
     assert (e.queue_id, e.new_offset) == (1, 3)
     both = ResetOffsetRequestHeader(consumer_group="g", topic="t", timestamp_ms=ts, offset=1)
-    assert h.request(1, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                     to_ext(both)).code == ResponseCode.MALFORMED_REQUEST
+    assert h.request(1, RequestCode.RESET_OFFSET,
+                     to_ext(both)).code == ResponseCode.INVALID_PARAMETER
 
 
 def test_a_held_pull_does_not_commit_its_offset_again_when_woken() -> None:
     h = BrokerHarness(topics={"t": 1})
     pull = PullMessageRequestHeader(consumer_group="g", topic="t", queue_id=0, queue_offset=0,
-                                    suspend_timeout_ms=15_000, commit_offset=0)
+                                    max_msg_nums=32, sys_flag=PULL_FLAG_COMMIT_OFFSET | PULL_FLAG_SUSPEND,
+                                    suspend_timeout_millis=15_000, commit_offset=0)
     from txmq.broker import Hold
     from txmq.protocol import Command
 
     [hold] = h.broker.handle(5, Command(code=RequestCode.PULL_MESSAGE, opaque=9, ext=to_ext(pull)),
                              h.now_ms)
-    assert isinstance(hold, Hold) and hold.request.ext["commit_offset"] == -1
+    assert isinstance(hold, Hold)
+    held = from_ext(hold.request.ext, PullMessageRequestHeader)
+    assert held.sys_flag == PULL_FLAG_SUSPEND  # the commit flag is cleared, the rest kept
     assert h.broker.offsets["g@t@0"] == 0
 
 
@@ -237,5 +253,26 @@ def test_membership_changes_are_counted_by_client_id() -> None:
 @pytest.mark.parametrize("name", ["a@b", "with space", ""])
 def test_topic_names_that_would_break_offset_keys_are_refused(name: str) -> None:
     h = BrokerHarness()
-    r = h.request(1, RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": name, "queue_nums": 1})
+    hdr = CreateTopicRequestHeader(topic=name, read_queue_nums=1, write_queue_nums=1)
+    r = h.request(1, RequestCode.UPDATE_AND_CREATE_TOPIC, to_ext(hdr))
     assert r.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+@pytest.mark.parametrize("max_times", [0, 3, 16])
+def test_an_orderly_dead_letter_send_lands_in_the_dlq_with_its_local_retry_count(max_times: int) -> None:
+    """RocketMQ ConsumeMessageOrderlyService.sendMessageBack: a send to the retry topic whose
+    reconsumeTimes exceeds maxReconsumeTimes is stored in the DLQ (handleRetryAndDLQ), with that
+    count; a maxReconsumeTimes of 0 is a limit, not "use the default"."""
+    from txmq.client._core import dead_letter_header
+
+    h = BrokerHarness(topics={"t": 1})
+    h.send(1, "t", b"x", keys="k")
+    [msg] = h.pull("t")
+    msg.reconsume_times = max_times  # the orderly consumer's local retries
+    ext = dead_letter_header(msg, "g", max_times, h.now_ms)
+    assert h.request(1, RequestCode.SEND_MESSAGE_V2, ext, msg.body).code == ResponseCode.SUCCESS
+    [dead] = h.pull(dlq_topic("g"))
+    assert (dead.body, dead.keys, dead.reconsume_times, dead.msg_id) == (b"x", "k", max_times + 1,
+                                                                          msg.msg_id)
+    assert dead.properties[PROPERTY_RETRY_TOPIC] == "t"
+    assert h.pull(retry_topic("g")) == []

@@ -11,7 +11,17 @@ import pytest
 
 from txmq.client import Admin, Message, Producer
 from txmq.errors import RemoteError, ResponseCode
-from txmq.protocol import RequestCode, decode_messages
+from txmq.protocol import (
+    MessageExt,
+    QueryMessageRequestHeader,
+    RequestCode,
+    SendMessageResponseHeader,
+    ViewMessageByUniqKeyRequestHeader,
+    ViewMessageRequestHeader,
+    decode_message_exts,
+    from_ext,
+    to_ext,
+)
 from txmq.store import FileStore, MemoryStore, Store
 from txmq.testing import BrokerHarness, run_broker
 
@@ -24,9 +34,20 @@ def h(request: pytest.FixtureRequest, tmp_path: Path) -> BrokerHarness:
     return harness
 
 
-def _query(h: BrokerHarness, **ext: object) -> tuple[int, list[str]]:
-    r = h.request(1, RequestCode.QUERY_MESSAGE, dict(ext))
-    return r.code, [m.body.decode() for m in decode_messages(r.body)] if r.body else []
+def _query(h: BrokerHarness, **fields: object) -> tuple[int, list[str]]:
+    r = h.request(1, RequestCode.QUERY_MESSAGE, to_ext(QueryMessageRequestHeader(**fields)))  # type: ignore[arg-type]
+    return r.code, [m.body.decode() for m in decode_message_exts(r.body)] if r.body else []
+
+
+def _by_key(h: BrokerHarness, msg_id: str) -> tuple[int, list[MessageExt]]:
+    r = h.request(1, RequestCode.VIEW_MESSAGE_BY_UNIQ_KEY,
+                  to_ext(ViewMessageByUniqKeyRequestHeader(msg_id=msg_id)))
+    return r.code, decode_message_exts(r.body) if r.body else []
+
+
+def _by_offset(h: BrokerHarness, offset: int) -> tuple[int, list[MessageExt]]:
+    r = h.request(1, RequestCode.VIEW_MESSAGE_BY_ID, to_ext(ViewMessageRequestHeader(offset=offset)))
+    return r.code, decode_message_exts(r.body) if r.body else []
 
 
 def test_query_by_key_within_a_time_range_newest_first(h: BrokerHarness) -> None:
@@ -36,32 +57,32 @@ def test_query_by_key_within_a_time_range_newest_first(h: BrokerHarness) -> None
     h.send(1, "u", b"other topic", keys="ORDER-7")
     h.send(1, "t", b"other key", keys="ORDER-8")
     assert _query(h, topic="t", key="ORDER-7") == (ResponseCode.SUCCESS, ["order-2", "order-1", "order-0"])
-    assert _query(h, topic="t", key="shop-1", begin_timestamp_ms=1_500, end_timestamp_ms=2_500) == (
+    assert _query(h, topic="t", key="shop-1", begin_timestamp=1_500, end_timestamp=2_500) == (
         ResponseCode.SUCCESS, ["order-1"])
     assert _query(h, topic="t", key="ORDER-7", max_num=2)[1] == ["order-2", "order-1"]
     assert _query(h, topic="t", key="nope")[0] == ResponseCode.QUERY_NOT_FOUND
     assert _query(h, topic="zzz", key="ORDER-7")[0] == ResponseCode.TOPIC_NOT_EXIST
-    assert _query(h, topic="t", key="ORDER-7", begin_timestamp_ms=5, end_timestamp_ms=1)[0] == \
+    assert _query(h, topic="t", key="ORDER-7", begin_timestamp=5, end_timestamp=1)[0] == \
         ResponseCode.MESSAGE_ILLEGAL
-    assert h.request(1, RequestCode.QUERY_MESSAGE, {"topic": "t"}).code == ResponseCode.MALFORMED_REQUEST
+    r = h.request(1, RequestCode.QUERY_MESSAGE, {"topic": "t"})
+    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "the custom field <key> is null")
 
 
 def test_view_by_id_finds_the_half_and_the_committed_copy_and_by_offset(h: BrokerHarness) -> None:
     half = h.send(1, "t", b"paid", transactional=True, keys="K1")
-    msg_id = half.ext["msg_id"]
-    r = h.request(1, RequestCode.VIEW_MESSAGE_BY_ID, {"msg_id": msg_id})
-    assert [m.topic for m in decode_messages(r.body)] == ["RMQ_SYS_TRANS_HALF_TOPIC"]
+    msg_id = from_ext(half.ext, SendMessageResponseHeader).transaction_id
+    assert msg_id
+    code, found = _by_key(h, msg_id)
+    assert (code, [m.topic for m in found]) == (ResponseCode.SUCCESS, ["RMQ_SYS_TRANS_HALF_TOPIC"])
     h.end(1, half, "COMMIT")
-    copies = decode_messages(h.request(1, RequestCode.VIEW_MESSAGE_BY_ID, {"msg_id": msg_id}).body)
+    copies = _by_key(h, msg_id)[1]
     assert [m.topic for m in copies] == ["t", "RMQ_SYS_TRANS_HALF_TOPIC"]  # newest first
     real = copies[0]
-    by_offset = h.request(1, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": real.commit_log_offset})
-    assert [(m.body, m.keys) for m in decode_messages(by_offset.body)] == [(b"paid", "K1")]
+    code, by_offset = _by_offset(h, real.commit_log_offset)
+    assert [(m.body, m.keys) for m in by_offset] == [(b"paid", "K1")]
     for bad in (real.commit_log_offset + 1, h.store.write_offset + 100, -5):
-        assert h.request(1, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": bad}).code == \
-            ResponseCode.QUERY_NOT_FOUND
-    assert h.request(1, RequestCode.VIEW_MESSAGE_BY_ID, {"msg_id": "nope"}).code == \
-        ResponseCode.QUERY_NOT_FOUND
+        assert _by_offset(h, bad)[0] == ResponseCode.QUERY_NOT_FOUND
+    assert _by_key(h, "nope")[0] == ResponseCode.QUERY_NOT_FOUND
 
 
 def test_admin_client_and_cli_over_tcp(tmp_path: Path) -> None:

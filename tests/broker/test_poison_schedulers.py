@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from txmq import limits
@@ -20,10 +19,21 @@ from txmq.protocol import (
     PROPERTY_TXMQ_PARK_REASON,
     PROPERTY_TXMQ_PARK_SOURCE,
     BrokerRuntimeInfo,
+    CheckTransactionStateRequestHeader,
+    Command,
     ConsumerSendMsgBackRequestHeader,
     EndTransactionRequestHeader,
+    EndTransactionResponseHeader,
     MessageExt,
     RequestCode,
+    ResumeCheckHalfMessageRequestHeader,
+    ResumeResponseHeader,
+    SendMessageResponseHeader,
+    decode_body,
+    decode_offset_msg_id,
+    encode_body,
+    from_ext,
+    offset_msg_id,
     to_ext,
 )
 from txmq.store import FileStore, Record
@@ -47,6 +57,15 @@ POISONS: list[dict[str, str]] = [
     {"REAL_TOPIC": "t", "REAL_QID": "-1"},
     {"REAL_TOPIC": SCHEDULE_TOPIC, "REAL_QID": "0"},
 ]
+
+
+def _sent(reply: Command) -> SendMessageResponseHeader:
+    return from_ext(reply.ext, SendMessageResponseHeader)
+
+
+def _checked(check: Command) -> int:
+    """The half's queue offset a CHECK_TRANSACTION_STATE request names."""
+    return from_ext(check.ext, CheckTransactionStateRequestHeader).tran_state_table_offset
 
 
 def _poison(h: BrokerHarness, level: int, props: dict[str, str], uniq: str) -> None:
@@ -108,8 +127,8 @@ def test_poison_retry_entry_is_parked_and_the_retries_around_it_are_delivered() 
     h.broker.create_topic(retry_topic("g"), 1)
 
     def send_back(body: bytes) -> None:
-        clo = int(h.send(1, "t", body).ext["commit_log_offset"])
-        back = ConsumerSendMsgBackRequestHeader(group="g", commit_log_offset=clo, max_reconsume_times=5)
+        clo = decode_offset_msg_id(_sent(h.send(1, "t", body)).msg_id)[1]
+        back = ConsumerSendMsgBackRequestHeader(group="g", offset=clo, delay_level=0, max_reconsume_times=5)
         assert h.request(1, RequestCode.CONSUMER_SEND_MSG_BACK, to_ext(back)).code == ResponseCode.SUCCESS
 
     send_back(b"r1")
@@ -173,8 +192,8 @@ def test_poison_half_message_is_discarded_with_a_reason_and_the_others_are_check
     h.heartbeat(1, "producer-1", ["pg"])
     good2 = h.send(1, "t", b"g2", transactional=True)
     checks = h.tick(limits.TRANSACTION_TIMEOUT_MS + 1)
-    assert sorted(int(c.command.ext["tran_state_table_offset"]) for c in checks) == sorted(
-        int(g.ext["queue_offset"]) for g in (good1, good2))
+    assert sorted(_checked(c.command) for c in checks) == sorted(
+        _sent(g).queue_offset for g in (good1, good2))
     [discard] = h.pull(DISCARD_TOPIC)
     assert discard.msg_id == "PH"
     assert discard.properties[PROPERTY_TXMQ_PARK_SOURCE] == "transaction"
@@ -186,9 +205,11 @@ def test_poison_half_message_is_discarded_with_a_reason_and_the_others_are_check
     info = BrokerRuntimeInfo.decode(h.request(1, RequestCode.GET_BROKER_RUNTIME_INFO).body)
     assert info.parked["transaction"] == 1 and info.pending_transactions == 0
     # resumable (I5): put back, it is parked again when due, with a fresh reason
-    r = h.request(1, RequestCode.RESUME_CHECK_HALF_MESSAGE, {"id": "PH"})
+    r = h.request(1, RequestCode.RESUME_CHECK_HALF_MESSAGE,
+                  to_ext(ResumeCheckHalfMessageRequestHeader(msg_id="PH")))
     assert r.code == ResponseCode.SUCCESS
-    [resumed] = [m for m in h.pull(HALF_TOPIC) if m.queue_offset == r.ext["half_offset"]]
+    half_offset = from_ext(r.ext, ResumeResponseHeader).half_offset
+    [resumed] = [m for m in h.pull(HALF_TOPIC) if m.queue_offset == half_offset]
     assert PROPERTY_TXMQ_PARK_REASON not in resumed.properties
     h.tick(limits.TRANSACTION_TIMEOUT_MS + 1)
     assert h.broker.tx.stats["parked"] == 2 and len(h.pull(DISCARD_TOPIC)) == 2
@@ -202,17 +223,20 @@ def test_a_commit_of_a_half_that_cannot_be_committed_is_refused_and_discarded_re
         born_timestamp_ms=h.now_ms, store_timestamp_ms=h.now_ms)])
     h.store.flush()
     h = BrokerHarness(store=h.store, now_ms=h.now_ms)
-    bad = good.response(ResponseCode.SUCCESS, "", {"queue_offset": res.queue_offset,
-                                                   "commit_log_offset": res.commit_log_offset})
+    bad = good.response(ResponseCode.SUCCESS, "", to_ext(SendMessageResponseHeader(
+        msg_id=offset_msg_id(h.broker.store_host, res.commit_log_offset), queue_id=0,
+        queue_offset=res.queue_offset, transaction_id="PH")))
     ends = [to_ext(EndTransactionRequestHeader(
-        producer_group="pg", tran_state_table_offset=int(c.ext["queue_offset"]),
-        commit_log_offset=int(c.ext["commit_log_offset"]), commit_or_rollback=END_TYPES["COMMIT"]))
+        producer_group="pg", tran_state_table_offset=_sent(c).queue_offset,
+        commit_log_offset=decode_offset_msg_id(_sent(c).msg_id)[1],
+        commit_or_rollback=END_TYPES["COMMIT"], msg_id=_sent(c).transaction_id or ""))
         for c in (bad, good)]
-    r = h.request(1, RequestCode.END_TRANSACTION_BATCH, body=msgspec.msgpack.encode(ends))
-    [bad_end, good_end] = msgspec.msgpack.decode(r.body)
+    r = h.request(1, RequestCode.END_TRANSACTION_BATCH, body=encode_body(ends))
+    [bad_end, good_end] = decode_body(r.body, list[dict[str, object]])
     assert bad_end["code"] == ResponseCode.MESSAGE_ILLEGAL and "REAL_QID" in bad_end["remark"]
     assert good_end["code"] == ResponseCode.SUCCESS and good_end["outcome"] == "COMMIT"
-    assert h.end(1, bad, "COMMIT").ext["outcome"] == "DISCARD"  # I4: decided once
+    assert from_ext(h.end(1, bad, "COMMIT").ext, EndTransactionResponseHeader).outcome == \
+        "DISCARD"  # I4: decided once
     assert _bodies(h) == [b"g"]
     assert [m.msg_id for m in h.pull(DISCARD_TOPIC)] == ["PH"]
 
@@ -232,8 +256,8 @@ def test_an_exception_in_one_tick_part_stops_neither_the_others_nor_later_ticks(
         h.tick(1)
         h.tick(1)
         checks = h.tick(limits.TRANSACTION_TIMEOUT_MS)
-    assert [int(c.command.ext["tran_state_table_offset"]) for c in checks] == [
-        int(half.ext["queue_offset"])]  # the checker ran although the scheduler failed
+    assert [_checked(c.command) for c in checks] == [
+        _sent(half).queue_offset]  # the checker ran although the scheduler failed
     health = h.broker.health
     assert health.errors["schedule"] == 3 and "schedule" not in health.last_tick_ms
     assert health.last_tick_ms["transaction"] == h.now_ms == health.last_tick_ms["clients"]

@@ -13,9 +13,21 @@ from txmq import limits
 from txmq.broker.transaction import HALF_TOPIC, OP_TOPIC, REMOVE_TAG, TRANS_CHECK_MAX_TIME_TOPIC
 from txmq.broker.transaction._sink import SINK_BATCH_TOPIC
 from txmq.errors import ResponseCode
-from txmq.protocol import PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, PROPERTY_TXMQ_OUTCOME
+from txmq.protocol import (
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+    PROPERTY_TXMQ_OUTCOME,
+    Command,
+    EndTransactionResponseHeader,
+    SendMessageResponseHeader,
+    decode_offset_msg_id,
+    from_ext,
+)
 from txmq.store import FileStore, Record
 from txmq.testing import BrokerHarness
+
+
+def _sent(reply: Command) -> SendMessageResponseHeader:
+    return from_ext(reply.ext, SendMessageResponseHeader)
 
 
 def _start(root: Path, **config: object) -> BrokerHarness:
@@ -42,7 +54,7 @@ def _history(root: Path) -> tuple[list[bytes], int]:
     h.send(1, "extra", b"e", queue_id=2)
     h.broker.set_offset("cg", "t", 0, 1)
     _stop(h)
-    return [b"committed", b"plain"], int(c.ext["queue_offset"])
+    return [b"committed", b"plain"], _sent(c).queue_offset
 
 
 @pytest.mark.parametrize("name", ["topics.json", "consumerOffset.json", "delayOffset.json",
@@ -134,7 +146,8 @@ def test_the_snapshot_restores_pending_check_counts_and_outcomes(tmp_path: Path)
     assert tx.index.counts() == {"PENDING": 2, "COMMIT": 3, "ROLLBACK": 1, "DISCARD": 0}
     assert [e.check_count for e in tx.index.pending.values()] == [1, 1]
     r = h.end(1, halves[0], "ROLLBACK")  # I4: a late duplicate gets the recorded outcome
-    assert r.code == ResponseCode.SUCCESS and r.ext.get("outcome", "COMMIT") == "COMMIT"
+    ended = from_ext(r.ext, EndTransactionResponseHeader)
+    assert (r.code, ended.outcome, ended.duplicate) == (ResponseCode.SUCCESS, "COMMIT", True)
     assert tx.stats["duplicate_ends"] == 1
     assert [m.body for m in h.pull("t", 0)] == [b"m0", b"m1", b"m2"]
     _stop(h)
@@ -152,15 +165,15 @@ def test_a_snapshot_ahead_of_the_log_is_quarantined_and_the_index_rebuilt(
         f.truncate(seg.stat().st_size - 3)
     caplog.set_level(logging.WARNING)
     h = _start(tmp_path)
-    assert h.store.write_offset == int(torn.ext["commit_log_offset"])
+    assert h.store.write_offset == decode_offset_msg_id(_sent(torn).msg_id)[1]
     assert any("snapshot unusable" in r.getMessage() for r in caplog.records)
     assert list((tmp_path / "quarantine").glob("*/meta/transactionIndex.snapshot"))
     assert set(h.broker.tx.index.pending) == {pending}
     assert h.broker.tx.index.counts() == {"PENDING": 1, "COMMIT": 1, "ROLLBACK": 1, "DISCARD": 0}
     assert [m.body for m in h.pull("t", 0)] == bodies
     again = h.send(1, "t", b"new half", transactional=True)  # takes the torn half's offset
-    assert again.ext["queue_offset"] == torn.ext["queue_offset"]
-    assert h.broker.tx.index.outcome(int(again.ext["queue_offset"])).value == "PENDING"
+    assert _sent(again).queue_offset == _sent(torn).queue_offset
+    assert h.broker.tx.index.outcome(_sent(again).queue_offset).value == "PENDING"
     _stop(h)
 
 
@@ -203,9 +216,9 @@ def test_restart_replays_the_pending_transactions_not_the_settled_history(
     monkeypatch.setattr(TransactionService, "recover", counting)
     h = _start(tmp_path)
     assert sum(replayed) <= 10, replayed  # base: 3,005 records (every half and outcome)
-    assert set(h.broker.tx.index.pending) == {int(p.ext["queue_offset"]) for p in pending}
+    assert set(h.broker.tx.index.pending) == {_sent(p).queue_offset for p in pending}
     counts = h.broker.tx.index.counts()
     assert (counts["COMMIT"], counts["ROLLBACK"], counts["PENDING"]) == (1000, 500, 5)
     r = h.end(1, h.send(1, "t", b"x", transactional=True), "COMMIT")
-    assert r.ext["outcome"] == "COMMIT"
+    assert from_ext(r.ext, EndTransactionResponseHeader).outcome == "COMMIT"
     _stop(h)

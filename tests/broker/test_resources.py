@@ -15,7 +15,6 @@ import struct
 import time
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from txmq import limits
@@ -24,14 +23,20 @@ from txmq.broker.server import BrokerServer
 from txmq.client import AsyncConnection, Message, Producer
 from txmq.errors import ConfigError, RemoteError, ResponseCode, TxmqError
 from txmq.protocol import (
+    PROPERTY_UNIQ_KEY,
+    PULL_FLAG_SUSPEND,
     Command,
     FrameDecoder,
+    GetMaxOffsetRequestHeader,
     HeartbeatData,
+    OffsetResponseHeader,
     PullMessageRequestHeader,
-    QueueRequestHeader,
     RequestCode,
     SendMessageRequestHeader,
+    encode_body,
     encode_command,
+    encode_properties,
+    from_ext,
     to_ext,
 )
 from txmq.store import MemoryStore
@@ -39,7 +44,7 @@ from txmq.testing import BrokerProcess, run_broker, wait_until
 
 BUDGET_BYTES = 256 * 1024 * 1024  # the default buffer_budget_bytes
 HEARTBEAT = encode_command(Command(code=RequestCode.HEART_BEAT, opaque=7,
-                                   body=msgspec.msgpack.encode(HeartbeatData(client_id="raw"))))
+                                   body=encode_body(HeartbeatData(client_id="raw"))))
 
 
 def ask(sock: socket.socket, frame: bytes, timeout_s: float = 3.0) -> int | str:
@@ -64,7 +69,8 @@ def ask(sock: socket.socket, frame: bytes, timeout_s: float = 3.0) -> int | str:
 
 def send_frame(topic: str, uniq: str) -> bytes:
     h = SendMessageRequestHeader(producer_group="p", topic=topic, queue_id=0,
-                                 properties={"UNIQ_KEY": uniq})
+                                 born_timestamp=int(time.time() * 1000),
+                                 properties=encode_properties({PROPERTY_UNIQ_KEY: uniq}))
     return encode_command(Command(code=RequestCode.SEND_MESSAGE, opaque=9, ext=to_ext(h),
                                   body=b"payload"))
 
@@ -73,11 +79,11 @@ def stored(bp: BrokerProcess, topic: str) -> int:
     async def main() -> int:
         conn = AsyncConnection(bp.endpoints)
         await conn.connect()
-        r = await conn.request(RequestCode.GET_MAX_OFFSET, to_ext(QueueRequestHeader(topic=topic,
-                                                                                     queue_id=0)))
+        r = await conn.request(RequestCode.GET_MAX_OFFSET,
+                               to_ext(GetMaxOffsetRequestHeader(topic=topic, queue_id=0)))
         await conn.close()
         assert r.code == ResponseCode.SUCCESS, r.remark
-        return int(r.ext["offset"])
+        return from_ext(r.ext, OffsetResponseHeader).offset
 
     return asyncio.run(main())
 
@@ -213,8 +219,8 @@ def test_stalled_big_frames_stay_within_the_buffer_budget(tmp_path: Path) -> Non
         pid = bp.proc.pid
         big = socket.create_connection(("127.0.0.1", bp.port))
         frame = encode_command(Command(code=RequestCode.HEART_BEAT, opaque=3,
-                                       body=bytes(limits.FRAME_SIZE_MAX_BYTES - 64)))
-        assert ask(big, frame, timeout_s=30) == ResponseCode.MALFORMED_REQUEST  # read whole
+                                       body=bytes(limits.FRAME_SIZE_MAX_BYTES - 256)))
+        assert ask(big, frame, timeout_s=30) == ResponseCode.SYSTEM_ERROR  # read whole (bad body)
         big.close()
         base = rss_bytes(pid)
         socks = stall_in_big_frames(bp.port, 64, limits.FRAME_SIZE_MAX_BYTES, 8 * 1024 * 1024)
@@ -240,7 +246,8 @@ def test_idle_connections_are_closed_and_active_ones_kept(tmp_path: Path,
         poller = socket.create_connection(("127.0.0.1", bp.port))
         pull = encode_command(Command(code=RequestCode.PULL_MESSAGE, opaque=5, ext=to_ext(
             PullMessageRequestHeader(consumer_group="g", topic="t", queue_id=0, queue_offset=0,
-                                     suspend_timeout_ms=3000))))
+                                     max_msg_nums=32, sys_flag=PULL_FLAG_SUSPEND,
+                                     suspend_timeout_millis=3000))))
         t0 = time.monotonic()
         with Producer("p", bp.endpoints) as producer:
             held = ask(poller, pull, timeout_s=10)

@@ -9,7 +9,6 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from txmq import limits
@@ -23,7 +22,13 @@ from txmq.protocol import (
     PullMessageRequestHeader,
     RequestCode,
     SendMessageRequestHeader,
+    SendMessageRequestHeaderV2,
+    SendMessageResponseHeader,
+    UpdateConsumerOffsetRequestHeader,
+    encode_batch,
     encode_command,
+    encode_properties,
+    from_ext,
     to_ext,
 )
 from txmq.store import MemoryStore, Record, StoreConfig
@@ -39,10 +44,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield b
 
 
-def send_ext(topic: str, qid: int, uniq: str = "") -> dict[str, object]:
-    props = {"UNIQ_KEY": uniq} if uniq else {}
+def send_ext(topic: str, qid: int, props: dict[str, str] | None = None) -> dict[str, str]:
     return to_ext(SendMessageRequestHeader(producer_group="p", topic=topic, queue_id=qid,
-                                           properties=props))
+                                           born_timestamp=1_700_000_000_000,
+                                           properties=encode_properties(props or {})))
 
 
 def test_thousands_of_requests_in_flight_on_one_connection(broker: BrokerProcess) -> None:
@@ -57,7 +62,7 @@ def test_thousands_of_requests_in_flight_on_one_connection(broker: BrokerProcess
 
     replies = asyncio.run(main())
     assert all(r.code == ResponseCode.SUCCESS for r in replies)
-    offsets = [r.ext["queue_offset"] for r in replies]
+    offsets = [from_ext(r.ext, SendMessageResponseHeader).queue_offset for r in replies]
     assert offsets == list(range(offsets[0], offsets[0] + 3000))  # answered in order
     with PullConsumer(broker.endpoints) as pc:
         got = pc.pull("t", 1, offsets[0], 1024).messages
@@ -75,17 +80,20 @@ def test_batch_send_is_stored_contiguously_and_refused_whole(broker: BrokerProce
         conn = AsyncConnection(broker.endpoints)
         await conn.connect()
         try:
-            return await conn.request(RequestCode.SEND_BATCH_MESSAGE, send_ext("b", 0), body)
+            v2 = SendMessageRequestHeaderV2(producer_group="p", topic="b", queue_id=0,
+                                            born_timestamp=1_700_000_000_000, batch=True)
+            return await conn.request(RequestCode.SEND_BATCH_MESSAGE, to_ext(v2), body)
         finally:
             await conn.close()
 
     max_before = got[-1].queue_offset
     too_big = [Message(topic="b", body=b"ok"), Message(topic="b", body=b"x" * 4097)]
-    assert asyncio.run(raw(msgspec.msgpack.encode(too_big))).code == ResponseCode.MESSAGE_TOO_LARGE
-    assert asyncio.run(raw(b"\xc1not msgpack")).code == ResponseCode.MALFORMED_REQUEST
-    assert asyncio.run(raw(msgspec.msgpack.encode([]))).code == ResponseCode.MESSAGE_ILLEGAL
+    assert asyncio.run(raw(encode_batch(too_big))).code == ResponseCode.MESSAGE_ILLEGAL
+    bad = asyncio.run(raw(b"\xc1not a batch"))
+    assert bad.code == ResponseCode.MESSAGE_ILLEGAL and "batch body" in bad.remark
+    assert asyncio.run(raw(encode_batch([]))).code == ResponseCode.MESSAGE_ILLEGAL
     many = [Message(topic="b", body=b"")] * (limits.BATCH_MESSAGES_MAX + 1)
-    assert asyncio.run(raw(msgspec.msgpack.encode(many))).code == ResponseCode.MESSAGE_ILLEGAL
+    assert asyncio.run(raw(encode_batch(many))).code == ResponseCode.MESSAGE_ILLEGAL
     with PullConsumer(broker.endpoints) as pc:
         assert pc.max_offset("b", 0) == max_before + 1  # nothing of the refused batches
 
@@ -103,7 +111,7 @@ def test_a_message_over_max_message_size_is_refused(broker: BrokerProcess) -> No
 
     ok, big = asyncio.run(main())
     assert ok.code == ResponseCode.SUCCESS
-    assert big.code == ResponseCode.MESSAGE_TOO_LARGE and "4097" in big.remark
+    assert big.code == ResponseCode.MESSAGE_ILLEGAL and "4097" in big.remark
 
 
 @pytest.mark.parametrize("frame", [
@@ -116,7 +124,7 @@ def test_a_bad_frame_gets_an_error_and_the_connection_is_closed(broker: BrokerPr
     with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as s:
         s.sendall(frame)
         [reply] = FrameDecoder().feed(s.recv(65536))
-        assert reply.code == ResponseCode.MALFORMED_REQUEST and reply.remark
+        assert reply.code == ResponseCode.SYSTEM_ERROR and reply.remark
         assert s.recv(65536) == b""
     with Producer("p", broker.endpoints) as p:
         assert p.send(Message(topic="t", body=b"still serving")).queue_offset >= 0
@@ -176,13 +184,13 @@ def test_the_shell_tells_retention_what_groups_transactions_and_delays_need(tmp_
     for i in range(5):
         broker.handle(1, Command(code=RequestCode.SEND_MESSAGE, opaque=i, ext=ext, body=b"x"), 1)
     store.flush()
-    broker.handle(1, Command(code=RequestCode.UPDATE_CONSUMER_OFFSET, opaque=9, ext={
-        "consumer_group": "g", "topic": "t", "queue_id": 0, "commit_offset": 2}), 1)
+    broker.handle(1, Command(code=RequestCode.UPDATE_CONSUMER_OFFSET, opaque=9, ext=to_ext(
+        UpdateConsumerOffsetRequestHeader(consumer_group="g", topic="t", queue_id=0, commit_offset=2))), 1)
     assert store.retention_needs() == {"consumer groups": store.commit_log_offset_at("t", 0, 2)}
-    half = dict(send_ext("t", 0, "TX1"), properties={"TRAN_MSG": "true", "UNIQ_KEY": "TX1"})
+    half = send_ext("t", 0, {"TRAN_MSG": "true", "UNIQ_KEY": "TX1"})
     broker.handle(1, Command(code=RequestCode.SEND_MESSAGE, opaque=10, ext=half, body=b"h"), 1)
     pending = next(iter(broker.tx.index.pending.values()))
     assert store.retention_needs()["pending transactions"] == pending.commit_log_offset
-    delayed = dict(ext, properties={"DELAY": "3"})
+    delayed = send_ext("t", 0, {"DELAY": "3"})
     broker.handle(1, Command(code=RequestCode.SEND_MESSAGE, opaque=11, ext=delayed, body=b"d"), 1)
     assert "delay queues" in store.retention_needs()

@@ -15,7 +15,9 @@ from txmq.protocol import (
     Command,
     RequestCode,
     SendMessageRequestHeader,
-    decode_messages,
+    ViewMessageByUniqKeyRequestHeader,
+    decode_message_exts,
+    encode_properties,
     to_ext,
 )
 from txmq.store import FileStore, MemoryStore, Store
@@ -24,13 +26,14 @@ from txmq.testing import BrokerHarness
 
 def _send(i: int, topic: str = "t", body: bytes = b"x", qid: int = -1, flags: int = 0,
           **props: str) -> Command:
-    h = SendMessageRequestHeader(producer_group="pg", topic=topic, queue_id=qid, keys=f"k{i}",
-                                 properties={"UNIQ_KEY": f"U{i:04d}", **props}, born_timestamp_ms=5)
-    return Command(code=RequestCode.SEND_MESSAGE, opaque=i, flags=flags, ext=to_ext(h), body=body)
+    props = {"UNIQ_KEY": f"U{i:04d}", "KEYS": f"k{i}", **props}
+    h = SendMessageRequestHeader(producer_group="pg", topic=topic, queue_id=qid,
+                                 properties=encode_properties(props), born_timestamp=5)
+    return Command(code=RequestCode.SEND_MESSAGE, opaque=i, flag=flags, ext=to_ext(h), body=body)
 
 
 def _requests() -> list[Command]:
-    bad_header = Command(code=RequestCode.SEND_MESSAGE, opaque=90, ext={"topic": 7}, body=b"?")
+    bad_header = Command(code=RequestCode.SEND_MESSAGE, opaque=90, ext={"topic": "t"}, body=b"?")
     return [
         _send(1), _send(2, "u"), _send(3, TRAN_MSG="true"),  # plain, other topic, half message
         _send(4, body=b"y" * 5000),  # over max_message_size: refused alone
@@ -66,12 +69,13 @@ def test_one_append_answers_like_one_handle_each(kind: str, tmp_path: Path) -> N
     got = many.broker.handle_sends(1, _requests(), many.now_ms)
     assert _replies(got) == _replies(expected)
     codes = {opaque: code for opaque, code, _ in _replies(got)}
-    assert codes == {1: 0, 2: 0, 3: 0, 4: ResponseCode.MESSAGE_TOO_LARGE, 5: ResponseCode.TOPIC_NOT_EXIST,
-                     90: ResponseCode.MALFORMED_REQUEST, 6: 0, 7: 0, 9: 0}  # 8 is one-way
+    assert codes == {1: 0, 2: 0, 3: 0, 4: ResponseCode.MESSAGE_ILLEGAL, 5: ResponseCode.TOPIC_NOT_EXIST,
+                     90: ResponseCode.SYSTEM_ERROR, 6: 0, 7: 0, 9: 0}  # 8 is one-way
     assert _stored(many) == _stored(one)
     assert set(many.broker.tx.index.pending) == set(one.broker.tx.index.pending) != set()
-    assert [m.body for m in decode_messages(many.request(1, RequestCode.VIEW_MESSAGE_BY_ID,
-                                                           {"msg_id": "U0008"}).body)] == [b"x"]
+    by_key = to_ext(ViewMessageByUniqKeyRequestHeader(msg_id="U0008"))
+    assert [m.body for m in decode_message_exts(many.request(1, RequestCode.VIEW_MESSAGE_BY_UNIQ_KEY,
+                                                             by_key).body)] == [b"x"]
 
 
 def test_a_failed_append_fails_every_send_of_the_run_and_stores_nothing(tmp_path: Path) -> None:
@@ -81,6 +85,7 @@ def test_a_failed_append_fails_every_send_of_the_run_and_stores_nothing(tmp_path
     usage[0] = 0.99
     h.store.check_disk()
     got = _replies(h.broker.handle_sends(1, [_send(1), _send(2), _send(3, "nope")], h.now_ms))
-    assert [(o, c) for o, c, _ in got] == [(1, ResponseCode.DISK_FULL), (2, ResponseCode.DISK_FULL),
+    unavailable = ResponseCode.SERVICE_NOT_AVAILABLE
+    assert [(o, c) for o, c, _ in got] == [(1, unavailable), (2, unavailable),
                                            (3, ResponseCode.TOPIC_NOT_EXIST)]
     assert h.store.write_offset == before

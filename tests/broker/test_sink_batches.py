@@ -3,15 +3,22 @@ rolled back, timeouts settled without a producer, torn commits completed on reco
 
 from __future__ import annotations
 
-import msgspec
-
 from txmq.broker.transaction import (
     PROPERTY_TXMQ_SINK_BATCH,
     PROPERTY_TXMQ_SINK_TASK,
     SINK_BATCH_TOPIC,
 )
 from txmq.errors import ResponseCode
-from txmq.protocol import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, Command, RequestCode
+from txmq.protocol import (
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    Command,
+    EndTransactionResponseHeader,
+    RequestCode,
+    SinkBatchRequestHeader,
+    encode_body,
+    from_ext,
+    to_ext,
+)
 from txmq.testing import BrokerHarness
 
 BATCH = "sink-a/7"
@@ -25,12 +32,18 @@ def write(h: BrokerHarness, task: str, rows: int, batch: str = BATCH) -> list[Co
 
 
 def commit(h: BrokerHarness, tasks: dict[str, int], batch: str = BATCH) -> Command:
-    return h.request(1, RequestCode.COMMIT_SINK_BATCH, {"batch": batch, "producer_group": "spark"},
-                     msgspec.msgpack.encode(tasks))
+    return h.request(1, RequestCode.COMMIT_SINK_BATCH,
+                     to_ext(SinkBatchRequestHeader(batch=batch, producer_group="spark")), encode_body(tasks))
 
 
 def abort(h: BrokerHarness, batch: str = BATCH) -> Command:
-    return h.request(1, RequestCode.ABORT_SINK_BATCH, {"batch": batch})
+    return h.request(1, RequestCode.ABORT_SINK_BATCH, to_ext(SinkBatchRequestHeader(batch=batch)))
+
+
+def ended(r: Command) -> tuple[str, bool]:
+    """(outcome, duplicate) of a sink batch answer."""
+    e = from_ext(r.ext, EndTransactionResponseHeader)
+    return e.outcome, e.duplicate
 
 
 def bodies(h: BrokerHarness) -> list[bytes]:
@@ -48,7 +61,7 @@ def test_commit_makes_the_accepted_attempts_visible_and_rolls_back_orphans() -> 
     write(h, "1.1", 2)
     assert bodies(h) == []
     r = commit(h, {"0.0": 3, "1.1": 2})
-    assert (r.code, r.ext["outcome"], r.ext["duplicate"]) == (ResponseCode.SUCCESS, "COMMIT", False)
+    assert (r.code, *ended(r)) == (ResponseCode.SUCCESS, "COMMIT", False)
     assert bodies(h) == [b"0.0:0", b"0.0:1", b"0.0:2", b"1.1:0", b"1.1:1"]
     assert h.broker.tx.index.pending == {}
     assert h.broker.tx.stats["sink_orphans_rolled_back"] == 2
@@ -62,8 +75,8 @@ def test_a_rerun_of_a_committed_batch_is_rolled_back_and_abort_after_commit_chan
     commit(h, {"0.0": 2})
     write(h, "0.0", 2)  # Spark re-ran batch 7 after a failure in commit
     again = commit(h, {"0.0": 2})
-    assert (again.ext["outcome"], again.ext["duplicate"]) == ("COMMIT", True)
-    assert abort(h).ext["outcome"] == "COMMIT"
+    assert ended(again) == ("COMMIT", True)
+    assert ended(abort(h))[0] == "COMMIT"
     assert bodies(h) == [b"0.0:0", b"0.0:1"]
     assert h.broker.tx.index.pending == {}
 
@@ -71,7 +84,7 @@ def test_a_rerun_of_a_committed_batch_is_rolled_back_and_abort_after_commit_chan
 def test_abort_before_commit_rolls_everything_back() -> None:
     h = harness()
     write(h, "0.0", 2)
-    assert abort(h).ext["outcome"] == "ROLLBACK"
+    assert ended(abort(h))[0] == "ROLLBACK"
     assert bodies(h) == [] and h.broker.tx.index.pending == {}
 
 
@@ -82,11 +95,13 @@ def test_a_commit_that_does_not_match_the_halves_writes_nothing() -> None:
     r = commit(h, {"0.0": 3})
     assert r.code == ResponseCode.TRANSACTION_NOT_FOUND and "expected 3" in r.remark
     assert h.store.write_offset == before and bodies(h) == []
-    wrong_group = h.request(1, RequestCode.COMMIT_SINK_BATCH, {"batch": BATCH, "producer_group": "x"},
-                            msgspec.msgpack.encode({"0.0": 2}))
-    assert wrong_group.code == ResponseCode.PRODUCER_GROUP_MISMATCH
-    assert h.request(1, RequestCode.COMMIT_SINK_BATCH, {"batch": BATCH, "producer_group": "spark"},
-                     b"\xc1").code == ResponseCode.MALFORMED_REQUEST
+    wrong_group = h.request(1, RequestCode.COMMIT_SINK_BATCH,
+                            to_ext(SinkBatchRequestHeader(batch=BATCH, producer_group="x")),
+                            encode_body({"0.0": 2}))
+    assert wrong_group.code == ResponseCode.TRANSACTION_STATE_GROUP_WRONG
+    assert h.request(1, RequestCode.COMMIT_SINK_BATCH,
+                     to_ext(SinkBatchRequestHeader(batch=BATCH, producer_group="spark")),
+                     b"\xc1").code == ResponseCode.INVALID_PARAMETER
 
 
 def test_uncommitted_halves_time_out_without_asking_any_producer() -> None:
@@ -107,7 +122,7 @@ def test_committed_batches_are_remembered_across_a_restart() -> None:
     commit(h, {"0.0": 1})
     h2 = BrokerHarness(store=h.store, now_ms=h.now_ms, topics={"out": 2})
     write(h2, "0.0", 1)
-    assert commit(h2, {"0.0": 1}).ext["duplicate"] is True
+    assert ended(commit(h2, {"0.0": 1}))[1] is True
     assert bodies(h2) == [b"0.0:0"]
 
 
@@ -140,6 +155,6 @@ def test_committed_batches_survive_a_clean_restart_of_a_file_store(tmp_path) -> 
     h2 = BrokerHarness(store=FileStore(tmp_path / "s"), now_ms=h.now_ms, topics={"out": 2})
     assert BATCH in h2.broker.tx.sinks.committed
     write(h2, "0.0", 2)
-    assert commit(h2, {"0.0": 2}).ext["duplicate"] is True
+    assert ended(commit(h2, {"0.0": 2}))[1] is True
     assert bodies(h2) == [b"0.0:0", b"0.0:1"]
     h2.store.close()

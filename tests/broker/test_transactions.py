@@ -11,12 +11,32 @@ from txmq.errors import ResponseCode
 from txmq.protocol import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_TRANSACTION_PREPARED,
+    AdminEndTransactionRequestHeader,
+    Command,
+    EndTransactionResponseHeader,
+    PendingTransactionsRequestHeader,
     RequestCode,
+    ResumeCheckHalfMessageRequestHeader,
+    SendMessageResponseHeader,
+    TransactionIdRequestHeader,
+    decode_body,
     decode_message_ext,
+    decode_offset_msg_id,
+    encode_body,
+    from_ext,
+    to_ext,
 )
 from txmq.testing import BrokerHarness
 
 TIMEOUT, INTERVAL = 6_000, 30_000
+
+
+def _sent(reply: Command) -> SendMessageResponseHeader:
+    return from_ext(reply.ext, SendMessageResponseHeader)
+
+
+def _ended(reply: Command) -> EndTransactionResponseHeader:
+    return from_ext(reply.ext, EndTransactionResponseHeader)
 
 
 def harness(**kw: object) -> BrokerHarness:
@@ -31,33 +51,33 @@ def test_half_message_is_invisible_until_commit() -> None:
     assert half.code == ResponseCode.SUCCESS
     assert h.all_messages("t") == []
     assert len(h.all_messages(HALF_TOPIC)) == 1
-    assert h.end(1, half, "COMMIT").ext["outcome"] == "COMMIT"
+    assert _ended(h.end(1, half, "COMMIT")).outcome == "COMMIT"
     [msg] = h.all_messages("t")
     assert msg.body == b"order-1"
     assert PROPERTY_TRANSACTION_PREPARED not in msg.properties
-    assert msg.msg_id == half.ext["msg_id"]
+    assert msg.msg_id == _sent(half).transaction_id
 
 
 def test_rolled_back_message_is_never_delivered_nor_checked() -> None:
     h = harness()
     half = h.send(1, "t", b"x", transactional=True)
-    assert h.end(1, half, "ROLLBACK").ext["outcome"] == "ROLLBACK"
+    assert _ended(h.end(1, half, "ROLLBACK")).outcome == "ROLLBACK"
     assert h.tick(TIMEOUT + INTERVAL * 20) == []
     assert h.all_messages("t") == []
     [op] = h.all_messages(OP_TOPIC)
-    assert op.tags == "d" and op.body == f"{half.ext['queue_offset']},".encode()
+    assert op.tags == "d" and op.body == f"{_sent(half).queue_offset},".encode()
 
 
 def test_unknown_is_settled_by_check_back() -> None:
     h = harness()
     half = h.send(1, "t", b"x", transactional=True)
-    assert h.end(1, half, "UNKNOWN").ext["outcome"] == "PENDING"
+    assert _ended(h.end(1, half, "UNKNOWN")).outcome == "PENDING"
     assert h.tick(TIMEOUT - 1) == []  # younger than transactionTimeOut: not checked
     [check] = h.tick(1)
     assert check.conn == 1 and check.command.code == RequestCode.CHECK_TRANSACTION_STATE
     checked = decode_message_ext(check.command.body)
     assert checked.topic == "t" and checked.body == b"x"
-    assert h.end(1, half, "COMMIT", from_check=True).ext["outcome"] == "COMMIT"
+    assert _ended(h.end(1, half, "COMMIT", from_check=True)).outcome == "COMMIT"
     assert [m.body for m in h.all_messages("t")] == [b"x"]
     assert h.tick(INTERVAL) == []
 
@@ -70,7 +90,7 @@ def test_check_back_prefers_the_sender_then_any_live_producer() -> None:
     assert [c.conn for c in h.tick(TIMEOUT)] == [2]
     h.close(2)  # the sender died
     assert [c.conn for c in h.tick(INTERVAL)] in ([1], [3])
-    assert h.end(3, half, "ROLLBACK", from_check=True).ext["outcome"] == "ROLLBACK"
+    assert _ended(h.end(3, half, "ROLLBACK", from_check=True)).outcome == "ROLLBACK"
 
 
 def test_no_live_producer_does_not_spend_the_check_budget() -> None:
@@ -82,7 +102,7 @@ def test_no_live_producer_does_not_spend_the_check_budget() -> None:
     assert h.broker.tx.stats["checks_no_producer"] == 5
     h.heartbeat(4, "producer-4", ["pg"])
     assert [c.conn for c in h.tick(INTERVAL)] == [4]
-    assert h.end(4, half, "COMMIT", from_check=True).ext["outcome"] == "COMMIT"
+    assert _ended(h.end(4, half, "COMMIT", from_check=True)).outcome == "COMMIT"
 
 
 def test_rocketmq_8158_second_commit_and_commit_after_rollback_write_nothing() -> None:
@@ -90,14 +110,14 @@ def test_rocketmq_8158_second_commit_and_commit_after_rollback_write_nothing() -
     half = h.send(1, "t", b"x", transactional=True)
     h.end(1, half, "COMMIT")
     again = h.end(1, half, "COMMIT", from_check=True)
-    assert (again.ext["outcome"], again.ext["duplicate"]) == ("COMMIT", True)
+    assert (_ended(again).outcome, _ended(again).duplicate) == ("COMMIT", True)
     late_rollback = h.end(1, half, "ROLLBACK")
-    assert late_rollback.ext["outcome"] == "COMMIT"
+    assert _ended(late_rollback).outcome == "COMMIT"
     assert len(h.all_messages("t")) == 1
     assert h.broker.tx.stats["duplicate_ends"] == 2
     half2 = h.send(1, "t", b"y", transactional=True)
     h.end(1, half2, "ROLLBACK")
-    assert h.end(1, half2, "COMMIT").ext["outcome"] == "ROLLBACK"
+    assert _ended(h.end(1, half2, "COMMIT")).outcome == "ROLLBACK"
     assert [m.body for m in h.all_messages("t")] == [b"x"]
 
 
@@ -108,7 +128,7 @@ def test_discard_after_check_max_and_no_commit_after_discard() -> None:
     assert sent == [1, 1, 1, 0]
     [parked] = h.all_messages(TRANS_CHECK_MAX_TIME_TOPIC)
     assert parked.body == b"x" and parked.properties["TRANSACTION_CHECK_TIMES"] == "3"
-    assert h.end(1, half, "COMMIT").ext["outcome"] == "DISCARD"
+    assert _ended(h.end(1, half, "COMMIT")).outcome == "DISCARD"
     assert h.all_messages("t") == []
 
 
@@ -121,7 +141,7 @@ def test_rocketmq_8311_immunity_does_not_eat_the_check_budget() -> None:
         assert h.tick(INTERVAL) == []
     h.heartbeat(1, "producer-1", ["pg"])
     assert len(h.tick(INTERVAL + 1)) == 1  # first check after 600 s
-    assert h.end(1, half, "COMMIT", from_check=True).ext["outcome"] == "COMMIT"
+    assert _ended(h.end(1, half, "COMMIT", from_check=True)).outcome == "COMMIT"
 
 
 def test_rocketmq_1517_checks_write_no_copy_of_the_half_message() -> None:
@@ -138,7 +158,7 @@ def test_end_from_the_wrong_producer_group_is_refused() -> None:
     h = harness()
     half = h.send(1, "t", b"x", transactional=True)
     r = h.end(1, half, "COMMIT", group="other")
-    assert r.code == ResponseCode.PRODUCER_GROUP_MISMATCH
+    assert r.code == ResponseCode.TRANSACTION_STATE_GROUP_WRONG
     assert h.all_messages("t") == []
 
 
@@ -146,11 +166,11 @@ def test_rocketmq_9500_a_failing_check_holds_back_only_that_message() -> None:
     h = harness()
     bad = h.send(1, "t", b"bad", transactional=True)
     good = h.send(1, "t", b"good", transactional=True)
-    entry = h.broker.tx.index.pending[int(bad.ext["queue_offset"])]
+    entry = h.broker.tx.index.pending[_sent(bad).queue_offset]
     entry.commit_log_offset += 1  # its body can no longer be read
     checks = h.tick(TIMEOUT)
     assert [decode_message_ext(c.command.body).body for c in checks] == [b"good"]
-    assert h.end(1, good, "COMMIT", from_check=True).ext["outcome"] == "COMMIT"
+    assert _ended(h.end(1, good, "COMMIT", from_check=True)).outcome == "COMMIT"
     assert h.broker.tx.stats["check_errors"] == 1
 
 
@@ -164,10 +184,10 @@ def test_recovery_rebuilds_the_index_from_half_op_and_real_messages() -> None:
     h2 = BrokerHarness(store=h.store, now_ms=h.now_ms)
     h2.heartbeat(1, "producer-1", ["pg"])
     idx = h2.broker.tx.index
-    assert set(idx.pending) == {int(pending.ext["queue_offset"])}
-    assert h2.end(1, committed, "COMMIT").ext["duplicate"] is True
+    assert set(idx.pending) == {_sent(pending).queue_offset}
+    assert _ended(h2.end(1, committed, "COMMIT")).duplicate is True
     assert len(h2.tick(TIMEOUT)) == 1
-    assert h2.end(1, pending, "COMMIT", from_check=True).ext["outcome"] == "COMMIT"
+    assert _ended(h2.end(1, pending, "COMMIT", from_check=True)).outcome == "COMMIT"
     assert sorted(m.body for m in h2.all_messages("t")) == [b"c", b"p"]
 
 
@@ -182,10 +202,10 @@ def test_rocketmq_9320_check_count_is_not_spent_by_rounds_that_do_not_check() ->
                   properties={PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: "100"})
     for _ in range(99):  # many checker rounds inside the immunity window
         assert h.tick(1_000) == []
-    assert h.broker.tx.index.pending[int(half.ext["queue_offset"])].check_count == 0
+    assert h.broker.tx.index.pending[_sent(half).queue_offset].check_count == 0
     h.heartbeat(1, "producer-1", ["pg"])
     assert len(h.tick(1_001)) == 1
-    assert h.broker.tx.index.pending[int(half.ext["queue_offset"])].check_count == 1
+    assert h.broker.tx.index.pending[_sent(half).queue_offset].check_count == 1
 
 
 def test_rocketmq_1568_an_exception_in_one_round_does_not_stall_later_rounds() -> None:
@@ -226,7 +246,7 @@ def test_rocketmq_9431_end_transaction_needs_no_state_of_the_sending_connection(
     h = harness()
     half = h.send(1, "t", b"x", transactional=True)
     h.close(1)  # the sender's connection is gone; the request alone carries what is needed
-    assert h.end(99, half, "COMMIT").ext["outcome"] == "COMMIT"
+    assert _ended(h.end(99, half, "COMMIT")).outcome == "COMMIT"
     assert [m.body for m in h.all_messages("t")] == [b"x"]
 
 
@@ -243,14 +263,14 @@ def test_check_counts_survive_a_restart_through_the_snapshot() -> None:
         h.tick(TIMEOUT if i == 0 else INTERVAL)
     h.broker.persist_offsets()
     h2 = BrokerHarness(store=h.store, now_ms=h.now_ms, transaction_check_max=5)
-    assert h2.broker.tx.index.pending[int(half.ext["queue_offset"])].check_count == 3
+    assert h2.broker.tx.index.pending[_sent(half).queue_offset].check_count == 3
     h2.heartbeat(1, "producer-1", ["pg"])
     assert [len(h2.tick(INTERVAL)) for _ in range(3)] == [1, 1, 0]  # 2 more, then discarded
     assert len(h2.all_messages(TRANS_CHECK_MAX_TIME_TOPIC)) == 1
 
 
-def _admin(h: BrokerHarness, code: RequestCode, **ext: object):  # type: ignore[no-untyped-def]
-    return h.request(1, code, dict(ext))
+def _admin(h: BrokerHarness, code: RequestCode, header: object) -> Command:
+    return h.request(1, code, to_ext(header))  # type: ignore[arg-type]
 
 
 def test_operator_list_show_commit_with_who_and_why() -> None:
@@ -259,21 +279,22 @@ def test_operator_list_show_commit_with_who_and_why() -> None:
     h = harness()
     half = h.send(1, "t", b"x", transactional=True, keys="order-9")
     h.tick(1_000)
-    r = _admin(h, RequestCode.GET_PENDING_TRANSACTIONS, limit=10)
+    r = _admin(h, RequestCode.GET_PENDING_TRANSACTIONS, PendingTransactionsRequestHeader(limit=10))
     [row] = msgspec.json.decode(r.body)
     assert (row["msg_id"], row["keys"], row["age_ms"], row["check_count"]) == (
-        half.ext["msg_id"], "order-9", 1_000, 0)
-    shown = msgspec.json.decode(_admin(h, RequestCode.QUERY_TRANSACTION, id=half.ext["msg_id"]).body)
+        _sent(half).transaction_id, "order-9", 1_000, 0)
+    shown = msgspec.json.decode(_admin(h, RequestCode.QUERY_TRANSACTION,
+                                        TransactionIdRequestHeader(id=_sent(half).transaction_id or "")).body)
     assert shown["state"] == "PENDING"
-    r = _admin(h, RequestCode.ADMIN_END_TRANSACTION, id=half.ext["msg_id"], outcome="COMMIT",
-               operator="alice", reason="ticket 42")
-    assert r.ext["outcome"] == "COMMIT"
+    r = _admin(h, RequestCode.ADMIN_END_TRANSACTION, AdminEndTransactionRequestHeader(
+        id=_sent(half).transaction_id or "", outcome="COMMIT", operator="alice", reason="ticket 42"))
+    assert _ended(r).outcome == "COMMIT"
     [op] = h.all_messages(OP_TOPIC)
     assert (op.properties["TXMQ_OPERATOR"], op.properties["TXMQ_REASON"]) == ("alice", "ticket 42")
     assert [m.body for m in h.all_messages("t")] == [b"x"]
-    again = _admin(h, RequestCode.ADMIN_END_TRANSACTION, id=f"half:{half.ext['queue_offset']}",
-                   outcome="ROLLBACK", operator="bob")
-    assert (again.ext["outcome"], again.ext["duplicate"]) == ("COMMIT", True)
+    again = _admin(h, RequestCode.ADMIN_END_TRANSACTION, AdminEndTransactionRequestHeader(
+        id=f"half:{_sent(half).queue_offset}", outcome="ROLLBACK", operator="bob"))
+    assert (_ended(again).outcome, _ended(again).duplicate) == ("COMMIT", True)
 
 
 def test_resume_puts_a_discarded_message_back_once() -> None:
@@ -281,39 +302,39 @@ def test_resume_puts_a_discarded_message_back_once() -> None:
     half = h.send(1, "t", b"x", transactional=True)
     h.tick(TIMEOUT)
     h.tick(INTERVAL)  # discarded
-    msg_id = half.ext["msg_id"]
-    r = _admin(h, RequestCode.RESUME_CHECK_HALF_MESSAGE, id=msg_id)
+    msg_id = _sent(half).transaction_id or ""
+    r = _admin(h, RequestCode.RESUME_CHECK_HALF_MESSAGE, ResumeCheckHalfMessageRequestHeader(msg_id=msg_id))
     assert r.code == ResponseCode.SUCCESS
-    assert _admin(h, RequestCode.RESUME_CHECK_HALF_MESSAGE, id=f"half:{half.ext['queue_offset']}"
-                  ).code == ResponseCode.ILLEGAL_OPERATION
+    by_offset = ResumeCheckHalfMessageRequestHeader(msg_id=f"half:{_sent(half).queue_offset}")
+    assert _admin(h, RequestCode.RESUME_CHECK_HALF_MESSAGE, by_offset).code == ResponseCode.ILLEGAL_OPERATION
     h.heartbeat(1, "producer-1", ["pg"])
     [check] = h.tick(TIMEOUT)
     assert decode_message_ext(check.command.body).msg_id == msg_id
-    from txmq.protocol import CheckTransactionStateRequestHeader, from_ext
+    from txmq.protocol import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
     hdr = from_ext(check.command.ext, CheckTransactionStateRequestHeader)
-    resumed = h.request(1, RequestCode.END_TRANSACTION, {
-        "producer_group": "pg", "tran_state_table_offset": hdr.tran_state_table_offset,
-        "commit_log_offset": hdr.commit_log_offset, "commit_or_rollback": 8,
-        "from_transaction_check": True})
-    assert resumed.ext["outcome"] == "COMMIT"
-    assert h.end(1, half, "COMMIT").ext["outcome"] == "DISCARD"  # the old identity stays discarded
+    resumed = h.request(1, RequestCode.END_TRANSACTION, to_ext(EndTransactionRequestHeader(
+        producer_group="pg", tran_state_table_offset=hdr.tran_state_table_offset,
+        commit_log_offset=hdr.commit_log_offset, commit_or_rollback=8,
+        from_transaction_check=True, msg_id=hdr.msg_id or "")))
+    assert _ended(resumed).outcome == "COMMIT"
+    assert _ended(h.end(1, half, "COMMIT")).outcome == "DISCARD"  # the old identity stays discarded
     assert [m.body for m in h.all_messages("t")] == [b"x"]
     h2 = BrokerHarness(store=h.store, now_ms=h.now_ms)
-    assert h2.broker.tx.index.resumed == {int(half.ext["queue_offset"])}
+    assert h2.broker.tx.index.resumed == {_sent(half).queue_offset}
 
 
-def _end_ext(half: object, outcome: str, group: str = "pg") -> dict[str, object]:
-    from txmq.protocol import EndTransactionRequestHeader, to_ext
+def _end_ext(half: Command, outcome: str, group: str = "pg") -> dict[str, str]:
+    from txmq.protocol import EndTransactionRequestHeader
     from txmq.testing import END_TYPES
 
-    ext = half.ext  # type: ignore[attr-defined]
+    sent = _sent(half)
     return to_ext(EndTransactionRequestHeader(
-        producer_group=group, tran_state_table_offset=int(ext["queue_offset"]),
-        commit_log_offset=int(ext["commit_log_offset"]), commit_or_rollback=END_TYPES[outcome]))
+        producer_group=group, tran_state_table_offset=sent.queue_offset,
+        commit_log_offset=decode_offset_msg_id(sent.msg_id)[1], commit_or_rollback=END_TYPES[outcome],
+        msg_id=sent.transaction_id or ""))
 
 
 def test_end_batch_settles_with_one_op_record_and_first_writer_wins_inside_the_batch() -> None:
-    import msgspec
 
     h = harness()
     halves = [h.send(1, "t", f"m{i}".encode(), transactional=True) for i in range(6)]
@@ -321,13 +342,13 @@ def test_end_batch_settles_with_one_op_record_and_first_writer_wins_inside_the_b
     ends = [_end_ext(halves[0], "COMMIT"), _end_ext(halves[0], "ROLLBACK"),  # same half twice
             _end_ext(halves[1], "ROLLBACK"), _end_ext(halves[2], "COMMIT"),
             _end_ext(halves[3], "UNKNOWN"), _end_ext(halves[4], "COMMIT", group="other")]
-    r = h.request(1, RequestCode.END_TRANSACTION_BATCH, body=msgspec.msgpack.encode(ends))
-    items = msgspec.msgpack.decode(r.body)
+    r = h.request(1, RequestCode.END_TRANSACTION_BATCH, body=encode_body(ends))
+    items = decode_body(r.body, list[dict[str, object]])
     assert [(i["code"], i.get("outcome"), i.get("duplicate")) for i in items] == [
         (ResponseCode.SUCCESS, "COMMIT", False), (ResponseCode.SUCCESS, "COMMIT", True),
         (ResponseCode.SUCCESS, "ROLLBACK", False), (ResponseCode.SUCCESS, "COMMIT", False),
         (ResponseCode.SUCCESS, "PENDING", False),
-        (ResponseCode.PRODUCER_GROUP_MISMATCH, "", False)]
+        (ResponseCode.TRANSACTION_STATE_GROUP_WRONG, "", False)]
     assert sorted(m.body for m in h.all_messages("t")) == [b"m0", b"m2"]
     ops = h.pull(OP_TOPIC)[ops_before:]
     assert len(ops) == 2  # one op record per outcome, not one per end
@@ -353,7 +374,7 @@ def test_a_commit_builds_the_real_message_from_the_log_when_the_half_left_the_ca
     for body, half in ((b"first-body", a), (b"second-body", b)):  # read back vs cached: same shape
         props = got[body].properties
         assert PROPERTY_TRANSACTION_PREPARED not in props and "REAL_TOPIC" not in props
-        assert props["TRAN_PREPARED_QUEUE_OFFSET"] == str(half.ext["queue_offset"])
+        assert props["TRAN_PREPARED_QUEUE_OFFSET"] == str(_sent(half).queue_offset)
     assert set(got[b"first-body"].properties) == set(got[b"second-body"].properties)
     assert h.broker.tx._half_cache == {} and h.broker.tx._half_cache_bytes == 0
 
@@ -363,7 +384,7 @@ def test_clock_jump_back_does_not_delay_check_backs_by_the_jump() -> None:
     waited the jump as well once the clock came back."""
     h = harness()
     half = h.send(1, "t", b"x", transactional=True)
-    assert h.end(1, half, "UNKNOWN").ext["outcome"] == "PENDING"
+    assert _ended(h.end(1, half, "UNKNOWN")).outcome == "PENDING"
     jump = 100_000  # below CLIENT_EXPIRED_MS, so the producer is still there
     assert len(h.tick(jump)) == 1  # the clock leaps forward: the half is checked at once
     assert h.tick(-jump) == []  # back to the real time

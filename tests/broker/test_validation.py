@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 
 from txmq import limits
@@ -15,12 +14,18 @@ from txmq.protocol import (
     ConsumerData,
     ConsumerSendMsgBackRequestHeader,
     CreateTopicRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
     HeartbeatData,
-    OffsetRequestHeader,
+    ProducerData,
     PullMessageRequestHeader,
-    QueueRequestHeader,
     RequestCode,
     SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    UpdateConsumerOffsetRequestHeader,
+    decode_offset_msg_id,
+    encode_body,
+    from_ext,
     to_ext,
 )
 from txmq.store import FileStore, Record
@@ -39,8 +44,10 @@ def _open(path: Path, **cfg: Any) -> BrokerHarness:
 
 def _send(h: BrokerHarness, topic: str, body: bytes = b"x", *, queue_id: int = 0,
           props: dict[str, str] | None = None, group: str = "pg", tags: str = "") -> Any:
-    ext = to_ext(SendMessageRequestHeader(producer_group=group, topic=topic, queue_id=queue_id, tags=tags,
-                                          properties=props or {}, born_timestamp_ms=h.now_ms))
+    props = {**(props or {}), **({"TAGS": tags} if tags else {})}
+    text = "".join(f"{k}\u0001{v}\u0002" for k, v in props.items())  # as sent, even if illegal
+    ext = to_ext(SendMessageRequestHeader(producer_group=group, topic=topic, queue_id=queue_id,
+                                          properties=text, born_timestamp=h.now_ms))
     return h.request(1, RequestCode.SEND_MESSAGE, ext, body)
 
 
@@ -84,13 +91,12 @@ def test_a_request_that_bricked_restart_is_refused_and_the_broker_starts_again(
 
 @pytest.mark.parametrize(("props", "code"), [
     ({"TRAN_MSG": "true", "REAL_TOPIC": "../../../x"}, ResponseCode.NO_PERMISSION),
-    ({"TRAN_MSG": "true", "REAL_TOPIC": ""}, ResponseCode.NO_PERMISSION),
     ({"DELAY": "1", "REAL_TOPIC": "../../../x", "REAL_QID": "0"}, ResponseCode.NO_PERMISSION),
     ({"TRAN_PREPARED_QUEUE_OFFSET": "abc"}, ResponseCode.NO_PERMISSION),
     ({"TRAN_MSG": "true", "TXMQ_RESUMED_FROM": "x"}, ResponseCode.NO_PERMISSION),
-    ({"DELAY": "abc"}, ResponseCode.MALFORMED_REQUEST),
+    ({"DELAY": "abc"}, ResponseCode.INVALID_PARAMETER),
     ({"k\u0001": "v"}, ResponseCode.MESSAGE_ILLEGAL),
-], ids=["half-escape", "half-empty", "delay-escape", "prepared-offset", "resumed-from", "delay-abc",
+], ids=["half-escape", "delay-escape", "prepared-offset", "resumed-from", "delay-abc",
         "separator"])
 def test_broker_only_and_unparsable_properties_are_refused(props: dict[str, str], code: ResponseCode,
                                                            tmp_path: Path) -> None:
@@ -104,18 +110,31 @@ def test_broker_only_and_unparsable_properties_are_refused(props: dict[str, str]
     assert [m.body for m in BrokerHarness(store=FileStore(tmp_path / "s")).pull("t")] == [b"x"]
 
 
-def test_a_non_numeric_limit_gets_malformed_request_not_system_error() -> None:
+def test_an_empty_reserved_property_never_reaches_the_broker() -> None:
+    """``REAL_TOPIC`` with an empty value is dropped by the properties decoder (RocketMQ
+    ``MessageDecoder.string2messageProperties`` skips empty values): an ordinary half message."""
+    h = BrokerHarness()
+    h.heartbeat(1, "p1", ["pg"])
+    r = _send(h, "t", props={"TRAN_MSG": "true", "REAL_TOPIC": ""})
+    assert r.code == ResponseCode.SUCCESS
+    [half] = h.pull(HALF)
+    assert half.properties["REAL_TOPIC"] == "t"
+
+
+def test_a_non_numeric_limit_gets_rocketmqs_header_error() -> None:
+    """A header field that does not parse: SYSTEM_ERROR with the field named, as RocketMQ's
+    ``NettyRemotingAbstract`` answers a ``RemotingCommandException`` from decoding the header."""
     h = BrokerHarness()
     r = h.request(1, RequestCode.GET_PENDING_TRANSACTIONS, {"limit": "ten"})
-    assert r.code == ResponseCode.MALFORMED_REQUEST and "limit" in r.remark
-    assert h.request(1, RequestCode.GET_PENDING_TRANSACTIONS, {"limit": 5}).code == ResponseCode.SUCCESS
+    assert r.code == ResponseCode.SYSTEM_ERROR and "limit" in r.remark
+    assert h.request(1, RequestCode.GET_PENDING_TRANSACTIONS, {"limit": "5"}).code == ResponseCode.SUCCESS
 
 
 def test_topic_creation_follows_the_same_rules() -> None:
     h = BrokerHarness()
 
     def create(topic: str, n: int = 1) -> int:
-        ext = to_ext(CreateTopicRequestHeader(topic=topic, queue_nums=n))
+        ext = to_ext(CreateTopicRequestHeader(topic=topic, read_queue_nums=n, write_queue_nums=n))
         return h.request(1, RequestCode.UPDATE_AND_CREATE_TOPIC, ext).code
 
     assert create(".") == create("..") == create("€" * 100) == ResponseCode.MESSAGE_ILLEGAL
@@ -132,29 +151,30 @@ def test_queue_ids_offsets_and_groups_are_checked_by_every_request_that_names_th
         return h.request(1, code, to_ext(header)).code
 
     illegal = ResponseCode.MESSAGE_ILLEGAL
-    assert call(RequestCode.GET_MIN_OFFSET, QueueRequestHeader(topic="t", queue_id=7)) == illegal
-    assert call(RequestCode.GET_MAX_OFFSET, QueueRequestHeader(topic="t", queue_id=-1)) == illegal
-    assert call(RequestCode.UPDATE_CONSUMER_OFFSET, OffsetRequestHeader(
+    assert call(RequestCode.GET_MIN_OFFSET, GetMinOffsetRequestHeader(topic="t", queue_id=7)) == illegal
+    assert call(RequestCode.GET_MAX_OFFSET, GetMaxOffsetRequestHeader(topic="t", queue_id=-1)) == illegal
+    assert call(RequestCode.UPDATE_CONSUMER_OFFSET, UpdateConsumerOffsetRequestHeader(
         consumer_group="g", topic="t", queue_id=2, commit_offset=0)) == illegal
-    assert call(RequestCode.UPDATE_CONSUMER_OFFSET, OffsetRequestHeader(
+    assert call(RequestCode.UPDATE_CONSUMER_OFFSET, UpdateConsumerOffsetRequestHeader(
         consumer_group="g", topic="t", queue_id=0, commit_offset=-5)) == illegal
-    assert call(RequestCode.UPDATE_CONSUMER_OFFSET, OffsetRequestHeader(
+    assert call(RequestCode.UPDATE_CONSUMER_OFFSET, UpdateConsumerOffsetRequestHeader(
         consumer_group="g@x", topic="t", queue_id=0, commit_offset=0)) == illegal
     assert call(RequestCode.PULL_MESSAGE, PullMessageRequestHeader(
-        consumer_group="../g", topic="t", queue_id=0, queue_offset=0)) == illegal
+        consumer_group="../g", topic="t", queue_id=0, queue_offset=0, max_msg_nums=32)) == illegal
     assert call(RequestCode.PULL_MESSAGE, PullMessageRequestHeader(
-        consumer_group="g", topic="a/b", queue_id=0, queue_offset=0)) == illegal
+        consumer_group="g", topic="a/b", queue_id=0, queue_offset=0, max_msg_nums=32)) == illegal
     assert h.broker.offsets == {}
-    assert call(RequestCode.GET_MAX_OFFSET, QueueRequestHeader(topic="t", queue_id=1)) == ResponseCode.SUCCESS
+    assert call(RequestCode.GET_MAX_OFFSET, GetMaxOffsetRequestHeader(topic="t", queue_id=1)) == \
+        ResponseCode.SUCCESS
 
 
 def test_a_heartbeat_naming_an_illegal_group_creates_no_retry_topic() -> None:
     h = BrokerHarness()
     long_group = "g" * (limits.GROUP_NAME_MAX_CHARS + 1)
-    for data in (HeartbeatData(client_id="c", consumer_groups=[ConsumerData(group=long_group)]),
-                 HeartbeatData(client_id="c", consumer_groups=[ConsumerData(group="a.b")]),
-                 HeartbeatData(client_id="c", producer_groups=["a b"])):
-        r = h.request(1, RequestCode.HEART_BEAT, body=msgspec.msgpack.encode(data))
+    for data in (HeartbeatData(client_id="c", consumer_data_set=[ConsumerData(group_name=long_group)]),
+                 HeartbeatData(client_id="c", consumer_data_set=[ConsumerData(group_name="a.b")]),
+                 HeartbeatData(client_id="c", producer_data_set=[ProducerData(group_name="a b")])):
+        r = h.request(1, RequestCode.HEART_BEAT, body=encode_body(data))
         assert r.code == ResponseCode.MESSAGE_ILLEGAL
     assert not [t for t in h.broker.topics if t.startswith("%RETRY%")]
 
@@ -186,20 +206,24 @@ def test_send_back_names_a_stored_message_of_a_client_topic() -> None:
     plain = h.send(1, "t", b"plain")
 
     def back(offset: int, group: str = "cg") -> int:
-        ext = to_ext(ConsumerSendMsgBackRequestHeader(group=group, commit_log_offset=offset))
+        ext = to_ext(ConsumerSendMsgBackRequestHeader(group=group, offset=offset, delay_level=0))
         return h.request(1, RequestCode.CONSUMER_SEND_MSG_BACK, ext).code
 
+    def stored_at(reply: Any) -> int:  # the commit log offset inside the offset msg id
+        return decode_offset_msg_id(from_ext(reply.ext, SendMessageResponseHeader).msg_id)[1]
+
     assert back(10**12) == back(-1) == back(1) == ResponseCode.MESSAGE_ILLEGAL
-    assert back(int(half.ext["commit_log_offset"])) == ResponseCode.NO_PERMISSION  # the half record
-    assert back(int(plain.ext["commit_log_offset"]), "a/b") == ResponseCode.MESSAGE_ILLEGAL
-    assert back(int(plain.ext["commit_log_offset"])) == ResponseCode.SUCCESS
+    assert back(stored_at(half)) == ResponseCode.NO_PERMISSION  # the half record
+    assert back(stored_at(plain), "a/b") == ResponseCode.MESSAGE_ILLEGAL
+    assert back(stored_at(plain)) == ResponseCode.SUCCESS
 
 
-def test_unparsable_transaction_ids_and_sink_batches_get_malformed_request() -> None:
+def test_unparsable_transaction_ids_and_sink_batches_are_refused() -> None:
     h = BrokerHarness()
-    malformed = ResponseCode.MALFORMED_REQUEST
-    assert h.request(1, RequestCode.QUERY_TRANSACTION, {"id": "half:abc"}).code == malformed
+    assert h.request(1, RequestCode.QUERY_TRANSACTION, {"id": "half:abc"}).code == \
+        ResponseCode.INVALID_PARAMETER
     assert h.request(1, RequestCode.QUERY_TRANSACTION, {"id": "half:7"}).code == ResponseCode.SUCCESS
-    assert h.request(1, RequestCode.ABORT_SINK_BATCH, {"batch": 5}).code == malformed
-    assert h.request(1, RequestCode.COMMIT_SINK_BATCH, {"batch": "s/1", "producer_group": "a b"},
-                     msgspec.msgpack.encode({"0.1": 1})).code == ResponseCode.MESSAGE_ILLEGAL
+    r = h.request(1, RequestCode.ABORT_SINK_BATCH, {"batchId": "5"})
+    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "the custom field <batch> is null")
+    assert h.request(1, RequestCode.COMMIT_SINK_BATCH, {"batch": "s/1", "producerGroup": "a b"},
+                     encode_body({"0.1": 1})).code == ResponseCode.MESSAGE_ILLEGAL

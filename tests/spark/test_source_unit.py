@@ -155,7 +155,8 @@ class FakePullConsumer:
 def broker(monkeypatch: pytest.MonkeyPatch) -> FakeBroker:
     fake = FakeBroker()
     fake.add_topic("orders", 3)
-    monkeypatch.setattr(_source, "_new_consumer", lambda endpoints, group: FakePullConsumer(fake))
+    monkeypatch.setattr(_source, "_new_consumer",
+                        lambda endpoints, group, namesrv_addr="": FakePullConsumer(fake))
     return fake
 
 
@@ -636,3 +637,18 @@ def test_importing_txmq_spark_does_not_import_pyspark() -> None:
         "assert txmq.spark.TxmqDataSource.name() == 'txmq'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_name_server_address_stands_in_for_the_broker_address() -> None:
+    from txmq.spark._sink import SinkOptions
+
+    opts = _source.SourceOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "t"})
+    assert (opts.endpoints, opts.namesrv_addr) == ("", "127.0.0.1:9876")
+    assert all(r.namesrv_addr == "127.0.0.1:9876"
+               for r in _source._plan_ranges(opts, {("t", 0): 0}, {("t", 0): 5}))
+    sink = SinkOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "t", "sinkId": "s"})
+    assert (sink.endpoints, sink.namesrv_addr) == ("", "127.0.0.1:9876")
+    with pytest.raises(ConfigError, match="namesrvAddr"):
+        _source.SourceOptions.parse({"topic": "t"})
+    with pytest.raises(ConfigError, match="namesrvAddr"):
+        SinkOptions.parse({"topic": "t", "sinkId": "s"})

@@ -143,7 +143,7 @@ def test_a_broker_answers_disk_full_and_resumes(small_fs: Path, tmp_path: Path) 
                 except RemoteError as exc:
                     refused = exc
                     break
-            assert refused is not None and refused.response_code == ResponseCode.DISK_FULL
+            assert refused is not None and refused.response_code == ResponseCode.SERVICE_NOT_AVAILABLE
             assert refused.retriable
             extra.unlink()
             deadline = time.monotonic() + 15
@@ -153,7 +153,7 @@ def test_a_broker_answers_disk_full_and_resumes(small_fs: Path, tmp_path: Path) 
                     acked.append(b"after")
                     break
                 except RemoteError as exc:
-                    assert exc.response_code == ResponseCode.DISK_FULL
+                    assert exc.response_code == ResponseCode.SERVICE_NOT_AVAILABLE
                     assert time.monotonic() < deadline, "writes did not resume"
                     time.sleep(0.1)
         broker.stop()
@@ -188,7 +188,7 @@ def test_a_broker_killed_on_a_full_disk_starts_serves_reads_and_refuses_writes(
                     p.send(Message(topic="t", body=body(i, 256 * 1024)))
                     acked.append(body(i, 256 * 1024))
                 except RemoteError as exc:
-                    assert exc.response_code == ResponseCode.DISK_FULL
+                    assert exc.response_code == ResponseCode.SERVICE_NOT_AVAILABLE
                     break
         with open(small_fs / "ballast2", "wb") as f:  # now 100 % full
             try:
@@ -205,7 +205,7 @@ def test_a_broker_killed_on_a_full_disk_starts_serves_reads_and_refuses_writes(
         with Producer("pg", broker.endpoints) as p:
             with pytest.raises(RemoteError) as refused:
                 p.send(Message(topic="t", body=b"refused"))
-            assert refused.value.response_code == ResponseCode.DISK_FULL
+            assert refused.value.response_code == ResponseCode.SERVICE_NOT_AVAILABLE
             extra.unlink()
             (small_fs / "ballast2").unlink()
             deadline = time.monotonic() + 15
@@ -214,7 +214,7 @@ def test_a_broker_killed_on_a_full_disk_starts_serves_reads_and_refuses_writes(
                     p.send(Message(topic="t", body=b"after"))
                     break
                 except RemoteError as exc:
-                    assert exc.response_code == ResponseCode.DISK_FULL
+                    assert exc.response_code == ResponseCode.SERVICE_NOT_AVAILABLE
                     assert time.monotonic() < deadline, "writes did not resume"
                     time.sleep(0.1)
     finally:

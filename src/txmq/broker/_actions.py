@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
+from txmq.errors import ResponseCode
 from txmq.protocol import Command
 
-__all__ = ["Action", "Close", "Hold", "Reply", "SendTo"]
+__all__ = ["Action", "Close", "Hold", "Reply", "SendTo", "ok_reply"]
 
 
 class Reply(msgspec.Struct):
@@ -41,3 +42,12 @@ class Close(msgspec.Struct):
 
 
 Action = Reply | SendTo | Hold | Close
+
+
+def ok_reply(conn: int, cmd: Command, ext: dict[str, str] | None = None, body: bytes = b"",
+             durable_offset: int = 0) -> list[Action]:
+    """The SUCCESS answer to ``cmd`` (none for a one-way request), sent once the store is durable
+    up to ``durable_offset``."""
+    if cmd.is_oneway:
+        return []
+    return [Reply(conn, cmd.response(ResponseCode.SUCCESS, None, ext, body), durable_offset)]

@@ -9,83 +9,105 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from itertools import count
-from typing import Any
 
 import msgspec
 
 from txmq import limits
-from txmq.broker._actions import Action, Hold, Reply, SendTo
+from txmq.broker._actions import Action, Hold, Reply, SendTo, ok_reply
 from txmq.broker._clients import ClientRegistry
 from txmq.broker._config import BrokerConfig, parse_delay_levels
 from txmq.broker._groups import GroupService
 from txmq.broker._health import TimerHealth, destination_problem
 from txmq.broker._meta import load_json_meta
 from txmq.broker._schedule import SCHEDULE_TOPIC, ScheduleService
+from txmq.broker._tx_requests import TransactionRequests
 from txmq.broker.transaction import (
     HALF_TOPIC,
     OP_TOPIC,
     SINK_BATCH_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
-    EndResult,
-    Outcome,
     TransactionService,
 )
 from txmq.errors import (
     CorruptRecord,
     DiskFull,
     InvalidRequest,
-    MalformedFrame,
+    MalformedHeader,
+    MalformedMessage,
+    ProtocolError,
     ResponseCode,
     StoreError,
 )
+from txmq.limits import AUTO_CREATE_TOPIC_QUEUE_NUMS
+from txmq.namesrv import topic_not_exist_remark
 from txmq.protocol import (
+    COMPRESSED_FLAG,
+    DEFAULT_TOPIC,
     FLAG_ONEWAY,
     PARK_SOURCES,
     PARKED_TOPIC,
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_WRITE,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
-    AdminEndTransactionRequestHeader,
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUSPEND,
+    RETRY_PREFIX,
     BrokerRuntimeInfo,
     Command,
     ConsumerSendMsgBackRequestHeader,
     CreateTopicRequestHeader,
-    EndTransactionRequestHeader,
-    EndTransactionResponseHeader,
-    GroupRequestHeader,
+    GetConsumerListByGroupRequestHeader,
+    GetConsumerListByGroupResponseBody,
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
+    GetRouteInfoRequestHeader,
     HeartbeatData,
     Message,
     MessageExt,
-    OffsetRequestHeader,
-    PendingTransactionsRequestHeader,
+    NotifyConsumerIdsChangedRequestHeader,
+    OffsetResponseHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
+    QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
-    QueueRequestHeader,
+    QueryMessageResponseHeader,
     RequestCode,
-    SendMessageRequestHeader,
+    SendHeader,
     SendMessageResponseHeader,
-    SinkBatchRequestHeader,
-    TopicRequestHeader,
-    TransactionIdRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    ViewMessageByUniqKeyRequestHeader,
     ViewMessageRequestHeader,
+    broker_route,
     check_group,
     check_offset,
-    check_properties,
     check_queue_id,
     check_send_properties,
     check_send_topic,
     check_timestamp,
     check_topic,
-    decode_messages,
+    decode_batch,
+    decode_body,
+    decode_properties,
     delay_level,
-    encode_messages,
+    dlq_topic,
+    encode_body,
+    encode_message_exts,
+    encode_route,
     from_ext,
+    inflate_body,
     is_broker_topic,
-    parse_int,
+    offset_msg_id,
+    retry_topic,
+    send_header,
     to_ext,
+    wants_standard_json,
 )
 from txmq.store import AppendResult, Record, Store
 
@@ -99,16 +121,6 @@ _SYSTEM_TOPICS = {HALF_TOPIC: 1, OP_TOPIC: 1, TRANS_CHECK_MAX_TIME_TOPIC: 1, SIN
                   PARKED_TOPIC: 1}
 assert all(is_broker_topic(t) for t in (*_SYSTEM_TOPICS, SCHEDULE_TOPIC))
 Handler = Callable[[int, Command, int], list[Action]]
-
-
-def retry_topic(group: str) -> str:
-    """``%RETRY%<group>``: where a group's failed messages wait for redelivery."""
-    return f"%RETRY%{group}"
-
-
-def dlq_topic(group: str) -> str:
-    """``%DLQ%<group>``: where messages go after ``maxReconsumeTimes`` failures."""
-    return f"%DLQ%{group}"
 
 
 class _Fail(Exception):
@@ -153,18 +165,22 @@ class Broker:
         self._offsets_dirty = False
         self.boot_ms = now_ms
         self.health = TimerHealth()
+        self.store_host = config.store.store_host or f"{config.host}:{config.port}"
+        """``ip:port`` of this broker as stored in its records (and in offset message ids)."""
         self.tx = TransactionService(config, store, self.append, self.clients,
-                                     self.destination_problem)
+                                     self.destination_problem, lambda: self.store_host)
         self.schedule = ScheduleService(parse_delay_levels(config.message_delay_level), store,
                                         self.append, self.destination_problem)
         self._recover()
         self.groups = GroupService(self)
+        self.tx_requests = TransactionRequests(self)
         self._handlers: dict[int, Handler] = {
             **self.groups.handlers(),
-            RequestCode.SEND_MESSAGE: self._send, RequestCode.SEND_BATCH_MESSAGE: self._send_batch,
+            **self.tx_requests.handlers(),
+            RequestCode.SEND_MESSAGE: self._send, RequestCode.SEND_MESSAGE_V2: self._send,
+            RequestCode.SEND_BATCH_MESSAGE: self._send_batch,
             RequestCode.PULL_MESSAGE: self._pull, RequestCode.HEART_BEAT: self._heartbeat,
             RequestCode.UNREGISTER_CLIENT: self._unregister,
-            RequestCode.END_TRANSACTION: self._end_transaction,
             RequestCode.QUERY_CONSUMER_OFFSET: self._query_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self._update_offset,
             RequestCode.GET_MIN_OFFSET: self._min_offset, RequestCode.GET_MAX_OFFSET: self._max_offset,
@@ -172,16 +188,9 @@ class Broker:
             RequestCode.UPDATE_AND_CREATE_TOPIC: self._create_topic,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
             RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
-            RequestCode.GET_TRANSACTION_STATS: self._tx_stats,
-            RequestCode.GET_PENDING_TRANSACTIONS: self._tx_pending,
-            RequestCode.QUERY_TRANSACTION: self._tx_query,
-            RequestCode.ADMIN_END_TRANSACTION: self._tx_admin_end,
-            RequestCode.RESUME_CHECK_HALF_MESSAGE: self._tx_resume,
-            RequestCode.END_TRANSACTION_BATCH: self._end_transaction_batch,
-            RequestCode.COMMIT_SINK_BATCH: self._sink_commit,
-            RequestCode.ABORT_SINK_BATCH: self._sink_abort,
             RequestCode.QUERY_MESSAGE: self._query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: self._view_message,
+            RequestCode.VIEW_MESSAGE_BY_UNIQ_KEY: self._view_by_uniq_key,
             RequestCode.GET_BROKER_RUNTIME_INFO: self._runtime_info,
         }
 
@@ -247,10 +256,13 @@ class Broker:
             return self._error(conn, cmd, f.code, f.remark)
         except InvalidRequest as exc:
             return self._error(conn, cmd, exc.response_code, str(exc))
-        except MalformedFrame as exc:
-            return self._error(conn, cmd, ResponseCode.MALFORMED_REQUEST, str(exc))
-        except DiskFull as exc:
-            return self._error(conn, cmd, ResponseCode.DISK_FULL, str(exc))
+        except MalformedMessage as exc:  # a batch body, a compressed body, a property
+            return self._error(conn, cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        except MalformedHeader as exc:  # RocketMQ NettyRemotingAbstract.processRequestCommand
+            return self._error(conn, cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        except DiskFull as exc:  # RocketMQ's answer to PutMessageStatus.SERVICE_NOT_AVAILABLE
+            return self._error(conn, cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
+                               f"service not available now: the broker's disk is full ({exc})")
         except StoreError as exc:
             log.error("store error handling code %d: %s", cmd.code, exc)
             return self._error(conn, cmd, ResponseCode.SYSTEM_ERROR, str(exc))
@@ -262,36 +274,42 @@ class Broker:
         """Several SEND_MESSAGE requests that arrived together, in order, appended with one store
         append (one commit log write) instead of one each. Replies, offsets and errors are those
         of calling :meth:`handle` on each in turn; delay messages, which go through the schedule
-        topic, are handled one by one. Never raises."""
+        topic, and requests whose header does not decode are handled one by one. Never raises."""
         actions: list[Action] = []
-        run: list[Command] = []
+        run: list[tuple[Command, SendHeader, dict[str, str]]] = []
         for cmd in cmds:
             if cmd.is_response:
                 continue
-            props = cmd.ext.get("properties")
-            if isinstance(props, dict) and props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("0", ""):
+            try:
+                h: SendHeader | None = send_header(cmd)
+                props = decode_properties(h.properties or "") if h is not None else {}
+                delayed = PROPERTY_DELAY_TIME_LEVEL in props and delay_level(props) > 0
+            except (ProtocolError, InvalidRequest):  # answered by handle(), one by one
+                h, delayed = None, True
+            if h is None or delayed:
                 actions += self._send_run(conn, run, now_ms)
                 run = []
                 actions += self.handle(conn, cmd, now_ms)
             else:
-                run.append(cmd)
+                run.append((cmd, h, props))
         return actions + self._send_run(conn, run, now_ms)
 
-    def _send_run(self, conn: int, cmds: list[Command], now: int) -> list[Action]:
-        if len(cmds) <= 1:
-            return [a for cmd in cmds for a in self.handle(conn, cmd, now)]
+    def _send_run(self, conn: int, sends: list[tuple[Command, SendHeader, dict[str, str]]],
+                  now: int) -> list[Action]:
+        if len(sends) <= 1:
+            return [a for cmd, _, _ in sends for a in self.handle(conn, cmd, now)]
+        cmds = [cmd for cmd, _, _ in sends]
         out: list[list[Action]] = [[] for _ in cmds]
         staged: list[tuple[int, Record, Record]] = []  # (index, record sent, record stored)
         peer = self._peers.get(conn, "")
 
-        def stage(i: int, cmd: Command) -> list[Action]:
-            h = from_ext(cmd.ext, SendMessageRequestHeader)
-            rec = self._record(h, cmd.body, now, peer)
+        def stage(i: int, h: SendHeader, props: dict[str, str]) -> list[Action]:
+            rec = self._record(h, cmds[i].body, now, peer, props)
             staged.append((i, rec, self._half_or_plain(conn, rec, h.producer_group)))
             return []
 
-        for i, cmd in enumerate(cmds):
-            out[i] = self._guarded(conn, cmd, lambda i=i, cmd=cmd: stage(i, cmd))  # type: ignore[misc]
+        for i, (cmd, h, props) in enumerate(sends):
+            out[i] = self._guarded(conn, cmd, lambda i=i, h=h, p=props: stage(i, h, p))  # type: ignore[misc]
         try:
             results = self.append([stored for _, _, stored in staged]) if staged else []
         except Exception as exc:  # nothing of the run was written: each send fails alike
@@ -310,12 +328,7 @@ class Broker:
             return []
         return [Reply(conn, cmd.response(code, remark))]
 
-    @staticmethod
-    def _ok(conn: int, cmd: Command, ext: dict[str, Any] | None = None, body: bytes = b"",
-            durable_offset: int = 0) -> list[Action]:
-        if cmd.is_oneway:
-            return []
-        return [Reply(conn, cmd.response(ResponseCode.SUCCESS, "", ext, body), durable_offset)]
+    _ok = staticmethod(ok_reply)
 
     def connection_opened(self, conn: int, peer: str) -> None:
         """Remember a connection's remote ``ip:port``: it is stored as the born host of the
@@ -395,32 +408,70 @@ class Broker:
 
     def _create_topic(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, CreateTopicRequestHeader)
-        return self._ok(conn, cmd, {"queue_nums": self.create_topic(h.topic, h.queue_nums)})
+        self.create_topic(h.topic, max(h.read_queue_nums, h.write_queue_nums))
+        return self._ok(conn, cmd)
+
+    def route(self, topic: str, standard_json: bool = False) -> bytes:
+        """The ``TopicRouteData`` JSON this broker answers for ``topic`` when clients use it as
+        their name server (``namesrvAddr = broker``); ``standard_json`` quotes the integer keys
+        (ClientRequestProcessor: clients from V4_9_4 on, or ``acceptStandardJsonOnly``). A topic
+        that does not exist yet is created when auto-create is on; so is the default topic
+        ``TBW102`` answered (perm 7, as RocketMQ's ``TopicConfigManager`` registers it), which
+        clients look up for a topic with no route (RocketMQ ``BrokerConfig.autoCreateTopicEnable``).
+        Raises the TOPIC_NOT_EXIST failure otherwise."""
+        c = self.config
+        perm = PERM_READ | PERM_WRITE
+        if topic == DEFAULT_TOPIC and c.auto_create_topic_enable:
+            n, perm = AUTO_CREATE_TOPIC_QUEUE_NUMS, perm | PERM_INHERIT
+        else:
+            n = self._queue_nums(topic)
+        route = broker_route(topic, n, c.broker_name, c.broker_cluster_name, self.store_host,
+                             perm=perm)
+        return encode_route(route, standard=standard_json)
 
     def _route(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = from_ext(cmd.ext, TopicRequestHeader)
-        return self._ok(conn, cmd, {"queue_nums": self._queue_nums(h.topic)})
+        h = from_ext(cmd.ext, GetRouteInfoRequestHeader)
+        standard = wants_standard_json(cmd.version, h.accept_standard_json_only)
+        try:
+            return self._ok(conn, cmd, body=self.route(h.topic, standard))
+        except _Fail as f:  # RocketMQ ClientRequestProcessor's answer and remark
+            if f.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+            raise _Fail(f.code, topic_not_exist_remark(h.topic)) from f
 
     # -- send -------------------------------------------------------------------------------------
-    def _record(self, h: SendMessageRequestHeader, body: bytes, now: int, born_host: str = "") -> Record:
+    def _record(self, h: SendHeader, body: bytes, now: int, born_host: str = "",
+                props: dict[str, str] | None = None) -> Record:
         """The record a client's send stores, after validating all it names: the topic (not a
         broker topic), the properties (:func:`~txmq.protocol.check_send_properties`), the queue,
-        the producer group of a half message, the born timestamp and the body size."""
+        the producer group of a half message, the born timestamp and the body size. A body the
+        client compressed (``sysFlag`` COMPRESSED) is stored inflated. A send to a retry topic
+        past ``maxReconsumeTimes`` goes to the group's DLQ (RocketMQ
+        ``SendMessageProcessor.handleRetryAndDLQ``)."""
+        if h.sys_flag & COMPRESSED_FLAG:
+            body = inflate_body(body, h.sys_flag, self.config.max_message_size)
         if len(body) > self.config.max_message_size:
-            raise _Fail(ResponseCode.MESSAGE_TOO_LARGE,
-                        f"body of {len(body)} bytes exceeds max_message_size "
-                        f"{self.config.max_message_size}")
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "the message body size over max value, "
+                        f"MAX: {self.config.max_message_size} (body of {len(body)} bytes)")
+        props = decode_properties(h.properties or "") if props is None else props
+        tags, keys = props.pop(PROPERTY_TAGS, ""), props.pop(PROPERTY_KEYS, "")
         check_send_topic(h.topic)
-        if check_send_properties(h.properties) or h.producer_group:
+        if check_send_properties(props) or h.producer_group:
             check_group(h.producer_group)
-        check_timestamp(h.born_timestamp_ms, "born timestamp")
-        n = self._queue_nums(h.topic)
-        qid = h.queue_id if h.queue_id >= 0 else next(self._rr) % n
+        check_timestamp(h.born_timestamp, "born timestamp")
+        topic, reconsumed = h.topic, h.reconsume_times or 0
+        max_times = limits.MAX_RECONSUME_TIMES if h.max_reconsume_times is None else h.max_reconsume_times
+        if topic.startswith(RETRY_PREFIX) and reconsumed > max_times:
+            topic = dlq_topic(topic[len(RETRY_PREFIX):])
+            self.create_topic(topic, 1)
+        n = self._queue_nums(topic)
+        qid = h.queue_id if h.queue_id >= 0 and topic == h.topic else next(self._rr) % n
         if h.queue_id < -1 or qid >= n:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue {h.queue_id} not in topic {h.topic!r} ({n})")
-        return Record(topic=h.topic, queue_id=qid, body=body, tags=h.tags, keys=h.keys,
-                      properties=dict(h.properties), born_timestamp_ms=h.born_timestamp_ms or now,
-                      store_timestamp_ms=now, reconsume_times=h.reconsume_times, born_host=born_host)
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue {h.queue_id} not in topic {topic!r} ({n})")
+        return Record(topic=topic, queue_id=qid, body=body, tags=tags, keys=keys,
+                      properties=props, born_timestamp_ms=h.born_timestamp or now,
+                      store_timestamp_ms=now, reconsume_times=reconsumed, flag=h.flag,
+                      born_host=born_host)
 
     def _half_or_plain(self, conn: int, rec: Record, producer_group: str) -> Record:
         """What a send stores: ``rec`` itself, or for a ``TRAN_MSG`` send its half record."""
@@ -431,13 +482,20 @@ class Broker:
         return self.tx.half_record(rec, producer_group, self.clients.client_id(conn))
 
     def _send_reply(self, conn: int, cmd: Command, rec: Record, res: AppendResult) -> list[Action]:
-        uniq = rec.properties.get(PROPERTY_UNIQ_KEY, "")
-        out = SendMessageResponseHeader(msg_id=uniq, queue_id=rec.queue_id, queue_offset=res.queue_offset,
-                                        commit_log_offset=res.commit_log_offset, transaction_id=uniq)
+        half = rec.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
+        out = SendMessageResponseHeader(
+            msg_id=offset_msg_id(self.store_host, res.commit_log_offset), queue_id=rec.queue_id,
+            queue_offset=res.queue_offset,
+            transaction_id=rec.properties.get(PROPERTY_UNIQ_KEY) if half else None)
         return self._ok(conn, cmd, to_ext(out), durable_offset=res.commit_log_offset + res.size)
 
+    def set_store_host(self, host: str) -> None:
+        """The broker's ``ip:port`` once the shell knows the port it listens on."""
+        self.store_host = host
+        self.store.set_store_host(host)
+
     def _send(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = from_ext(cmd.ext, SendMessageRequestHeader)
+        h = send_header(cmd)
         rec = self._record(h, cmd.body, now, self._peers.get(conn, ""))
         stored = self._half_or_plain(conn, rec, h.producer_group)
         if stored is not rec:
@@ -450,11 +508,11 @@ class Broker:
         return self._send_reply(conn, cmd, rec, res)
 
     def _send_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = from_ext(cmd.ext, SendMessageRequestHeader)
+        h = send_header(cmd)
         try:
-            msgs = decode_messages(cmd.body, ext=False)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, f"batch body does not decode: {exc}") from exc
+            msgs = decode_batch(cmd.body)
+        except ProtocolError as exc:
+            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"batch body does not decode: {exc}") from exc
         if not 0 < len(msgs) <= limits.BATCH_MESSAGES_MAX:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL,
                         f"batch of {len(msgs)} not in 1..{limits.BATCH_MESSAGES_MAX}")
@@ -477,27 +535,34 @@ class Broker:
         else:
             results = self.append(recs)
         first, last = results[0], results[-1]
-        out = SendMessageResponseHeader(
-            msg_id=msgs[0].msg_id, queue_id=qid, queue_offset=first.queue_offset,
-            commit_log_offset=first.commit_log_offset, count=len(recs))
+        ids = ",".join(offset_msg_id(self.store_host, r.commit_log_offset) for r in results)
+        out = SendMessageResponseHeader(msg_id=ids, queue_id=qid, queue_offset=first.queue_offset)
         return self._ok(conn, cmd, to_ext(out), durable_offset=last.commit_log_offset + last.size)
 
-    def _batch_record(self, h: SendMessageRequestHeader, m: Message, now: int, born_host: str) -> Record:
-        if m.topic != h.topic:
+    def _batch_record(self, h: SendHeader, m: Message, now: int, born_host: str) -> Record:
+        """One message of a batch (RocketMQ ``MessageDecoder.decodeMessages``: body, flag and
+        properties per message; topic and the rest from the request header)."""
+        if m.topic and m.topic != h.topic:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "a batch holds messages of the request's topic only")
-        if PROPERTY_DELAY_TIME_LEVEL in m.properties:
+        props = dict(m.properties)
+        if m.tags:
+            props[PROPERTY_TAGS] = m.tags
+        if m.keys:
+            props[PROPERTY_KEYS] = m.keys
+        if PROPERTY_DELAY_TIME_LEVEL in props:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "delay messages cannot be batched")
-        hh = msgspec.structs.replace(h, tags=m.tags, keys=m.keys, properties=m.properties)
-        return self._record(hh, m.body, now, born_host)
+        hh = msgspec.structs.replace(h, flag=m.flag, sys_flag=h.sys_flag & ~COMPRESSED_FLAG)
+        return self._record(hh, m.body, now, born_host, props)
 
     # -- pull -------------------------------------------------------------------------------------
     def _pull(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, PullMessageRequestHeader)
         check_group(h.consumer_group)
         check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
-        check_offset(h.commit_offset, "commit offset", none_ok=True)
-        if h.commit_offset >= 0:
-            self.set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        if h.sys_flag & PULL_FLAG_COMMIT_OFFSET:
+            check_offset(h.commit_offset, "commit offset", none_ok=True)
+            if h.commit_offset >= 0:
+                self.set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         lo, hi = self.store.queue_bounds(h.topic, h.queue_id)
         if h.queue_offset < lo or h.queue_offset > hi:
             nxt = lo if h.queue_offset < lo else hi
@@ -506,19 +571,21 @@ class Broker:
         msgs = self.store.read_queue(h.topic, h.queue_id, h.queue_offset, count_max,
                                      limits.PULL_BATCH_BYTES_MAX)
         if not msgs:
-            if h.suspend_timeout_ms > 0:
+            if h.sys_flag & PULL_FLAG_SUSPEND and h.suspend_timeout_millis > 0:
                 # The commit offset was applied now; a woken hold must not apply it again (it may
                 # be stale by then, e.g. after an operator reset the group's offsets).
-                held = msgspec.structs.replace(cmd, ext={**cmd.ext, "commit_offset": -1})
-                return [Hold(conn, held, h.topic, h.queue_id, now + h.suspend_timeout_ms)]
+                again = msgspec.structs.replace(h, sys_flag=h.sys_flag & ~PULL_FLAG_COMMIT_OFFSET)
+                held = msgspec.structs.replace(cmd, ext=to_ext(again))
+                return [Hold(conn, held, h.topic, h.queue_id, now + h.suspend_timeout_millis)]
             return self._pull_reply(conn, cmd, ResponseCode.PULL_NOT_FOUND, h.queue_offset, lo, hi)
         nxt = msgs[-1].queue_offset + 1
-        tags = _parse_subscription(h.subscription)
+        tags = _parse_subscription(h.subscription or "*")
         if tags is not None:
             msgs = [m for m in msgs if m.tags in tags]
             if not msgs:
                 return self._pull_reply(conn, cmd, ResponseCode.PULL_NOT_FOUND, nxt, lo, hi)
-        return self._pull_reply(conn, cmd, ResponseCode.SUCCESS, nxt, lo, hi, encode_messages(msgs))
+        body = encode_message_exts(msgs)
+        return self._pull_reply(conn, cmd, ResponseCode.SUCCESS, nxt, lo, hi, body)
 
     def expire_hold(self, conn: int, cmd: Command) -> list[Action]:
         """A held pull reached its deadline with nothing new: answer PULL_NOT_FOUND."""
@@ -530,41 +597,45 @@ class Broker:
     def _pull_reply(conn: int, cmd: Command, code: ResponseCode, nxt: int, lo: int, hi: int,
                     body: bytes = b"") -> list[Action]:
         ext = to_ext(PullMessageResponseHeader(next_begin_offset=nxt, min_offset=lo, max_offset=hi))
-        return [Reply(conn, cmd.response(code, "", ext, body))]
+        return [Reply(conn, cmd.response(code, None, ext, body))]
 
     # -- index queries ----------------------------------------------------------------------------
     def _query_message(self, conn: int, cmd: Command, now: int) -> list[Action]:
         """QUERY_MESSAGE: durable messages of a topic by key in a store-time range (the index)."""
         h = from_ext(cmd.ext, QueryMessageRequestHeader)
-        check_timestamp(h.begin_timestamp_ms, "begin timestamp")
-        check_timestamp(h.end_timestamp_ms, "end timestamp")
+        check_timestamp(h.begin_timestamp, "begin timestamp")
+        check_timestamp(h.end_timestamp, "end timestamp")
         if check_topic(h.topic) not in self.topics:
             raise _Fail(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic!r} does not exist")
-        if h.begin_timestamp_ms > h.end_timestamp_ms or not h.key:
+        if h.begin_timestamp > h.end_timestamp or not h.key:
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "need a key and begin <= end timestamp")
-        found = self.store.query_by_key(h.topic, h.key, h.begin_timestamp_ms, h.end_timestamp_ms,
+        found = self.store.query_by_key(h.topic, h.key, h.begin_timestamp, h.end_timestamp,
                                         max(1, min(h.max_num, limits.QUERY_MESSAGE_MAX_NUM)))
-        return self._found(conn, cmd, found, f"no message of {h.topic!r} with key {h.key!r}")
+        if not found:
+            raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"no message of {h.topic!r} with key {h.key!r}")
+        out = QueryMessageResponseHeader(index_last_update_timestamp=now,
+                                         index_last_update_phyoffset=self.store.flushed_offset)
+        return self._ok(conn, cmd, to_ext(out), encode_message_exts(found))
 
     def _view_message(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        """VIEW_MESSAGE_BY_ID: by ``UNIQ_KEY`` (every copy) or by one durable commit log offset."""
+        """VIEW_MESSAGE_BY_ID: the one durable record at a commit log offset."""
         h = from_ext(cmd.ext, ViewMessageRequestHeader)
-        if h.msg_id:
-            found = self.store.query_by_msg_id(h.msg_id, limits.QUERY_MESSAGE_MAX_NUM)
-            return self._found(conn, cmd, found, f"no message with id {h.msg_id!r}")
         if not self.store.min_offset <= h.offset < self.store.flushed_offset:
             raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"commit log offset {h.offset} is not stored")
         try:
-            found = [self.store.read_at(h.offset)]
+            found = self.store.read_at(h.offset)
         except CorruptRecord as exc:  # not a record boundary, or damaged
             raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"no message at commit log offset {h.offset}: "
                                                       f"{exc}") from exc
-        return self._found(conn, cmd, found, "")
+        return self._ok(conn, cmd, body=encode_message_exts([found]))
 
-    def _found(self, conn: int, cmd: Command, msgs: list[MessageExt], missing: str) -> list[Action]:
-        if not msgs:
-            raise _Fail(ResponseCode.QUERY_NOT_FOUND, missing)
-        return self._ok(conn, cmd, {"count": len(msgs)}, encode_messages(msgs))
+    def _view_by_uniq_key(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        """VIEW_MESSAGE_BY_UNIQ_KEY: every stored copy of a message, newest first."""
+        h = from_ext(cmd.ext, ViewMessageByUniqKeyRequestHeader)
+        found = self.store.query_by_msg_id(h.msg_id, limits.QUERY_MESSAGE_MAX_NUM)
+        if not found:
+            raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"no message with id {h.msg_id!r}")
+        return self._ok(conn, cmd, body=encode_message_exts(found))
 
     # -- offsets ----------------------------------------------------------------------------------
     def set_offset(self, group: str, topic: str, qid: int, offset: int) -> None:
@@ -575,17 +646,23 @@ class Broker:
             self._offsets_dirty = True
 
     def _query_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = from_ext(cmd.ext, OffsetRequestHeader)
+        h = from_ext(cmd.ext, QueryConsumerOffsetRequestHeader)
         check_group(h.consumer_group)
         if check_topic(h.topic) in self.topics:
             check_queue_id(h.queue_id, self.topics[h.topic], h.topic)
         off = self.offsets.get(f"{h.consumer_group}@{h.topic}@{h.queue_id}")
+        if off is None and h.set_zero_if_not_found is not False and h.topic in self.topics:
+            # RocketMQ ConsumerManageProcessor.queryConsumerOffset: a group with no offset reads
+            # from 0 while the queue still holds offset 0 (for clients that do not ask otherwise)
+            lo, hi = self.store.queue_bounds(h.topic, h.queue_id)
+            off = 0 if lo == 0 and hi > 0 else None
         if off is None:
-            raise _Fail(ResponseCode.QUERY_NOT_FOUND, "no offset stored for this group and queue")
-        return self._ok(conn, cmd, {"offset": off})
+            raise _Fail(ResponseCode.QUERY_NOT_FOUND,
+                        "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+        return self._ok(conn, cmd, to_ext(OffsetResponseHeader(offset=off)))
 
     def _update_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = from_ext(cmd.ext, OffsetRequestHeader)
+        h = from_ext(cmd.ext, UpdateConsumerOffsetRequestHeader)
         check_group(h.consumer_group)
         check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
         check_offset(h.commit_offset, "commit offset")
@@ -593,29 +670,29 @@ class Broker:
         return self._ok(conn, cmd)
 
     def _min_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = from_ext(cmd.ext, QueueRequestHeader)
+        h = from_ext(cmd.ext, GetMinOffsetRequestHeader)
         check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
-        return self._ok(conn, cmd, {"offset": self.store.queue_bounds(h.topic, h.queue_id)[0]})
+        lo = self.store.queue_bounds(h.topic, h.queue_id)[0]
+        return self._ok(conn, cmd, to_ext(OffsetResponseHeader(offset=lo)))
 
     def _max_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = from_ext(cmd.ext, QueueRequestHeader)
+        h = from_ext(cmd.ext, GetMaxOffsetRequestHeader)
         check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
-        return self._ok(conn, cmd, {"offset": self.store.queue_bounds(h.topic, h.queue_id)[1]})
+        hi = self.store.queue_bounds(h.topic, h.queue_id)[1]
+        return self._ok(conn, cmd, to_ext(OffsetResponseHeader(offset=hi)))
 
     # -- clients ----------------------------------------------------------------------------------
     def _heartbeat(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        try:
-            data = msgspec.msgpack.decode(cmd.body, type=HeartbeatData)
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, f"heartbeat body: {exc}") from exc
+        data = decode_body(cmd.body, HeartbeatData)
         for g in data.producer_groups:
             check_group(g)
-        for cd in data.consumer_groups:
-            check_group(cd.group)
-            if cd.message_model == "CLUSTERING" and retry_topic(cd.group) not in self.topics:
-                self.create_topic(retry_topic(cd.group), 1)
+        for cd in data.consumer_data_set:
+            check_group(cd.group_name)
+            if cd.message_model == "CLUSTERING" and retry_topic(cd.group_name) not in self.topics:
+                self.create_topic(retry_topic(cd.group_name), 1)
             for topic in cd.subscriptions:
-                self._queue_nums(topic)
+                if not topic.startswith(RETRY_PREFIX):
+                    self._queue_nums(topic)
         changed = self.clients.heartbeat(conn, data, now)
         return self._ok(conn, cmd) + self._notify_groups(changed)
 
@@ -625,31 +702,35 @@ class Broker:
     def _notify_groups(self, groups: set[str]) -> list[Action]:
         out: list[Action] = []
         for g in groups:
+            ext = to_ext(NotifyConsumerIdsChangedRequestHeader(consumer_group=g))
             for c in self.clients.consumer_conns(g).values():
                 out.append(SendTo(c, Command(code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                             flags=FLAG_ONEWAY, ext={"consumer_group": g})))
+                                             flag=FLAG_ONEWAY, ext=ext)))
         return out
 
     def _consumer_list(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = from_ext(cmd.ext, GroupRequestHeader)
+        h = from_ext(cmd.ext, GetConsumerListByGroupRequestHeader)
         check_group(h.consumer_group)
-        return self._ok(conn, cmd, {"client_ids": sorted(self.clients.consumer_conns(h.consumer_group))})
+        ids = sorted(self.clients.consumer_conns(h.consumer_group))
+        return self._ok(conn, cmd, body=encode_body(GetConsumerListByGroupResponseBody(
+            consumer_id_list=ids)))
 
     # -- retries ----------------------------------------------------------------------------------
     def _send_back(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, ConsumerSendMsgBackRequestHeader)
         check_group(h.group)
-        msg = self._read_client_offset(h.commit_log_offset)
+        msg = self._read_client_offset(h.offset)
         if is_broker_topic(msg.topic):
             raise _Fail(ResponseCode.NO_PERMISSION, f"a message of {msg.topic!r} is not sent back")
         props = dict(msg.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or props.get(PROPERTY_UNIQ_KEY, ""))
-        done = max(msg.reconsume_times, h.reconsume_times)  # orderly consumers count locally
+        done = msg.reconsume_times
         base = Record(topic=retry_topic(h.group), queue_id=0, body=msg.body, tags=msg.tags,
                       keys=msg.keys, properties=props, born_timestamp_ms=msg.born_timestamp_ms,
                       store_timestamp_ms=now, reconsume_times=done + 1)
-        if done >= h.max_reconsume_times or h.delay_level < 0:
+        max_times = limits.MAX_RECONSUME_TIMES if h.max_reconsume_times is None else h.max_reconsume_times
+        if done >= max_times or h.delay_level < 0:
             base.topic = dlq_topic(h.group)  # RocketMQ: reconsumeTimes >= maxReconsumeTimes
             self.create_topic(base.topic, 1)
             res = self.append([base])[0]
@@ -668,106 +749,6 @@ class Broker:
         except CorruptRecord as exc:  # not a record boundary, or damaged
             raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"no message at commit log offset {offset}: "
                                                       f"{exc}") from exc
-
-    # -- transactions -----------------------------------------------------------------------------
-    def _end_transaction(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        if self.config.broker_role == "SLAVE":
-            raise _Fail(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
-        h = from_ext(cmd.ext, EndTransactionRequestHeader)
-        check_group(h.producer_group)
-        return self._end_reply(conn, cmd, self.tx.end(h, now))
-
-    def _end_transaction_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        if self.config.broker_role == "SLAVE":
-            raise _Fail(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
-        try:
-            exts = msgspec.msgpack.decode(cmd.body, type=list[dict[str, Any]])
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, f"end batch body: {exc}") from exc
-        if len(exts) > limits.BATCH_MESSAGES_MAX:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"more than {limits.BATCH_MESSAGES_MAX} ends")
-        parsed: list[EndTransactionRequestHeader | str] = []
-        for ext in exts:
-            try:
-                parsed.append(from_ext(ext, EndTransactionRequestHeader))
-            except MalformedFrame as exc:
-                parsed.append(str(exc))
-        decided = iter(self.tx.end_many([h for h in parsed if not isinstance(h, str)], now))
-        items, durable = [], 0
-        for h in parsed:
-            if isinstance(h, str):
-                items.append({"code": int(ResponseCode.MALFORMED_REQUEST), "remark": h})
-                continue
-            r = next(decided)
-            durable = max(durable, r.durable_offset)
-            items.append({"code": int(r.code), "remark": r.remark, "outcome": r.outcome,
-                          "duplicate": r.duplicate})
-        return self._ok(conn, cmd, body=msgspec.msgpack.encode(items), durable_offset=durable)
-
-    def _end_reply(self, conn: int, cmd: Command, r: EndResult) -> list[Action]:
-        if r.code != ResponseCode.SUCCESS:
-            raise _Fail(r.code, r.remark)
-        ext = to_ext(EndTransactionResponseHeader(outcome=r.outcome, duplicate=r.duplicate))
-        return self._ok(conn, cmd, ext, durable_offset=r.durable_offset)
-
-    def _tx_stats(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        return self._ok(conn, cmd, {**self.tx.index.counts(), **self.tx.stats})
-
-    def _tx_offset(self, cmd: Command) -> int:
-        h = from_ext(cmd.ext, TransactionIdRequestHeader)
-        if h.id.startswith("half:"):
-            parse_int(h.id[5:], "half offset", 0, limits.TIMESTAMP_MAX_MS)
-        off = self.tx.lookup(h.id)
-        if off is None:
-            raise _Fail(ResponseCode.TRANSACTION_NOT_FOUND, f"no pending or discarded transaction {h.id!r}")
-        return off
-
-    def _tx_pending(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = from_ext(cmd.ext, PendingTransactionsRequestHeader)
-        limit = max(1, min(h.limit, limits.PENDING_TRANSACTIONS_LIST_MAX))
-        body = msgspec.json.encode(self.tx.pending_list(now, limit))
-        return self._ok(conn, cmd, {"pending": len(self.tx.index.pending)}, body)
-
-    def _tx_query(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        return self._ok(conn, cmd, body=msgspec.json.encode(self.tx.describe(self._tx_offset(cmd), now)))
-
-    def _tx_admin_end(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        if self.config.broker_role == "SLAVE":
-            raise _Fail(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
-        h = from_ext(cmd.ext, AdminEndTransactionRequestHeader)
-        check_properties({"TXMQ_OPERATOR": h.operator, "TXMQ_REASON": h.reason})  # op message props
-        off = self._tx_offset(cmd)
-        outcome = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK}.get(h.outcome)
-        if outcome is None:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, "outcome must be COMMIT or ROLLBACK")
-        return self._end_reply(conn, cmd, self.tx.operator_end(off, outcome, h.operator, h.reason, now))
-
-    def _sink_commit(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = from_ext(cmd.ext, SinkBatchRequestHeader)
-        batch, group = h.batch, h.producer_group
-        try:
-            tasks = msgspec.msgpack.decode(cmd.body, type=dict[str, int])
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, f"sink batch body: {exc}") from exc
-        if not batch or not group:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, "batch and producer_group are required")
-        check_group(group)
-        for task in (batch, *tasks):  # stored as TXMQ_SINK_BATCH / TXMQ_SINK_TASK values
-            check_properties({"TXMQ_SINK_BATCH": task})
-        return self._end_reply(conn, cmd, self.tx.commit_batch(batch, tasks, group, now))
-
-    def _sink_abort(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        batch = from_ext(cmd.ext, SinkBatchRequestHeader).batch
-        check_properties({"TXMQ_SINK_BATCH": batch})
-        if not batch:
-            raise _Fail(ResponseCode.MALFORMED_REQUEST, "batch is required")
-        return self._end_reply(conn, cmd, self.tx.abort_batch(batch, now))
-
-    def _tx_resume(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        code, remark, new_offset = self.tx.resume(self._tx_offset(cmd), now)
-        if code != ResponseCode.SUCCESS:
-            raise _Fail(code, remark)
-        return self._ok(conn, cmd, {"half_offset": new_offset})
 
 
 def _parse_subscription(expr: str) -> set[str] | None:

@@ -30,9 +30,9 @@ class ClientRegistry:
     def heartbeat(self, conn: int, data: HeartbeatData, now_ms: int) -> set[str]:
         """Record a heartbeat; return the consumer groups whose members (client ids) changed."""
         old = self._by_conn.get(conn)
-        touched = (set(old.consumers) if old else set()) | {c.group for c in data.consumer_groups}
+        touched = (set(old.consumers) if old else set()) | {c.group_name for c in data.consumer_data_set}
         before = {g: self._member_ids(g) for g in touched}
-        consumers = {c.group: c for c in data.consumer_groups}
+        consumers = {c.group_name: c for c in data.consumer_data_set}
         self._by_conn[conn] = _Client(conn, data.client_id, set(data.producer_groups), consumers,
                                       now_ms)
         return {g for g in touched if self._member_ids(g) != before[g]}

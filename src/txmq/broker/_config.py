@@ -23,12 +23,19 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """
 
     host: str = "127.0.0.1"
-    port: int = 10911
+    port: int = limits.BROKER_PORT
     """Listen port (RocketMQ's broker default ``listenPort`` 10911); 0 picks a free port."""
+    broker_name: str = "broker-a"
+    """RocketMQ ``brokerName``, as routes name this broker."""
+    broker_cluster_name: str = "DefaultCluster"
+    """RocketMQ ``brokerClusterName``."""
+    namesrv_addr: str = ""
+    """Name servers to register with, ``host:port`` separated by ``;`` (RocketMQ
+    ``namesrvAddr``); empty: none, clients use the broker itself as their name server."""
     data_dir: str = "./txmq-data"
     flush_disk_type: Literal["SYNC_FLUSH", "ASYNC_FLUSH"] = "SYNC_FLUSH"
     """RocketMQ MessageStoreConfig ``flushDiskType``: SYNC_FLUSH acknowledges after fsync."""
-    flush_interval_ms: int = 500
+    flush_interval_ms: int = limits.FLUSH_INTERVAL_MS
     """Period of the asynchronous flush (RocketMQ ``flushIntervalCommitLog`` 500 ms)."""
     max_message_size: int = limits.MESSAGE_SIZE_MAX_BYTES
     auto_create_topic_enable: bool = False
@@ -63,7 +70,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     def validate(self) -> BrokerConfig:
         """Check ranges. Raises ConfigError."""
-        if not 0 <= self.port <= 65535:
+        if not 0 <= self.port <= limits.PORT_MAX:
             raise ConfigError(f"port {self.port} out of range")
         for name in ("transaction_timeout_ms", "transaction_check_interval_ms",
                      "transaction_check_max", "max_message_size", "default_topic_queue_nums"):
@@ -74,7 +81,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         if self.buffer_budget_bytes < limits.FRAME_SIZE_MAX_BYTES:
             raise ConfigError(f"buffer_budget_bytes must hold one largest frame "
                               f"({limits.FRAME_SIZE_MAX_BYTES} bytes)")
-        if self.max_message_size > limits.MESSAGE_SIZE_MAX_BYTES * 4:
+        if self.max_message_size > limits.MESSAGE_SIZE_CONFIG_MAX_BYTES:
             raise ConfigError("max_message_size above 16 MiB does not fit a frame")
         for topic, n in self.topics.items():
             if not is_valid_topic(topic) or is_broker_topic(topic):

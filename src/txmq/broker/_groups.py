@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from txmq import limits
-from txmq.broker._actions import Action, Reply, SendTo
+from txmq.broker._actions import Action, Reply, SendTo, ok_reply
 from txmq.errors import ResponseCode
 from txmq.protocol import (
     FLAG_ONEWAY,
@@ -24,17 +24,20 @@ from txmq.protocol import (
     LockBatchRequestBody,
     LockBatchResponseBody,
     MessageQueue,
+    OffsetResponseHeader,
     QueueConsumeStats,
     RequestCode,
     ResetConsumerClientOffsetBody,
     ResetOffsetEntry,
     ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
+    UnlockBatchRequestBody,
     check_group,
     check_timestamp,
     decode_body,
     encode_body,
     from_ext,
+    to_ext,
 )
 
 if TYPE_CHECKING:
@@ -114,9 +117,7 @@ def _error(conn: int, cmd: Command, code: ResponseCode, remark: str) -> list[Act
     return [] if cmd.is_oneway else [Reply(conn, cmd.response(code, remark))]
 
 
-def _ok(conn: int, cmd: Command, ext: dict[str, object] | None = None,
-        body: bytes = b"") -> list[Action]:
-    return [] if cmd.is_oneway else [Reply(conn, cmd.response(ResponseCode.SUCCESS, "", ext, body))]
+_ok = ok_reply
 
 
 class GroupService:
@@ -136,9 +137,9 @@ class GroupService:
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self._search_offset,
             RequestCode.LOCK_BATCH_MQ: self._lock,
             RequestCode.UNLOCK_BATCH_MQ: self._unlock,
-            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self._group_list,
+            RequestCode.GET_CONSUMER_GROUPS: self._group_list,
             RequestCode.GET_CONSUME_STATS: self._consume_stats,
-            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self._reset_offset,
+            RequestCode.RESET_OFFSET: self._reset_offset,
         }
 
     # -- offsets by time ----------------------------------------------------------------------------
@@ -158,22 +159,27 @@ class GroupService:
 
     def _search_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, SearchOffsetRequestHeader)
-        check_timestamp(h.timestamp_ms)
+        check_timestamp(h.timestamp)
         n = self.b.queue_nums(h.topic)
         if not 0 <= h.queue_id < n:
             return _error(conn, cmd, ResponseCode.MESSAGE_ILLEGAL, f"queue {h.queue_id} not in {h.topic!r}")
-        return _ok(conn, cmd, {"offset": self.search_offset(h.topic, h.queue_id, h.timestamp_ms)})
+        off = self.search_offset(h.topic, h.queue_id, h.timestamp)
+        return _ok(conn, cmd, to_ext(OffsetResponseHeader(offset=off)))
 
     # -- orderly locks ------------------------------------------------------------------------------
     def _lock(self, conn: int, cmd: Command, now: int) -> list[Action]:
         body = decode_body(cmd.body, LockBatchRequestBody)
         check_group(body.consumer_group)
-        locked = self.locks.try_lock(body.consumer_group, body.client_id, conn, body.mqs, now)
-        return _ok(conn, cmd, body=encode_body(LockBatchResponseBody(locked=locked)))
+        name = body.mq_set[0].broker_name if body.mq_set else ""
+        mqs = [MessageQueue(m.topic, m.queue_id) for m in body.mq_set]  # one broker: no name
+        locked = self.locks.try_lock(body.consumer_group, body.client_id, conn, mqs, now)
+        answer = [MessageQueue(m.topic, m.queue_id, name) for m in locked]
+        return _ok(conn, cmd, body=encode_body(LockBatchResponseBody(lock_ok_mq_set=answer)))
 
     def _unlock(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        body = decode_body(cmd.body, LockBatchRequestBody)
-        self.locks.unlock(body.consumer_group, body.client_id, body.mqs)
+        unlock = decode_body(cmd.body, UnlockBatchRequestBody)
+        mqs = [MessageQueue(m.topic, m.queue_id) for m in unlock.mq_set]
+        self.locks.unlock(unlock.consumer_group, unlock.client_id, mqs)
         return _ok(conn, cmd)
 
     # -- operators ----------------------------------------------------------------------------------
@@ -182,7 +188,7 @@ class GroupService:
         info: dict[str, ConsumerGroupInfo] = {}
         for group, data in self.b.clients.consumer_groups().items():
             info[group] = ConsumerGroupInfo(
-                group=group, message_model=data.message_model,
+                group=group, message_model=str(data.message_model),
                 client_ids=sorted(self.b.clients.consumer_conns(group)),
                 subscriptions=dict(data.subscriptions))
         for key in self.b.offsets:
@@ -228,7 +234,7 @@ class GroupService:
         check_timestamp(h.timestamp_ms, none_ok=True)
         n = self.b.queue_nums(h.topic)
         if (h.timestamp_ms < 0) == (h.offset < 0):
-            return _error(conn, cmd, ResponseCode.MALFORMED_REQUEST,
+            return _error(conn, cmd, ResponseCode.INVALID_PARAMETER,
                           "give exactly one of timestamp_ms and offset")
         qids = range(n) if h.queue_id < 0 else [h.queue_id]
         if any(not 0 <= q < n for q in qids):
@@ -247,7 +253,7 @@ class GroupService:
         note = ResetConsumerClientOffsetBody(consumer_group=h.consumer_group, topic=h.topic,
                                              offsets={e.queue_id: e.new_offset for e in entries})
         notify: list[Action] = [
-            SendTo(c, Command(code=RequestCode.RESET_CONSUMER_CLIENT_OFFSET, flags=FLAG_ONEWAY,
-                              ext={"consumer_group": h.consumer_group}, body=encode_body(note)))
+            SendTo(c, Command(code=RequestCode.RESET_CONSUMER_OFFSETS, flag=FLAG_ONEWAY,
+                              body=encode_body(note)))
             for c in self.b.clients.consumer_conns(h.consumer_group).values()]
         return _ok(conn, cmd, body=encode_body(entries)) + notify

@@ -17,6 +17,8 @@ from txmq.protocol import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
+    RETRY_PREFIX,
+    SCHEDULE_TOPIC,
     MessageExt,
 )
 from txmq.store import AppendResult, Record, Store
@@ -25,7 +27,7 @@ __all__ = ["SCHEDULE_TOPIC", "ScheduleService"]
 
 log = logging.getLogger("txmq.broker.schedule")
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
 _META = "delayOffset.json"
 _SCAN_BATCH = 256
 
@@ -140,7 +142,7 @@ class ScheduleService:
         """The delivered copy of ``m``, or its parked copy: (record, park source kind, parked)."""
         props = m.properties
         kind = "retry" if PROPERTY_RETRY_TOPIC in props or props.get(
-            PROPERTY_REAL_TOPIC, "").startswith("%RETRY%") else "schedule"
+            PROPERTY_REAL_TOPIC, "").startswith(RETRY_PREFIX) else "schedule"
         try:
             problem = self._problem(props.get(PROPERTY_REAL_TOPIC),
                                     props.get(PROPERTY_REAL_QUEUE_ID))

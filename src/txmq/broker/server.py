@@ -34,6 +34,7 @@ import contextlib
 import logging
 import os
 import resource
+import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -48,8 +49,10 @@ from txmq import limits
 from txmq.broker._actions import Action, Close, Hold, Reply, SendTo
 from txmq.broker._broker import Broker
 from txmq.broker._config import BrokerConfig
+from txmq.broker._registrar import Registrar
 from txmq.broker._schedule import SCHEDULE_TOPIC
 from txmq.errors import ProtocolError, ResponseCode, StoreError
+from txmq.namesrv import BrokerRegistration
 from txmq.protocol import FLAG_RESPONSE, Command, FrameDecoder, RequestCode, encode_command
 from txmq.store import FileStore, Store, StoreConfig, is_delete_hour
 
@@ -78,11 +81,15 @@ def _now_ms() -> int:
     return now
 
 
+_SENDS = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
+
+
 def _runs(cmds: list[Command]) -> list[list[Command]]:
-    """Consecutive SEND_MESSAGE requests grouped together; every other command on its own."""
+    """Consecutive SEND_MESSAGE / SEND_MESSAGE_V2 requests grouped together; every other command
+    on its own."""
     out: list[list[Command]] = []
     for cmd in cmds:
-        if cmd.code == RequestCode.SEND_MESSAGE and out and out[-1][0].code == RequestCode.SEND_MESSAGE:
+        if cmd.code in _SENDS and out and out[-1][0].code in _SENDS:
             out[-1].append(cmd)
         else:
             out.append([cmd])
@@ -92,9 +99,21 @@ def _runs(cmds: list[Command]) -> list[list[Command]]:
 def store_config(config: BrokerConfig) -> StoreConfig:
     """The store settings of a broker: its ``[store]`` table, with the top-level
     ``file_reserved_time_ms`` and, unless the table sets one, the listen address as store host."""
-    host = config.store.store_host or f"{config.host}:{config.port}"
+    host = config.store.store_host or f"{ip_of(config.host)}:{config.port}"
     return msgspec.structs.replace(config.store, file_reserved_time_ms=config.file_reserved_time_ms,
                                    store_host=host).validate()
+
+
+def ip_of(host: str) -> str:
+    """The IP literal a store host (and every offset message id) names for listen address
+    ``host``: a name is resolved once, at start; the wildcard ``0.0.0.0`` / ``::`` becomes the
+    loopback address (RocketMQ takes ``brokerIP1``, the first local address, instead)."""
+    if host in ("0.0.0.0", "", "::"):
+        return "127.0.0.1"
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return host
 
 
 def _max_connections(config: BrokerConfig) -> int:
@@ -205,6 +224,7 @@ class BrokerServer:
         self._dirty = asyncio.Event()
         self._flush_pool = ThreadPoolExecutor(1, thread_name_prefix="txmq-flush")
         self._tasks: list[asyncio.Task[None]] = []
+        self._registrar: Registrar | None = None
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self._conns: dict[int, _Conn] = {}
@@ -228,10 +248,18 @@ class BrokerServer:
                                                   limit=_READ_BYTES)
         self.port = self._server.sockets[0].getsockname()[1]
         if not self.config.store.store_host:
-            self.store.set_store_host(f"{self.config.host}:{self.port}")  # port 0: now known
-        self._tasks = [asyncio.create_task(self._supervised(name, body)) for name, body in
-                       (("flusher", self._flusher), ("ticker", self._ticker),
-                        ("upkeep", self._upkeep), ("reaper", self._reaper))]
+            self.broker.set_store_host(f"{ip_of(self.config.host)}:{self.port}")  # port 0: known
+        timers = [("flusher", self._flusher), ("ticker", self._ticker), ("upkeep", self._upkeep),
+                  ("reaper", self._reaper)]
+        if self.config.namesrv_addr:
+            c = self.config
+            reg = BrokerRegistration(c.broker_name, self.broker.store_host,
+                                     cluster=c.broker_cluster_name,
+                                     auto_create_topic_enable=c.auto_create_topic_enable)
+            self._registrar = Registrar(c.namesrv_addr, reg, lambda: dict(self.broker.topics),
+                                        _now_ms)
+            timers.append(("registrar", self._registrar.run))
+        self._tasks = [asyncio.create_task(self._supervised(name, body)) for name, body in timers]
         if self.config.metrics_port:
             from txmq.broker._metrics import start_metrics
 
@@ -245,9 +273,12 @@ class BrokerServer:
                         "need a new file are refused", self.config.max_connections, fd_cap)
 
     async def close(self) -> None:
-        """Stop listening, flush, persist offsets and close the store."""
+        """Stop listening, unregister from name servers, flush, persist offsets and close the
+        store."""
         if self._server is not None:
             self._server.close()
+        if self._registrar is not None:
+            await self._registrar.unregister()
         for t in self._tasks:
             t.cancel()
         for w in list(self._writers.values()):
@@ -276,7 +307,7 @@ class BrokerServer:
                     cmds = decoder.feed(data)
                 except ProtocolError as exc:
                     log.warning("connection %d: %s; closing", conn, exc)
-                    bad = Command(code=ResponseCode.MALFORMED_REQUEST, flags=FLAG_RESPONSE,
+                    bad = Command(code=ResponseCode.SYSTEM_ERROR, flag=FLAG_RESPONSE,
                                   remark=str(exc))
                     writer.write(encode_command(bad))
                     break
@@ -351,7 +382,7 @@ class BrokerServer:
                     opaque = cmds[0].opaque if cmds else 0
             finally:
                 self._refusing -= 1
-        busy = Command(code=ResponseCode.SYSTEM_BUSY, flags=FLAG_RESPONSE, opaque=opaque,
+        busy = Command(code=ResponseCode.SYSTEM_BUSY, flag=FLAG_RESPONSE, opaque=opaque,
                        remark=f"too many connections ({cap})")
         with contextlib.suppress(Exception):
             writer.write(encode_command(busy))
@@ -537,7 +568,8 @@ class BrokerServer:
         while self._waiting:
             _, reply = self._waiting.popleft()
             self._write(reply.conn, Command(code=ResponseCode.SYSTEM_ERROR, remark=remark,
-                                            opaque=reply.command.opaque, flags=FLAG_RESPONSE))
+                                            opaque=reply.command.opaque, flag=FLAG_RESPONSE,
+                                            serialize_type=reply.command.serialize_type))
             self._one_less(reply.conn)
 
     def _wake(self, keys: set[tuple[str, int]]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -19,19 +20,43 @@ broker_app = typer.Typer(help="Run a broker (`txmq broker [options]`), or ask on
 app.add_typer(broker_app, name="broker")
 
 
-def _register_subapps() -> None:
+_registered = False
+
+
+def register_commands() -> None:
+    """Add every sub-app and command to :data:`app`, explicitly (no module registers itself on
+    import). Idempotent."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    from txmq.cli import _bench_consume, _bench_outbox, _bench_send, _bench_spark, _bench_tx
+    from txmq.cli._bench import bench_app
+    from txmq.cli._chaos import chaos
+    from txmq.cli._demo_cmd import demo
+    from txmq.cli._fuzz import fuzz
+    from txmq.cli._group import dlq_app, group_app
+    from txmq.cli._message import message_app
     from txmq.cli._outbox import outbox_app
     from txmq.cli._reconcile import reconcile
+    from txmq.cli._status import parked_app, status
     from txmq.cli._store import store_app
     from txmq.cli._tx import tx_app
+    from txmq.namesrv._main import namesrv
 
-    app.add_typer(tx_app, name="tx")
-    app.add_typer(outbox_app, name="outbox")
-    app.command("reconcile")(reconcile)
-    app.add_typer(store_app, name="store")
-
-
-_register_subapps()
+    broker_app.command("status")(status)
+    for name, sub in (("tx", tx_app), ("outbox", outbox_app), ("store", store_app),
+                      ("group", group_app), ("dlq", dlq_app), ("message", message_app),
+                      ("parked", parked_app), ("bench", bench_app)):
+        app.add_typer(sub, name=name)
+    commands: list[tuple[typer.Typer, str, Callable[..., None]]] = [
+        (app, "reconcile", reconcile), (app, "namesrv", namesrv), (app, "demo", demo),
+        (app, "chaos", chaos), (app, "fuzz", fuzz),
+        (bench_app, "consume", _bench_consume.consume), (bench_app, "outbox", _bench_outbox.outbox),
+        (bench_app, "send", _bench_send.send), (bench_app, "spark", _bench_spark.spark),
+        (bench_app, "tx", _bench_tx.tx)]
+    for target, name, fn in commands:
+        target.command(name)(fn)
 
 
 @broker_app.callback(invoke_without_command=True)
@@ -43,6 +68,9 @@ def broker(
     data_dir: Annotated[Path | None, typer.Option(help="Where the commit log lives.")] = None,
     port_file: Annotated[Path | None, typer.Option(help="Write the bound port here.")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Prometheus /metrics port.")] = None,
+    namesrv_addr: Annotated[str | None, typer.Option(
+        help="Name servers to register with, host:port[;host:port] (RocketMQ namesrvAddr).")] = None,
+    broker_name: Annotated[str | None, typer.Option(help="RocketMQ brokerName in routes.")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING …")] = "INFO",
 ) -> None:
     """Run a broker until SIGINT/SIGTERM (`txmq broker status` asks a running one instead)."""
@@ -56,7 +84,8 @@ def broker(
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(config, host=host, port=port,
-                          data_dir=str(data_dir) if data_dir else None, metrics_port=metrics_port)
+                          data_dir=str(data_dir) if data_dir else None, metrics_port=metrics_port,
+                          namesrv_addr=namesrv_addr, broker_name=broker_name)
     except TxmqError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
@@ -72,19 +101,5 @@ def broker(
 
 def main() -> None:
     """Entry point of the ``txmq`` script."""
-    from txmq.cli import (
-        _bench_consume,  # noqa: F401  (registers `txmq bench consume`)
-        _bench_outbox,  # noqa: F401  (registers `txmq bench outbox`)
-        _bench_send,  # noqa: F401  (registers `txmq bench send`)
-        _bench_spark,  # noqa: F401  (registers `txmq bench spark`)
-        _bench_tx,  # noqa: F401  (registers `txmq bench tx`)
-        _chaos,  # noqa: F401  (registers `txmq chaos`)
-        _demo_cmd,  # noqa: F401  (registers `txmq demo`)
-        _fuzz,  # noqa: F401  (registers `txmq fuzz`)
-        _group,  # noqa: F401  (registers `txmq group`, `txmq dlq`)
-        _message,  # noqa: F401  (registers `txmq message`)
-        _status,  # noqa: F401  (registers `txmq broker status`, `txmq parked`)
-    )
-
+    register_commands()
     app()
-

@@ -33,7 +33,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from txmq.cli._bench import bench_app
 from txmq.client import AsyncProducer, ConsumeStatus, Message, MessageExt, PushConsumer
 from txmq.client._sync import new_event_loop
 from txmq.errors import TxmqError
@@ -209,7 +208,6 @@ def bench_consume(endpoints: str, work_dir: Path, messages: int = 20_000, durati
     }
 
 
-@bench_app.command("consume")
 def consume(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
     messages: Annotated[int, typer.Option(help="Messages of the send and consume phases.")] = 20_000,

@@ -206,7 +206,3 @@ def outbox(
     if json_path is not None:
         json_path.write_text(json.dumps(result, indent=2) + "\n")
 
-
-from txmq.cli._bench import bench_app  # noqa: E402
-
-bench_app.command("outbox")(outbox)

@@ -34,24 +34,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-import msgspec
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from txmq.cli._bench import bench_app
+from txmq.client._core import send_request_header
 from txmq.client._sync import new_event_loop
 from txmq.errors import ResponseCode
 from txmq.protocol import (
+    SERIALIZE_JSON,
+    SERIALIZE_ROCKETMQ,
     Command,
     FrameDecoder,
     Message,
     PullMessageRequestHeader,
+    PullMessageResponseHeader,
     RequestCode,
-    SendMessageRequestHeader,
     SendMessageResponseHeader,
-    decode_messages,
+    decode_message_exts,
+    encode_batch,
     encode_command,
+    from_ext,
+    offset_msg_id,
     to_ext,
 )
 from txmq.testing import BrokerProcess
@@ -67,16 +71,13 @@ _READ_BYTES = 256 * 1024
 # -- the echo server (ceiling) ----------------------------------------------------------------------
 async def _echo_serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     decoder, offset = FrameDecoder(), 0
+    reply = to_ext(SendMessageResponseHeader(msg_id=offset_msg_id("127.0.0.1:10911", 1200),
+                                             queue_id=0, queue_offset=0))
     while data := await reader.read(_READ_BYTES):
         out = []
         for cmd in decoder.feed(data):
-            props = cmd.ext.get("properties", {})
-            uniq = props.get("UNIQ_KEY", "") if isinstance(props, dict) else ""
             offset += 1
-            ext = to_ext(SendMessageResponseHeader(msg_id=uniq, queue_id=0, queue_offset=offset,
-                                                   commit_log_offset=offset * 1200,
-                                                   transaction_id=uniq))
-            out.append(encode_command(cmd.response(ResponseCode.SUCCESS, "", ext)))
+            out.append(encode_command(cmd.response(ResponseCode.SUCCESS, None, reply)))
         writer.write(b"".join(out))
         await writer.drain()
     writer.close()
@@ -119,7 +120,7 @@ class _Pipeline(asyncio.Protocol):
     def _next(self) -> bytes:
         self.sent += 1
         frame, n = self.make(self.sent)
-        self.carried[self.sent] = n
+        self.carried[self.sent % _FRAMES_PER_PRODUCER] = n
         return frame
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -144,21 +145,33 @@ class _Pipeline(asyncio.Protocol):
             self.lost.set_result(None)
 
 
-def _send_maker(producer: int, body: bytes, batch: int) -> Callable[[int], tuple[bytes, int]]:
-    prefix = f"{os.getpid() & 0xFFFF:04X}{producer:04X}"
-    base = to_ext(SendMessageRequestHeader(producer_group="bench", topic=TOPIC, queue_id=0,
-                                           born_timestamp_ms=1))
+_FRAMES_PER_PRODUCER = 4096
+"""Requests a producer builds before the run and then sends in turn (opaque = index), so the load
+generator spends its CPU on the socket, not on encoding (it shares the machine with the broker)."""
 
-    def make(i: int) -> tuple[bytes, int]:
-        ext = dict(base, queue_id=i % QUEUES)
+
+def _send_maker(producer: int, body: bytes, batch: int,
+                serialize_type: int = SERIALIZE_JSON) -> Callable[[int], tuple[bytes, int]]:
+    """Request ``i``: a SEND_MESSAGE_V2 (or a batch of ``batch``) as the SDK builds it, its header
+    in ``serialize_type``; built once per opaque in ``0 .. _FRAMES_PER_PRODUCER``."""
+    prefix = f"{os.getpid() & 0xFFFF:04X}{producer:04X}"
+
+    def build(i: int) -> bytes:
         if batch <= 1:
-            ext["properties"] = {"UNIQ_KEY": f"{prefix}{i:024X}"}
-            return encode_command(Command(code=RequestCode.SEND_MESSAGE, opaque=i, ext=ext,
-                                          body=body)), 1
+            msg = Message(topic=TOPIC, body=body, properties={"UNIQ_KEY": f"{prefix}{i:024X}"})
+            ext = send_request_header(msg, "bench", i % QUEUES, 1)
+            return encode_command(Command(RequestCode.SEND_MESSAGE_V2, i, ext=ext, body=body,
+                                          serialize_type=serialize_type))
         msgs = [Message(topic=TOPIC, body=body, properties={"UNIQ_KEY": f"{prefix}{i:016X}{k:08X}"})
                 for k in range(batch)]
-        return encode_command(Command(code=RequestCode.SEND_BATCH_MESSAGE, opaque=i, ext=ext,
-                                      body=msgspec.msgpack.encode(msgs))), batch
+        ext = send_request_header(Message(topic=TOPIC, body=b""), "bench", i % QUEUES, 1, batch=True)
+        return encode_command(Command(RequestCode.SEND_BATCH_MESSAGE, i, ext=ext,
+                                      body=encode_batch(msgs), serialize_type=serialize_type))
+
+    frames = [build(i) for i in range(_FRAMES_PER_PRODUCER)]
+
+    def make(i: int) -> tuple[bytes, int]:
+        return frames[i % _FRAMES_PER_PRODUCER], max(batch, 1)
 
     return make
 
@@ -213,9 +226,9 @@ async def _pull_all(port: int, seconds: float, batch: int) -> float:
                 cmds = decoder.feed(await reader.read(_READ_BYTES))
             if cmds[0].code != ResponseCode.SUCCESS:
                 break
-            msgs = decode_messages(cmds[0].body)
+            msgs = decode_message_exts(cmds[0].body)
             total += len(msgs)
-            offset = int(cmds[0].ext["next_begin_offset"])
+            offset = from_ext(cmds[0].ext, PullMessageResponseHeader).next_begin_offset
         writer.close()
 
     t0 = time.perf_counter()
@@ -271,12 +284,14 @@ def bench_send(seconds: float = 5.0, producers: int = 4, in_flight: int = 64,
     """Run the four measurements (plus batch send); return the figures (JSON keys)."""
     body = os.urandom(message_bytes)
     singles = [_send_maker(p, body, 1) for p in range(producers)]
+    binary = [_send_maker(p, body, 1, SERIALIZE_ROCKETMQ) for p in range(producers)]
     batches = [_send_maker(p, body, batch) for p in range(producers)]
     with tempfile.TemporaryDirectory(prefix="txmq-bench-send-", dir=data_dir) as tmp:
         root = Path(tmp)
         echo = _echo_ceiling(singles, in_flight, seconds, root)
         sync, pull = _broker_send("SYNC_FLUSH", singles, in_flight, seconds, root / "sync",
                                   pull=(seconds, pull_batch))
+        binary_sync, _ = _broker_send("SYNC_FLUSH", binary, in_flight, seconds, root / "binary")
         async_, _ = _broker_send("ASYNC_FLUSH", singles, in_flight, seconds, root / "async")
         batched, _ = _broker_send("SYNC_FLUSH", batches, max(1, in_flight // batch), seconds,
                                   root / "batch")
@@ -286,12 +301,14 @@ def bench_send(seconds: float = 5.0, producers: int = 4, in_flight: int = 64,
     return {
         "echo_ceiling_msgs_per_s": round(echo[0]),
         "send_sync_flush_msgs_per_s": round(sync[0]),
+        "send_sync_flush_rocketmq_header_msgs_per_s": round(binary_sync[0]),
         "send_async_flush_msgs_per_s": round(async_[0]),
         "pull_msgs_per_s": round(pull),
         "send_batch_sync_flush_msgs_per_s": round(batched[0]),
         "sync_flush_vs_ceiling": round(sync[0] / echo[0], 3) if echo[0] else 0.0,
         "echo_ceiling_server_cpu_us_per_msg": cpu(echo),
         "send_sync_flush_server_cpu_us_per_msg": cpu(sync),
+        "send_sync_flush_rocketmq_header_server_cpu_us_per_msg": cpu(binary_sync),
         "send_async_flush_server_cpu_us_per_msg": cpu(async_),
         "send_batch_sync_flush_server_cpu_us_per_msg": cpu(batched),
         "message_bytes": message_bytes,
@@ -304,7 +321,6 @@ def bench_send(seconds: float = 5.0, producers: int = 4, in_flight: int = 64,
     }
 
 
-@bench_app.command("send")
 def send(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
     seconds: Annotated[float, typer.Option(min=0.5, help="Measured time per run.")] = 5.0,
@@ -325,7 +341,8 @@ def send(
                   title=f"txmq bench send: {message_bytes} B messages, {producers} producers × "
                         f"{in_flight} in flight, {seconds:g} s per run")
     rows = [("framed echo (ceiling)", "echo_ceiling"),
-            ("send, sync flush (group commit)", "send_sync_flush"),
+            ("send, sync flush (group commit), JSON header", "send_sync_flush"),
+            ("send, sync flush, ROCKETMQ binary header", "send_sync_flush_rocketmq_header"),
             ("send, async flush", "send_async_flush"),
             (f"batch send ×{batch}, sync flush", "send_batch_sync_flush"),
             (f"pull by offset ({pull_batch}/pull)", "pull")]

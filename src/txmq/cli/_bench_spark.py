@@ -135,7 +135,3 @@ def spark(json_path: Annotated[Path | None, typer.Option("--json", help="Write f
     if json_path is not None:
         json_path.write_text(json.dumps(figures, indent=2) + "\n")
 
-
-from txmq.cli._bench import bench_app  # noqa: E402
-
-bench_app.command("spark")(spark)

@@ -161,7 +161,3 @@ def tx(json_path: Annotated[Path | None, typer.Option("--json", help="Write figu
     if json_path is not None:
         json_path.write_text(json.dumps(figures, indent=2) + "\n")
 
-
-from txmq.cli._bench import bench_app  # noqa: E402
-
-bench_app.command("tx")(tx)

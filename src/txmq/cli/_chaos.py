@@ -10,12 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from txmq.cli._app import app
-
 _console = Console(stderr=True)
 
 
-@app.command()
 def chaos(
     seed: Annotated[int, typer.Option(help="Seed of the fault schedule; the same seed replays it.")] = 1,
     faults: Annotated[int, typer.Option(help="How many faults to inject.")] = 12,

@@ -9,7 +9,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from txmq.cli._app import app
 from txmq.errors import TxmqError
 
 _KEYS = ("orders_total", "committed", "rolled_back", "unknown_resolved_by_check",
@@ -19,11 +18,12 @@ _KEYS = ("orders_total", "committed", "rolled_back", "unknown_resolved_by_check"
          "revenue_matches_oracle", "elapsed_s")
 
 
-@app.command()
 def demo(
     sf: Annotated[float, typer.Option(help="TPC-H scale factor (0.01 = 15,000 orders).")] = 0.01,
     broker: Annotated[str | None, typer.Option(help="Use this broker (host:port) instead of "
                                                     "starting one.")] = None,
+    namesrv_addr: Annotated[str | None, typer.Option(
+        help="Find the broker through these name servers (host:port[;host:port]).")] = None,
     report: Annotated[Path | None, typer.Option(help="Where to write report.json.")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Working directory of the run.")] = None,
     producers: Annotated[int, typer.Option(min=3, help="Order service processes.")] = 3,
@@ -33,7 +33,8 @@ def demo(
     from txmq.demo._run import DemoOptions, run_demo
 
     console = Console()
-    opts = DemoOptions(sf=sf, broker=broker, report=report, producers=producers,
+    opts = DemoOptions(sf=sf, broker=broker, namesrv_addr=namesrv_addr, report=report,
+                       producers=producers,
                        producer_threads=threads)
     if run_dir is not None:
         opts.run_dir = run_dir

@@ -11,14 +11,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from txmq.cli._app import app
-
 __all__ = ["fuzz"]
 
 _DEFAULT_CORPUS = Path("tests/fuzz_corpus")
 
 
-@app.command()
 def fuzz(
     target: Annotated[list[str], typer.Option(help="Target name (repeatable), or 'all'.")],
     budget: Annotated[int, typer.Option(help="Inputs per target.", min=1)] = 10_000,

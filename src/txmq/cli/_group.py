@@ -19,10 +19,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from txmq.cli._app import app
 from txmq.client import Admin
 from txmq.errors import TxmqError
-from txmq.protocol import PROPERTY_RETRY_TOPIC, MessageExt
+from txmq.protocol import PROPERTY_RETRY_TOPIC, MessageExt, dlq_topic
 
 __all__ = ["dlq_app", "dlq_row", "group_app", "parse_timestamp_ms"]
 
@@ -30,8 +29,6 @@ group_app = typer.Typer(help="Consumer groups: members, lag per queue, offset re
                         no_args_is_help=True)
 dlq_app = typer.Typer(help="Dead-letter queues (%DLQ%<group>): list, show, resend, export.",
                       no_args_is_help=True)
-app.add_typer(group_app, name="group")
-app.add_typer(dlq_app, name="dlq")
 
 Endpoints = Annotated[str, typer.Option(help="Broker host:port.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
@@ -154,7 +151,7 @@ def dlq_list(group: Group, limit: Annotated[int, typer.Option(help="Most message
              "tags": m.tags, "reconsume_times": m.reconsume_times,
              "dlq_time": datetime.fromtimestamp(m.store_timestamp_ms / 1000).isoformat(" ", "seconds"),
              "bytes": len(m.body)} for m in msgs]
-    _table(rows, f"%DLQ%{group}", False)
+    _table(rows, dlq_topic(group), False)
 
 
 @dlq_app.command("show")

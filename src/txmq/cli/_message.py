@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 import typer
 
-from txmq.cli._app import app
 from txmq.cli._group import AsJson, Endpoints, _run, _table, dlq_row, parse_timestamp_ms
 from txmq.protocol import MessageExt
 
@@ -16,7 +15,6 @@ __all__ = ["message_app"]
 
 message_app = typer.Typer(help="Messages by key (in a time range) or by id, through the index.",
                           no_args_is_help=True)
-app.add_typer(message_app, name="message")
 
 
 def _rows(msgs: list[MessageExt], as_json: bool) -> list[dict[str, Any]]:

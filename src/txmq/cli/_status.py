@@ -12,7 +12,6 @@ from rich.console import Console
 from rich.table import Table
 
 from txmq import limits
-from txmq.cli._app import app, broker_app
 from txmq.cli._group import dlq_row
 from txmq.client import Admin
 from txmq.errors import TxmqError
@@ -31,7 +30,6 @@ __all__ = ["parked_app", "parked_id", "timer_rows"]
 
 parked_app = typer.Typer(help="Messages the broker's schedulers could not deliver: list, show, resend.",
                          no_args_is_help=True)
-app.add_typer(parked_app, name="parked")
 
 BrokerAddr = Annotated[str, typer.Option("--broker", "--endpoints", help="Broker host:port.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
@@ -61,7 +59,6 @@ def timer_rows(info: BrokerRuntimeInfo, stale_ms: int) -> list[dict[str, Any]]:
     return rows
 
 
-@broker_app.command("status")
 def status(
     endpoints: BrokerAddr = "127.0.0.1:10911",
     stale_ms: Annotated[int, typer.Option(help="A timer is stale after this long without a "

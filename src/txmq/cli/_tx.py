@@ -5,28 +5,27 @@ from __future__ import annotations
 import getpass
 import json
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-import msgspec
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from txmq.client import PullConsumer
+from txmq.client import Admin
 from txmq.errors import TxmqError
-from txmq.protocol import RequestCode
 
 tx_app = typer.Typer(help="Transactional messages: inspect and settle half messages.",
                      no_args_is_help=True)
 Endpoints = Annotated[str, typer.Option(help="Broker host:port.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 _console = Console()
+T = TypeVar("T")
 
 
-def _call(endpoints: str, code: RequestCode, ext: dict[str, Any] | None = None) -> Any:
-    with PullConsumer(endpoints, "txmq-admin") as pc:
+def _call(endpoints: str, fn: Callable[[Admin], T]) -> T:
+    with Admin(endpoints) as admin:
         try:
-            return pc.request(code, ext)
+            return fn(admin)
         except TxmqError as exc:
             _console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(1) from exc
@@ -49,33 +48,29 @@ def _print(obj: Any, as_json: bool, title: str) -> None:
 @tx_app.command("stats")
 def stats(endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
     """Counts of the transaction state index: pending, committed, rolled back, discarded, checks."""
-    r = _call(endpoints, RequestCode.GET_TRANSACTION_STATS)
-    _print(dict(r.ext), as_json, "transactions")
+    _print(_call(endpoints, lambda a: a.transaction_stats()), as_json, "transactions")
 
 
 @tx_app.command("list")
 def list_pending(endpoints: Endpoints = "127.0.0.1:10911", limit: int = 100,
                  as_json: AsJson = False) -> None:
     """Pending half messages, oldest first: age, check count, group, topic, key."""
-    r = _call(endpoints, RequestCode.GET_PENDING_TRANSACTIONS, {"limit": limit})
-    rows = msgspec.json.decode(r.body)
-    _print(rows, as_json, f"pending half messages ({r.ext['pending']} in all)")
+    total, rows = _call(endpoints, lambda a: a.pending_transactions(limit))
+    _print(rows, as_json, f"pending half messages ({total} in all)")
 
 
 @tx_app.command("show")
 def show(ident: Annotated[str, typer.Argument(help="Message id, or half:<offset>.")],
          endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
     """One transaction's state."""
-    r = _call(endpoints, RequestCode.QUERY_TRANSACTION, {"id": ident})
-    _print(msgspec.json.decode(r.body), as_json, ident)
+    _print(_call(endpoints, lambda a: a.query_transaction(ident)), as_json, ident)
 
 
 def _end(ident: str, outcome: str, endpoints: str, reason: str, operator: str | None) -> None:
-    r = _call(endpoints, RequestCode.ADMIN_END_TRANSACTION,
-              {"id": ident, "outcome": outcome, "operator": operator or getpass.getuser(),
-               "reason": reason})
-    dup = " (already decided)" if r.ext.get("duplicate") else ""
-    _console.print(f"{ident}: {r.ext['outcome']}{dup}")
+    who = operator or getpass.getuser()
+    r = _call(endpoints, lambda a: a.operator_end(ident, outcome, who, reason))
+    dup = " (already decided)" if r.duplicate else ""
+    _console.print(f"{ident}: {r.outcome}{dup}")
 
 
 def _decision(outcome: str, verb: str) -> Callable[..., None]:
@@ -97,5 +92,5 @@ tx_app.command("rollback")(_decision("ROLLBACK", "Roll back"))
 def resume(ident: Annotated[str, typer.Argument(help="Message id, or half:<offset>.")],
            endpoints: Endpoints = "127.0.0.1:10911") -> None:
     """Put a half message discarded after transactionCheckMax back to be checked again."""
-    r = _call(endpoints, RequestCode.RESUME_CHECK_HALF_MESSAGE, {"id": ident})
-    _console.print(f"{ident}: resumed as half offset {r.ext['half_offset']}")
+    offset = _call(endpoints, lambda a: a.resume_transaction(ident))
+    _console.print(f"{ident}: resumed as half offset {offset}")

@@ -26,6 +26,7 @@ from txmq.client._core import (
 )
 from txmq.client._pull import AsyncPullConsumer
 from txmq.client._sync import Admin, Producer, PullConsumer, PushConsumer, TransactionProducer
+from txmq.client._transaction import TransactionCore
 from txmq.protocol import Message, MessageExt, MessageQueue
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "PushConsumer",
     "ResendResult",
     "SendResult",
+    "TransactionCore",
     "TransactionListener",
     "TransactionProducer",
     "TransactionSendResult",

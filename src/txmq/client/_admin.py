@@ -8,11 +8,12 @@ offsets), and reading and resending ``%DLQ%<group>``.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import msgspec
 
 from txmq import limits
-from txmq.client._core import PullStatus, check_response
+from txmq.client._core import PullStatus, check_response, send_request_header
 from txmq.client._pull import _PullMixin, validate_group
 from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, RequestTimeout, ResponseCode
 from txmq.protocol import (
@@ -23,25 +24,37 @@ from txmq.protocol import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_TXMQ_PARK_REASON,
+    AdminEndTransactionRequestHeader,
     BrokerRuntimeInfo,
     ConsumerGroupInfo,
     ConsumeStatsRequestHeader,
+    EndTransactionResponseHeader,
+    Message,
     MessageExt,
+    PendingTransactionsRequestHeader,
+    PendingTransactionsResponseHeader,
     QueryMessageRequestHeader,
     QueueConsumeStats,
     RequestCode,
     ResetOffsetEntry,
     ResetOffsetRequestHeader,
-    SendMessageRequestHeader,
+    ResumeCheckHalfMessageRequestHeader,
+    ResumeResponseHeader,
     SendMessageResponseHeader,
+    SinkBatchRequestHeader,
+    TransactionIdRequestHeader,
+    ViewMessageByUniqKeyRequestHeader,
     ViewMessageRequestHeader,
     decode_body,
-    decode_messages,
+    decode_message_exts,
+    dlq_topic,
+    encode_body,
     from_ext,
+    retry_topic,
     to_ext,
 )
 
-__all__ = ["AsyncAdmin", "ResendResult", "dlq_topic", "retry_topic"]
+__all__ = ["AsyncAdmin", "ResendResult", "TransactionAdmin"]
 
 log = logging.getLogger("txmq.client.admin")
 
@@ -50,16 +63,6 @@ _DROPPED_ON_RESEND = frozenset({PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_TOPIC, 
                                 PROPERTY_TRANSACTION_PREPARED, *BROKER_ONLY_PROPERTIES})
 """A DLQ copy of a committed transactional message carries broker-only properties
 (``TRAN_PREPARED_QUEUE_OFFSET``), which the broker refuses from clients."""
-
-
-def retry_topic(group: str) -> str:
-    """``%RETRY%<group>``."""
-    return f"%RETRY%{group}"
-
-
-def dlq_topic(group: str) -> str:
-    """``%DLQ%<group>``."""
-    return f"%DLQ%{group}"
 
 
 class ResendResult(msgspec.Struct, frozen=True):
@@ -80,7 +83,63 @@ class ResendResult(msgspec.Struct, frozen=True):
     detail: str = ""
 
 
-class AsyncAdmin(_PullMixin):
+class TransactionAdmin(_PullMixin):
+    """Operators' requests on transactions and Spark sink batches (txmq extension codes, with
+    RocketMQ's RESUME_CHECK_HALF_MESSAGE). Every method raises RemoteError for an error answer
+    (TRANSACTION_NOT_FOUND for an unknown id), BrokerUnavailable or RequestTimeout."""
+
+    async def transaction_stats(self) -> dict[str, int]:
+        """Counts of the transaction state index: pending, committed, rolled back, discarded,
+        check-backs sent and answered."""
+        r = check_response(await self.call(RequestCode.GET_TRANSACTION_STATS))
+        return decode_body(r.body, dict[str, int])
+
+    async def pending_transactions(self, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:
+        """``(pending in all, the oldest ``limit`` pending half messages)``."""
+        h = PendingTransactionsRequestHeader(limit=limit)
+        r = check_response(await self.call(RequestCode.GET_PENDING_TRANSACTIONS, to_ext(h)))
+        total = from_ext(r.ext, PendingTransactionsResponseHeader).pending
+        return total, decode_body(r.body, list[dict[str, Any]])
+
+    async def query_transaction(self, ident: str) -> dict[str, Any]:
+        """One transaction's state by ``UNIQ_KEY`` or ``half:<offset>``."""
+        h = TransactionIdRequestHeader(id=ident)
+        r = check_response(await self.call(RequestCode.QUERY_TRANSACTION, to_ext(h)))
+        return decode_body(r.body, dict[str, Any])
+
+    async def operator_end(self, ident: str, outcome: str, operator: str,
+                           reason: str = "") -> EndTransactionResponseHeader:
+        """Commit or roll back (``outcome`` COMMIT or ROLLBACK) a pending transaction as an
+        operator; recorded with ``operator`` and ``reason``."""
+        h = AdminEndTransactionRequestHeader(id=ident, outcome=outcome, operator=operator,
+                                             reason=reason)
+        r = check_response(await self.call(RequestCode.ADMIN_END_TRANSACTION, to_ext(h)))
+        return from_ext(r.ext, EndTransactionResponseHeader)
+
+    async def resume_transaction(self, ident: str) -> int:
+        """Put a half message discarded after ``transactionCheckMax`` back to be checked again;
+        returns its new half queue offset (RESUME_CHECK_HALF_MESSAGE)."""
+        h = ResumeCheckHalfMessageRequestHeader(msg_id=ident)
+        r = check_response(await self.call(RequestCode.RESUME_CHECK_HALF_MESSAGE, to_ext(h)))
+        return from_ext(r.ext, ResumeResponseHeader).half_offset
+
+    async def commit_sink_batch(self, batch: str, producer_group: str,
+                                tasks: dict[str, int]) -> EndTransactionResponseHeader:
+        """COMMIT_SINK_BATCH: commit a Spark sink micro-batch (idempotent per ``batch``);
+        ``tasks``: task attempt → rows it wrote as halves."""
+        h = SinkBatchRequestHeader(batch=batch, producer_group=producer_group)
+        r = check_response(await self.call(RequestCode.COMMIT_SINK_BATCH, to_ext(h),
+                                           encode_body(tasks)))
+        return from_ext(r.ext, EndTransactionResponseHeader)
+
+    async def abort_sink_batch(self, batch: str) -> EndTransactionResponseHeader:
+        """ABORT_SINK_BATCH: roll back an uncommitted sink micro-batch (no-op after its commit)."""
+        h = SinkBatchRequestHeader(batch=batch)
+        r = check_response(await self.call(RequestCode.ABORT_SINK_BATCH, to_ext(h)))
+        return from_ext(r.ext, EndTransactionResponseHeader)
+
+
+class AsyncAdmin(TransactionAdmin):
     """Inspect and steer consumer groups.
 
     Args:
@@ -88,13 +147,14 @@ class AsyncAdmin(_PullMixin):
         timeout_ms: request timeout.
     """
 
-    def __init__(self, endpoints: str, *, timeout_ms: int = limits.REQUEST_TIMEOUT_MS) -> None:
-        super().__init__(endpoints, timeout_ms)
+    def __init__(self, endpoints: str = "", *, timeout_ms: int = limits.REQUEST_TIMEOUT_MS,
+                 namesrv_addr: str = "") -> None:
+        super().__init__(endpoints, timeout_ms, namesrv_addr)
         self.group = ADMIN_GROUP
 
     async def groups(self) -> list[ConsumerGroupInfo]:
         """Every consumer group that is online or has offsets on the broker."""
-        r = check_response(await self.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        r = check_response(await self.call(RequestCode.GET_CONSUMER_GROUPS))
         return decode_body(r.body, list[ConsumerGroupInfo])
 
     async def query_messages(self, topic: str, key: str, *, begin_ms: int = 0,
@@ -106,10 +166,10 @@ class AsyncAdmin(_PullMixin):
         Raises:
             RemoteError: QUERY_NOT_FOUND when none matches, TOPIC_NOT_EXIST for an unknown topic.
         """
-        h = QueryMessageRequestHeader(topic=topic, key=key, max_num=max_num, begin_timestamp_ms=begin_ms,
-                                      end_timestamp_ms=end_ms)
+        h = QueryMessageRequestHeader(topic=topic, key=key, max_num=max_num, begin_timestamp=begin_ms,
+                                      end_timestamp=end_ms)
         r = check_response(await self.call(RequestCode.QUERY_MESSAGE, to_ext(h)))
-        return decode_messages(r.body)  # type: ignore[return-value]
+        return decode_message_exts(r.body)
 
     async def view_message(self, msg_id: str = "", *, offset: int = -1) -> list[MessageExt]:
         """By message id (``UNIQ_KEY``: the message and its half, retry or DLQ copies, newest first)
@@ -121,9 +181,13 @@ class AsyncAdmin(_PullMixin):
         """
         if bool(msg_id) == (offset >= 0):
             raise ConfigError("give exactly one of msg_id and offset")
-        h = ViewMessageRequestHeader(msg_id=msg_id, offset=offset)
-        r = check_response(await self.call(RequestCode.VIEW_MESSAGE_BY_ID, to_ext(h)))
-        return decode_messages(r.body)  # type: ignore[return-value]
+        if msg_id:
+            u = ViewMessageByUniqKeyRequestHeader(msg_id=msg_id)
+            r = check_response(await self.call(RequestCode.VIEW_MESSAGE_BY_UNIQ_KEY, to_ext(u)))
+        else:
+            h = ViewMessageRequestHeader(offset=offset)
+            r = check_response(await self.call(RequestCode.VIEW_MESSAGE_BY_ID, to_ext(h)))
+        return decode_message_exts(r.body)
 
     async def consume_stats(self, group: str, topic: str = "") -> list[QueueConsumeStats]:
         """Per queue of the group's topics (or of ``topic``): broker offset, consumer offset, lag.
@@ -153,7 +217,7 @@ class AsyncAdmin(_PullMixin):
             consumer_group=group, topic=topic,
             timestamp_ms=-1 if timestamp_ms is None else timestamp_ms,
             offset=-1 if offset is None else offset, queue_id=-1 if queue_id is None else queue_id)
-        r = check_response(await self.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, to_ext(h)))
+        r = check_response(await self.call(RequestCode.RESET_OFFSET, to_ext(h)))
         return decode_body(r.body, list[ResetOffsetEntry])
 
     async def dlq_messages(self, group: str, limit: int = 100_000) -> list[MessageExt]:
@@ -213,10 +277,9 @@ class AsyncAdmin(_PullMixin):
         """
         props = {k: v for k, v in m.properties.items()
                  if k not in _DROPPED_ON_RESEND and not k.startswith("TXMQ_PARK_")}
-        h = SendMessageRequestHeader(producer_group=ADMIN_GROUP, topic=topic, queue_id=queue_id,
-                                     tags=m.tags, keys=m.keys, properties=props,
-                                     born_timestamp_ms=m.born_timestamp_ms)
-        r = check_response(await self.call(RequestCode.SEND_MESSAGE, to_ext(h), m.body))
+        out = Message(topic=topic, body=m.body, tags=m.tags, keys=m.keys, properties=props)
+        ext = send_request_header(out, ADMIN_GROUP, queue_id, m.born_timestamp_ms)
+        r = check_response(await self.call(RequestCode.SEND_MESSAGE_V2, ext, m.body))
         return from_ext(r.ext, SendMessageResponseHeader).queue_offset
 
     async def resend_dlq(self, group: str, msg_ids: list[str] | None = None) -> list[ResendResult]:
@@ -246,13 +309,14 @@ class AsyncAdmin(_PullMixin):
 
     async def _resend(self, group: str, m: MessageExt) -> ResendResult:
         props = {k: v for k, v in m.properties.items() if k not in _DROPPED_ON_RESEND}
-        h = SendMessageRequestHeader(producer_group=ADMIN_GROUP, topic=retry_topic(group), queue_id=0,
-                                     tags=m.tags, keys=m.keys, properties=props,
-                                     born_timestamp_ms=m.born_timestamp_ms, reconsume_times=0)
+        out = Message(topic=retry_topic(group), body=m.body, tags=m.tags, keys=m.keys,
+                      properties=props)
+        ext = send_request_header(out, ADMIN_GROUP, 0, m.born_timestamp_ms)
         try:
-            r = check_response(await self.call(RequestCode.SEND_MESSAGE, to_ext(h), m.body))
+            r = check_response(await self.call(RequestCode.SEND_MESSAGE_V2, ext, m.body))
         except (BrokerUnavailable, RequestTimeout, RemoteError) as exc:
             return ResendResult(m.msg_id, "FAILED", m.queue_offset, detail=str(exc))
         stored = from_ext(r.ext, SendMessageResponseHeader)
         log.info("resent %s from %s to %s", m.msg_id, dlq_topic(group), retry_topic(group))
         return ResendResult(m.msg_id, "OK", m.queue_offset, stored.queue_offset)
+

@@ -12,21 +12,23 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-import msgspec
-
 from txmq import limits
 from txmq.client._core import (
     LocalTransactionState,
     MessageIdGenerator,
     RemotingCore,
+    RouteInfo,
     SendResult,
     TransactionSendResult,
     check_response,
     ensure_msg_id,
+    producer_heartbeat,
+    route_info,
     send_request_header,
     send_result,
     set_delay_level,
 )
+from txmq.client._transaction import EndAnswer, EndBatcher, EndMode, TransactionCore
 from txmq.errors import (
     BrokerUnavailable,
     ConfigError,
@@ -37,21 +39,18 @@ from txmq.errors import (
     ResponseCode,
 )
 from txmq.protocol import (
-    PROPERTY_PRODUCER_GROUP,
-    PROPERTY_TRANSACTION_PREPARED,
-    PROPERTY_UNIQ_KEY,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-    CheckTransactionStateRequestHeader,
     Command,
+    CreateTopicRequestHeader,
     EndTransactionRequestHeader,
+    GetRouteInfoRequestHeader,
     HeartbeatData,
     Message,
     MessageExt,
     RequestCode,
-    decode_message_ext,
-    from_ext,
+    UnregisterClientRequestHeader,
+    decode_cluster_info,
+    encode_batch,
+    encode_body,
     to_ext,
 )
 
@@ -139,7 +138,7 @@ class AsyncConnection:
         if self._writer is not None:
             self._writer.close()
 
-    async def request(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
+    async def request(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
                       timeout_s: float | None = None) -> Command:
         """Send a request and wait for its response (any code; see ``check_response``).
 
@@ -161,7 +160,7 @@ class AsyncConnection:
             timer.cancel()
             self._pending.pop(opaque, None)
 
-    def oneway(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> None:
+    def oneway(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> None:
         """Send a request that gets no response. Raises BrokerUnavailable if not connected."""
         if self.closed or self._writer is None:
             raise BrokerUnavailable(f"not connected to {self.host}:{self.port}")
@@ -193,18 +192,33 @@ class AsyncConnection:
 
 
 class _Client:
-    """Connection upkeep shared by producers and consumers: reconnect, heartbeat, routes."""
+    """Connection upkeep shared by producers and consumers: reconnect, heartbeat, routes.
 
-    def __init__(self, endpoints: str, timeout_ms: int) -> None:
-        parse_endpoint(endpoints)
+    Args:
+        endpoints: a broker's ``host:port``; it also answers route lookups when no name server
+            is given. May be "" when ``namesrv_addr`` is.
+        timeout_ms: request timeout.
+        namesrv_addr: name servers ``host:port;host:port`` (RocketMQ ``namesrvAddr``): routes
+            come from there, and the broker is the master the routes name.
+    """
+
+    def __init__(self, endpoints: str, timeout_ms: int, namesrv_addr: str = "") -> None:
+        if not endpoints and not namesrv_addr:
+            raise ConfigError("give a broker address (endpoints) or a name server (namesrv_addr)")
+        if endpoints:
+            parse_endpoint(endpoints)
+        if namesrv_addr:
+            parse_endpoint(namesrv_addr)
         self.endpoints = endpoints
+        self.namesrv_addr = namesrv_addr
         self._timeout_ms = timeout_ms
         salt = os.urandom(4)
         self.client_id = f"{socket.gethostname()}@{os.getpid()}@{salt.hex()}"
-        self._ids = MessageIdGenerator(os.getpid(), _now_ms(), salt)
+        self._ids = MessageIdGenerator(os.getpid(), salt, _now_ms)
         self._conn: AsyncConnection | None = None
+        self._namesrv: AsyncConnection | None = None
         self._conn_lock: asyncio.Lock | None = None
-        self._routes: dict[str, int] = {}
+        self._routes: dict[str, RouteInfo] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
 
@@ -214,6 +228,30 @@ class _Client:
     def _on_request(self, cmd: Command) -> None:
         log.debug("ignoring broker request code %d", cmd.code)
 
+    async def _broker_endpoint(self) -> str:
+        """The broker to talk to: ``endpoints``, or the first master the name server knows."""
+        if self.endpoints:
+            return self.endpoints
+        r = check_response(await self._namesrv_call(RequestCode.GET_BROKER_CLUSTER_INFO))
+        info = decode_cluster_info(r.body)
+        for name in sorted(info.broker_addr_table):
+            addr = info.broker_addr_table[name].broker_addrs.get(0)
+            if addr:
+                self.endpoints = addr
+                return addr
+        raise BrokerUnavailable(f"name server {self.namesrv_addr} knows no master broker")
+
+    async def broker_address(self) -> str:
+        """The broker this client talks to: ``endpoints``, or the master the name server knows
+        (resolved once). Raises BrokerUnavailable."""
+        return await self._broker_endpoint()
+
+    async def _namesrv_call(self, code: int, ext: dict[str, str] | None = None) -> Command:
+        if self._namesrv is None or self._namesrv.closed:
+            self._namesrv = AsyncConnection(self.namesrv_addr, None, self._timeout_ms)
+            await self._namesrv.connect()
+        return await self._namesrv.request(code, ext)
+
     async def _connection(self) -> AsyncConnection:
         """The live connection, reconnecting (and re-sending the heartbeat) if needed."""
         if self._conn is not None and not self._conn.closed:
@@ -222,14 +260,15 @@ class _Client:
             self._conn_lock = asyncio.Lock()
         async with self._conn_lock:
             if self._conn is None or self._conn.closed:
-                conn = AsyncConnection(self.endpoints, self._on_request, self._timeout_ms)
+                addr = await self._broker_endpoint()
+                conn = AsyncConnection(addr, self._on_request, self._timeout_ms)
                 await conn.connect()
                 self._conn = conn
                 await self._heartbeat(conn)
         return self._conn
 
     async def _heartbeat(self, conn: AsyncConnection) -> None:
-        body = msgspec.msgpack.encode(self._heartbeat_data())
+        body = encode_body(self._heartbeat_data())
         check_response(await conn.request(RequestCode.HEART_BEAT, body=body))
 
     async def _heartbeat_loop(self) -> None:
@@ -240,25 +279,35 @@ class _Client:
             except (BrokerUnavailable, RequestTimeout) as exc:
                 log.warning("heartbeat failed: %s", exc)
 
-    async def call(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
+    async def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
                    timeout_s: float | None = None) -> Command:
         """One request on the live connection; the raw response (any code)."""
         conn = await self._connection()
         return await conn.request(code, ext, body, timeout_s)
 
-    async def queue_nums(self, topic: str, refresh: bool = False) -> int:
-        """Queue count of ``topic``. Raises RemoteError (TOPIC_NOT_EXIST) for unknown topics."""
+    async def route(self, topic: str, refresh: bool = False) -> RouteInfo:
+        """The broker and queue count of ``topic`` (GET_ROUTEINFO_BY_TOPIC to the name server,
+        or to the broker itself without one). Raises RemoteError (TOPIC_NOT_EXIST) for a topic
+        with no route, ConfigError for a topic on several brokers."""
         if refresh or topic not in self._routes:
-            r = check_response(await self.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
-            self._routes[topic] = int(r.ext["queue_nums"])
+            ext = to_ext(GetRouteInfoRequestHeader(topic=topic))
+            if self.namesrv_addr:
+                r = check_response(await self._namesrv_call(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext))
+            else:
+                r = check_response(await self.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext))
+            self._routes[topic] = route_info(r.body, topic)
         return self._routes[topic]
 
+    async def queue_nums(self, topic: str, refresh: bool = False) -> int:
+        """Queue count of ``topic``. Raises RemoteError (TOPIC_NOT_EXIST) for unknown topics."""
+        return (await self.route(topic, refresh)).queue_nums
+
     async def create_topic(self, topic: str, queue_nums: int = limits.DEFAULT_QUEUE_NUMS) -> int:
-        """Create a topic (admin). Returns its queue count."""
-        r = check_response(await self.call(RequestCode.UPDATE_AND_CREATE_TOPIC,
-                                           {"topic": topic, "queue_nums": queue_nums}))
-        self._routes[topic] = int(r.ext["queue_nums"])
-        return self._routes[topic]
+        """Create a topic on the broker (admin, UPDATE_AND_CREATE_TOPIC). Returns its queue count."""
+        h = CreateTopicRequestHeader(topic=topic, read_queue_nums=queue_nums,
+                                     write_queue_nums=queue_nums)
+        check_response(await self.call(RequestCode.UPDATE_AND_CREATE_TOPIC, to_ext(h)))
+        return await self.queue_nums(topic, refresh=True)
 
     async def start(self) -> None:
         """Connect and start heartbeats. Raises BrokerUnavailable."""
@@ -266,8 +315,11 @@ class _Client:
         await self._connection()
         self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
 
+    def _unregister_header(self) -> UnregisterClientRequestHeader:
+        return UnregisterClientRequestHeader(client_id=self.client_id)
+
     async def shutdown(self) -> None:
-        """Stop background tasks, unregister and close the connection."""
+        """Stop background tasks, unregister and close the connections."""
         self._running = False
         for t in self._tasks:
             t.cancel()
@@ -277,8 +329,11 @@ class _Client:
         self._tasks.clear()
         if self._conn is not None and not self._conn.closed:
             with contextlib.suppress(Exception):
-                await self._conn.request(RequestCode.UNREGISTER_CLIENT, timeout_s=2)
+                await self._conn.request(RequestCode.UNREGISTER_CLIENT,
+                                         to_ext(self._unregister_header()), timeout_s=2)
             await self._conn.close()
+        if self._namesrv is not None:
+            await self._namesrv.close()
 
 
 class AsyncProducer(_Client):
@@ -286,15 +341,16 @@ class AsyncProducer(_Client):
 
     Args:
         group: producer group.
-        endpoints: broker address ``host:port``.
+        endpoints: broker address ``host:port`` ("" with ``namesrv_addr``).
         max_message_size: refuse bodies larger than this locally (bytes).
         timeout_ms: request timeout.
+        namesrv_addr: name server address(es), as RocketMQ clients take them.
     """
 
-    def __init__(self, group: str, endpoints: str, *,
+    def __init__(self, group: str, endpoints: str = "", *,
                  max_message_size: int = limits.MESSAGE_SIZE_MAX_BYTES,
-                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS) -> None:
-        super().__init__(endpoints, timeout_ms)
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "") -> None:
+        super().__init__(endpoints, timeout_ms, namesrv_addr)
         if not group:
             raise ConfigError("producer group must not be empty")
         self.group = group
@@ -302,7 +358,10 @@ class AsyncProducer(_Client):
         self._next_queue: dict[str, int] = {}
 
     def _heartbeat_data(self) -> HeartbeatData:
-        return HeartbeatData(client_id=self.client_id, producer_groups=[self.group])
+        return producer_heartbeat(self.client_id, [self.group])
+
+    def _unregister_header(self) -> UnregisterClientRequestHeader:
+        return UnregisterClientRequestHeader(client_id=self.client_id, producer_group=self.group)
 
     async def _select_queue(self, topic: str, queue_id: int | None) -> int:
         n = await self.queue_nums(topic)
@@ -339,8 +398,8 @@ class AsyncProducer(_Client):
         ensure_msg_id(msg, self._ids)
         qid = await self._select_queue(msg.topic, queue_id)
         ext = send_request_header(msg, self.group, qid, _now_ms())
-        resp = check_response(await self.call(RequestCode.SEND_MESSAGE, ext, msg.body))
-        return send_result(msg.topic, resp)
+        resp = check_response(await self.call(RequestCode.SEND_MESSAGE_V2, ext, msg.body))
+        return send_result(msg.topic, msg.msg_id, resp)
 
     async def send_batch(self, msgs: list[Message], queue_id: int | None = None) -> SendResult:
         """Send plain messages of one topic in one request, stored contiguously in one queue.
@@ -356,10 +415,11 @@ class AsyncProducer(_Client):
                 raise ConfigError("all messages of a batch must have the same topic")
             ensure_msg_id(m, self._ids)
         qid = await self._select_queue(topic, queue_id)
-        ext = send_request_header(Message(topic=topic, body=b""), self.group, qid, _now_ms())
-        body = msgspec.msgpack.encode(msgs)
-        resp = check_response(await self.call(RequestCode.SEND_BATCH_MESSAGE, ext, body))
-        return send_result(topic, resp)
+        ext = send_request_header(Message(topic=topic, body=b""), self.group, qid, _now_ms(),
+                                  batch=True)
+        resp = check_response(await self.call(RequestCode.SEND_BATCH_MESSAGE, ext,
+                                              encode_batch(msgs)))
+        return send_result(topic, msgs[0].msg_id, resp)
 
 
 class TransactionListener(Protocol):
@@ -379,13 +439,6 @@ class TransactionListener(Protocol):
     ) -> LocalTransactionState | Awaitable[LocalTransactionState]: ...
 
 
-_END_TYPE = {
-    LocalTransactionState.COMMIT_MESSAGE: TRANSACTION_COMMIT_TYPE,
-    LocalTransactionState.ROLLBACK_MESSAGE: TRANSACTION_ROLLBACK_TYPE,
-    LocalTransactionState.UNKNOWN: TRANSACTION_NOT_TYPE,
-}
-
-
 class AsyncTransactionProducer(AsyncProducer):
     """Sends half messages, runs the local transaction, ends it; answers check-backs.
 
@@ -399,86 +452,62 @@ class AsyncTransactionProducer(AsyncProducer):
             awaited, so a returned COMMIT is durable and visible.
     """
 
-    def __init__(self, group: str, endpoints: str, listener: TransactionListener, *,
-                 check_threads: int = 4, oneway_end: bool = False, **kw: Any) -> None:
+    def __init__(self, group: str, endpoints: str = "", listener: TransactionListener | None = None,
+                 *, check_threads: int = 4, oneway_end: bool = False, **kw: Any) -> None:
         super().__init__(group, endpoints, **kw)
+        if listener is None:
+            raise ConfigError("a transaction producer needs a TransactionListener")
         self.listener = listener
         self.oneway_end = oneway_end
-        self._ends: list[tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = []
-        self._oneway_ends: list[dict[str, Any]] = []
+        self._tx = TransactionCore(group, self._ids)
+        self._batcher = EndBatcher()
+        self._waiting: dict[int, asyncio.Future[EndAnswer]] = {}  # id(header) -> its answer
         self._check_sem = asyncio.Semaphore(check_threads)
         self._check_tasks: set[asyncio.Task[None]] = set()
         self.checks_answered = 0
 
     async def send_half(self, msg: Message, queue_id: int | None = None) -> SendResult:
-        """Store ``msg`` as a half message (invisible until committed).
-
-        Every call gives the message a fresh id (``UNIQ_KEY``, also the transaction id): a retry of
-        the same ``Message`` after a failed send must not share its id with a half message the
-        broker may have stored anyway, or a check-back that finds the id in the local transaction
-        log would commit both.
-        """
-        msg.properties = {**msg.properties, PROPERTY_TRANSACTION_PREPARED: "true",
-                          PROPERTY_PRODUCER_GROUP: self.group, PROPERTY_UNIQ_KEY: self._ids.next()}
-        return await self.send(msg, queue_id)
+        """Store ``msg`` as a half message (invisible until committed); see
+        :meth:`TransactionCore.half` for its fresh id."""
+        return await self.send(self._tx.half(msg), queue_id)
 
     async def send_half_batch(self, msgs: list[Message], queue_id: int | None = None) -> SendResult:
         """Store several half messages of one topic in one request, contiguous in the half queue
         (the result names the first; the rest follow). Ending them one by one needs each one's
         offsets, so this is for callers that settle a whole batch at once (the Spark sink)."""
-        for m in msgs:
-            m.properties = {**m.properties, PROPERTY_TRANSACTION_PREPARED: "true",
-                            PROPERTY_PRODUCER_GROUP: self.group, PROPERTY_UNIQ_KEY: self._ids.next()}
-        return await self.send_batch(msgs, queue_id)
+        return await self.send_batch([self._tx.half(m) for m in msgs], queue_id)
 
     async def end_transaction(self, half: SendResult, state: LocalTransactionState) -> str:
         """Tell the broker the local outcome; returns its recorded outcome ("COMMIT", "ROLLBACK",
-        "PENDING" for UNKNOWN), "SENT" with ``oneway_end`` (RocketMQ ``endTransactionOneway``: no
-        answer awaited), or "UNKNOWN_END" when the request failed (check-back will settle it)."""
-        h = EndTransactionRequestHeader(
-            producer_group=self.group, tran_state_table_offset=half.queue_offset,
-            commit_log_offset=half.commit_log_offset, commit_or_rollback=_END_TYPE[state],
-            msg_id=half.msg_id, transaction_id=half.msg_id)
+        "PENDING" for UNKNOWN), "SENT" with ``oneway_end`` or against a broker without batch ends
+        (RocketMQ ``endTransactionOneway``: no answer awaited), or "UNKNOWN_END" when the request
+        failed (check-back will settle it)."""
+        h = self._tx.end_request(half, state)
         try:
-            if self.oneway_end:
-                self._oneway_end(to_ext(h), await self._connection())
+            if self.oneway_end or self._batcher.mode is EndMode.ONEWAY:
+                (await self._connection()).oneway(RequestCode.END_TRANSACTION, to_ext(h))
                 return "SENT"
-            item = await self._batched_end(to_ext(h))
+            item = await self._batched_end(h)
         except (BrokerUnavailable, RequestTimeout) as exc:
             log.warning("end transaction of %s not acknowledged (%s); check-back will settle it",
                         half.msg_id, exc)
             return "UNKNOWN_END"
-        if item.get("code", 0) != ResponseCode.SUCCESS:
-            raise RemoteError(int(item["code"]), str(item.get("remark", "")))
-        return str(item.get("outcome", ""))
+        if item.code != ResponseCode.SUCCESS:
+            raise RemoteError(item.code, item.remark)
+        return item.outcome
 
-    async def _batched_end(self, ext: dict[str, Any]) -> dict[str, Any]:
+    async def _batched_end(self, h: EndTransactionRequestHeader) -> EndAnswer:
         """Queue an end request; all ends queued in one event-loop turn go in one
         END_TRANSACTION_BATCH request (at most ``limits.BATCH_MESSAGES_MAX``)."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[dict[str, Any]] = loop.create_future()
-        self._ends.append((ext, fut))
-        if len(self._ends) == 1:
+        fut: asyncio.Future[EndAnswer] = loop.create_future()
+        self._waiting[id(h)] = fut
+        if self._batcher.add(h):
             loop.call_soon(self._spawn_end_flush)
-        return await fut
-
-    def _oneway_end(self, ext: dict[str, Any], conn: AsyncConnection) -> None:
-        """Queue a one-way end; those queued in one event-loop turn go in one one-way
-        END_TRANSACTION_BATCH (the broker settles them with one append and answers nothing)."""
-        self._oneway_ends.append(ext)
-        if len(self._oneway_ends) == 1:
-            asyncio.get_running_loop().call_soon(self._flush_oneway_ends, conn)
-
-    def _flush_oneway_ends(self, conn: AsyncConnection) -> None:
-        ends, self._oneway_ends = self._oneway_ends, []
-        for i in range(0, len(ends), limits.BATCH_MESSAGES_MAX):
-            try:
-                conn.oneway(RequestCode.END_TRANSACTION_BATCH,
-                            body=msgspec.msgpack.encode(ends[i : i + limits.BATCH_MESSAGES_MAX]))
-            except BrokerUnavailable as exc:
-                log.warning("%d one-way end requests not sent (%s); check-back will settle them",
-                            len(ends) - i, exc)
-                return
+        try:
+            return await fut
+        finally:
+            self._waiting.pop(id(h), None)
 
     def _spawn_end_flush(self) -> None:
         task = asyncio.get_running_loop().create_task(self._flush_ends())
@@ -486,37 +515,49 @@ class AsyncTransactionProducer(AsyncProducer):
         task.add_done_callback(self._check_tasks.discard)
 
     async def _flush_ends(self) -> None:
-        batch = self._ends[: limits.BATCH_MESSAGES_MAX]
-        self._ends = self._ends[limits.BATCH_MESSAGES_MAX :]
-        if self._ends:
+        batch, more = self._batcher.take()
+        if more:
             asyncio.get_running_loop().call_soon(self._spawn_end_flush)
+        futs = [self._waiting.get(id(h)) for h in batch]
         try:
-            body = msgspec.msgpack.encode([ext for ext, _ in batch])
-            resp = check_response(await self.call(RequestCode.END_TRANSACTION_BATCH, body=body))
-            items = msgspec.msgpack.decode(resp.body, type=list[dict[str, Any]])
-            if len(items) != len(batch):
-                raise ProtocolError(f"{len(items)} answers to {len(batch)} end requests")
+            resp = await self.call(RequestCode.END_TRANSACTION_BATCH, body=self._batcher.body(batch))
+            if self._batcher.unsupported(resp):  # an Apache RocketMQ broker: one-way ends
+                conn = await self._connection()
+                for h in batch:
+                    conn.oneway(RequestCode.END_TRANSACTION, to_ext(h))
+                answers = [EndAnswer(ResponseCode.SUCCESS, outcome="SENT") for _ in batch]
+            else:
+                answers = self._batcher.answers(check_response(resp), len(batch))
         except Exception as exc:
-            for _, fut in batch:
-                if not fut.done():
+            for fut in futs:
+                if fut is not None and not fut.done():
                     fut.set_exception(exc)
             return
-        for (_, fut), item in zip(batch, items, strict=True):
-            if not fut.done():
-                fut.set_result(item)
+        for fut, answer in zip(futs, answers, strict=True):
+            if fut is not None and not fut.done():
+                fut.set_result(answer)
 
     async def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
         """Half message → local transaction → commit or rollback (RocketMQ
         ``sendMessageInTransaction``). An exception in the local transaction counts as UNKNOWN
-        (as in RocketMQ) and is logged; check-back then decides."""
+        (as in RocketMQ) and is logged; check-back then decides.
+
+        Raises:
+            TypeError: the listener returned something that is not a LocalTransactionState
+                (after the end request: the half is left UNKNOWN for check-back).
+        """
         half = await self.send_half(msg)
         try:
             result = self.listener.execute_local_transaction(msg, arg)
-            state = await result if inspect.isawaitable(result) else result
+            if inspect.isawaitable(result):
+                result = await result
         except Exception:
             log.exception("local transaction of %s raised; state UNKNOWN", half.msg_id)
-            state = LocalTransactionState.UNKNOWN
+            result = LocalTransactionState.UNKNOWN
+        state, complaint = self._tx.local_state(result)
         outcome = await self.end_transaction(half, state)
+        if complaint:
+            raise TypeError(complaint)
         return TransactionSendResult(half.msg_id, msg.topic, half.queue_id, half.queue_offset,
                                      state, outcome)
 
@@ -527,24 +568,22 @@ class AsyncTransactionProducer(AsyncProducer):
             task.add_done_callback(self._check_tasks.discard)
 
     async def _check(self, cmd: Command) -> None:
-        try:
-            h = from_ext(cmd.ext, CheckTransactionStateRequestHeader)
-            msg = decode_message_ext(cmd.body)
-        except (ProtocolError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-            log.error("malformed check-back request: %s", exc)
+        check = self._tx.check_back(cmd)
+        if check is None:
             return
         async with self._check_sem:
             try:
-                state = await _call_listener(self.listener.check_local_transaction, msg)
+                result = await _call_listener(self.listener.check_local_transaction, check.message)
             except Exception:
-                log.exception("check_local_transaction of %s raised; answering UNKNOWN", h.msg_id)
+                log.exception("check_local_transaction of %s raised; answering UNKNOWN",
+                              check.header.msg_id)
                 return
-        if state is LocalTransactionState.UNKNOWN:
+        state, complaint = self._tx.local_state(result)
+        if complaint:
+            log.error("check_local_transaction: %s", complaint)
+        end = self._tx.check_answer(check, state)
+        if end is None:
             return
-        end = EndTransactionRequestHeader(
-            producer_group=self.group, tran_state_table_offset=h.tran_state_table_offset,
-            commit_log_offset=h.commit_log_offset, commit_or_rollback=_END_TYPE[state],
-            from_transaction_check=True, msg_id=h.msg_id, transaction_id=h.transaction_id)
         with contextlib.suppress(BrokerUnavailable):
             (await self._connection()).oneway(RequestCode.END_TRANSACTION, to_ext(end))
             self.checks_answered += 1

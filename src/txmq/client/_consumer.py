@@ -28,6 +28,8 @@ from txmq.client._core import (
     allocate,
     batches,
     check_response,
+    consumer_heartbeat,
+    dead_letter_header,
     decode_local_offsets,
     encode_local_offsets,
     is_consumed,
@@ -39,7 +41,6 @@ from txmq.client._pull import _DEFAULT_TIMESTAMP_AGO_MS, _PullMixin, _wall_ms, v
 from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, RequestTimeout
 from txmq.protocol import (
     Command,
-    ConsumerData,
     ConsumerSendMsgBackRequestHeader,
     HeartbeatData,
     LockBatchRequestBody,
@@ -48,8 +49,10 @@ from txmq.protocol import (
     MessageQueue,
     RequestCode,
     ResetConsumerClientOffsetBody,
+    UnlockBatchRequestBody,
     decode_body,
     encode_body,
+    retry_topic,
     to_ext,
 )
 
@@ -161,8 +164,8 @@ class AsyncPushConsumer(_PullMixin):
                  suspend_ms: int = limits.PULL_SUSPEND_MS,
                  offset_store_dir: str | os.PathLike[str] | None = None,
                  instance_name: str = "DEFAULT",
-                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS) -> None:
-        super().__init__(endpoints, timeout_ms)
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "") -> None:
+        super().__init__(endpoints, timeout_ms, namesrv_addr)
         validate_group(group)
         if message_model not in ("CLUSTERING", "BROADCASTING"):
             raise ConfigError(f"message_model {message_model!r} is not CLUSTERING or BROADCASTING")
@@ -218,14 +221,14 @@ class AsyncPushConsumer(_PullMixin):
     def _heartbeat_data(self) -> HeartbeatData:
         subs = dict(self.subscriptions)
         if self._clustering:
-            subs[f"%RETRY%{self.group}"] = "*"
-        cd = ConsumerData(group=self.group, message_model=self.message_model, subscriptions=subs)
-        return HeartbeatData(client_id=self.client_id, consumer_groups=[cd])
+            subs[retry_topic(self.group)] = "*"
+        return consumer_heartbeat(self.client_id, self.group, self.message_model, subs,
+                                  self.consume_from_where)
 
     def _on_request(self, cmd: Command) -> None:
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and self._rebalance_now is not None:
             self._rebalance_now.set()
-        elif cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET and self._running:
+        elif cmd.code == RequestCode.RESET_CONSUMER_OFFSETS and self._running:
             self._spawn(self._on_reset(cmd))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -318,11 +321,9 @@ class AsyncPushConsumer(_PullMixin):
             nums = {t: await self.queue_nums(t, refresh=True) for t in self.subscriptions}
             cids: list[str] = []
             if self._clustering:
-                retry = f"%RETRY%{self.group}"
+                retry = retry_topic(self.group)
                 nums[retry] = await self.queue_nums(retry, refresh=True)
-                r = check_response(await self.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                                   {"consumer_group": self.group}))
-                cids = [str(c) for c in r.ext["client_ids"]]
+                cids = await self.consumer_ids()
                 if cids and self.client_id not in cids:
                     log.debug("%s not yet listed in %s; rebalance later", self.client_id, self.group)
                     return
@@ -473,13 +474,20 @@ class AsyncPushConsumer(_PullMixin):
                 self._submit(w, kept)
 
     async def _send_back(self, msg: MessageExt, *, dlq: bool = False) -> bool:
-        """CONSUMER_SEND_MSG_BACK: park ``msg`` in the retry topic (or the DLQ); False on failure."""
-        h = ConsumerSendMsgBackRequestHeader(
-            group=self.group, commit_log_offset=msg.commit_log_offset, delay_level=-1 if dlq else 0,
-            origin_msg_id=msg.msg_id, origin_topic=msg.topic,
-            max_reconsume_times=self.max_reconsume_times, reconsume_times=msg.reconsume_times)
+        """CONSUMER_SEND_MSG_BACK: park ``msg`` in the retry topic; with ``dlq`` (orderly, out of
+        local retries) a send of it to the DLQ with its local retry count
+        (:func:`dead_letter_header`). False on failure."""
+        if dlq:
+            ext = dead_letter_header(msg, self.group, self.max_reconsume_times, _wall_ms())
+            req = (RequestCode.SEND_MESSAGE_V2, ext, msg.body)
+        else:
+            h = ConsumerSendMsgBackRequestHeader(
+                group=self.group, offset=msg.commit_log_offset, delay_level=0,
+                origin_msg_id=msg.msg_id, origin_topic=msg.topic,
+                max_reconsume_times=self.max_reconsume_times)
+            req = (RequestCode.CONSUMER_SEND_MSG_BACK, to_ext(h), b"")
         try:
-            check_response(await self.call(RequestCode.CONSUMER_SEND_MSG_BACK, to_ext(h)))
+            check_response(await self.call(*req))
             return True
         except _NETWORK_ERRORS as exc:
             log.warning("send back of %s failed: %s", msg.msg_id, exc)
@@ -542,12 +550,13 @@ class AsyncPushConsumer(_PullMixin):
         try:
             conn = await self._connection()
             body = LockBatchRequestBody(consumer_group=self.group, client_id=self.client_id,
-                                        mqs=[w.mq for w in workers])
+                                        mq_set=[w.mq for w in workers])
             resp = check_response(await conn.request(RequestCode.LOCK_BATCH_MQ, body=encode_body(body)))
         except _NETWORK_ERRORS as exc:
             log.warning("lock of %d queues failed: %s", len(workers), exc)
             return False
-        locked = set(decode_body(resp.body, LockBatchResponseBody).locked)
+        locked = {MessageQueue(m.topic, m.queue_id)
+                  for m in decode_body(resp.body, LockBatchResponseBody).lock_ok_mq_set}
         now = _mono_ms()
         for w in workers:
             if w.mq in locked:
@@ -565,7 +574,8 @@ class AsyncPushConsumer(_PullMixin):
         return False
 
     async def _unlock(self, mqs: list[MessageQueue]) -> None:
-        body = LockBatchRequestBody(consumer_group=self.group, client_id=self.client_id, mqs=mqs)
+        body = UnlockBatchRequestBody(consumer_group=self.group, client_id=self.client_id,
+                                      mq_set=mqs)
         try:
             check_response(await self.call(RequestCode.UNLOCK_BATCH_MQ, body=encode_body(body)))
         except _NETWORK_ERRORS as exc:

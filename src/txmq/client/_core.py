@@ -5,28 +5,47 @@ Nothing here opens a socket or reads the clock; the shells in :mod:`._async` and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum, IntEnum
 from itertools import count
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
 from txmq import limits
-from txmq.errors import ConfigError, RemoteError, ResponseCode
+from txmq.errors import ConfigError, MalformedHeader, RemoteError, ResponseCode
 from txmq.protocol import (
+    BROKER_ONLY_PROPERTIES,
     FLAG_ONEWAY,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_RECONSUME_TIME,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
+    RETRY_PREFIX,
+    SERIALIZE_JSON,
     Command,
+    ConsumerData,
     FrameDecoder,
+    HeartbeatData,
     Message,
     MessageExt,
     MessageQueue,
-    SendMessageRequestHeader,
+    ProducerData,
+    SendMessageRequestHeaderV2,
     SendMessageResponseHeader,
+    SubscriptionData,
+    TopicRouteData,
+    UniqKeyGenerator,
+    decode_offset_msg_id,
+    decode_route,
     encode_command,
+    encode_properties,
     from_ext,
+    retry_topic,
     to_ext,
 )
 
@@ -41,6 +60,7 @@ __all__ = [
     "PullResult",
     "PullStatus",
     "RemotingCore",
+    "RouteInfo",
     "SendResult",
     "SendStatus",
     "TransactionSendResult",
@@ -48,13 +68,18 @@ __all__ = [
     "allocate_averagely",
     "batches",
     "check_response",
+    "consumer_heartbeat",
+    "dead_letter_header",
     "decode_local_offsets",
     "encode_local_offsets",
     "is_consumed",
     "orderly_failure",
+    "producer_heartbeat",
     "rebalance_plan",
     "restore_retry_topic",
+    "route_info",
     "send_request_header",
+    "send_result",
     "set_delay_level",
     "start_offset_source",
 ]
@@ -108,7 +133,14 @@ class PullStatus(Enum):
 
 
 class SendResult(msgspec.Struct, frozen=True):
-    """Where a sent message was stored."""
+    """Where a sent message was stored (RocketMQ ``SendResult``).
+
+    Attributes:
+        msg_id: the client message id (``UNIQ_KEY``).
+        offset_msg_id: the broker's offset message id (store host + commit log offset).
+        commit_log_offset: decoded from ``offset_msg_id`` (what RocketMQ's ``endTransaction``
+            does).
+    """
 
     msg_id: str
     topic: str
@@ -116,6 +148,7 @@ class SendResult(msgspec.Struct, frozen=True):
     queue_offset: int
     commit_log_offset: int
     status: SendStatus = SendStatus.SEND_OK
+    offset_msg_id: str = ""
 
 
 class TransactionSendResult(msgspec.Struct, frozen=True):
@@ -144,37 +177,45 @@ class PullResult(msgspec.Struct):
 
 
 class MessageIdGenerator:
-    """Unique client message ids (``UNIQ_KEY``): 32 hex digits of pid, start time and a counter.
+    """Unique client message ids (``UNIQ_KEY``) in RocketMQ's layout
+    (:class:`~txmq.protocol.UniqKeyGenerator`: ip, pid, a per-client salt, ms since the start of
+    the month and a 16-bit counter).
 
     Args:
-        pid: the process id (a parameter so simulations are deterministic).
-        start_ms: when the client started, ms since the epoch.
+        pid: the process id.
         salt: 4 random bytes telling two clients of one process apart.
+        clock_ms: wall clock, ms since the epoch (a parameter, for simulations); read per id, so
+            ids stay unique past 65,536 of them (the counter's range) as long as fewer than that
+            are made in one ms.
+        ip: the client's address as written into the id.
     """
 
-    def __init__(self, pid: int, start_ms: int, salt: bytes) -> None:
+    def __init__(self, pid: int, salt: bytes, clock_ms: Callable[[], int],
+                 ip: str = "127.0.0.1") -> None:
         assert len(salt) == 4
-        self._prefix = f"{pid & 0xFFFFFFFF:08X}{salt.hex().upper()}{start_ms & 0xFFFFFFFF:08X}"
-        self._seq = count()
+        self._gen = UniqKeyGenerator(ip, pid, int.from_bytes(salt, "big"))
+        self._clock = clock_ms
 
     def next(self) -> str:
-        """The next id; unique for 2**32 messages of this generator."""
-        return f"{self._prefix}{next(self._seq) & 0xFFFFFFFF:08X}"
+        """The next id."""
+        return self._gen.next(self._clock())
 
 
 class RemotingCore:
-    """Frames in, commands out; opaque numbering for requests."""
+    """Frames in, commands out; opaque numbering for requests. Requests go out in
+    ``serialize_type`` (JSON: what measures faster here, see docs/benchmarks.md)."""
 
-    def __init__(self) -> None:
+    def __init__(self, serialize_type: int = SERIALIZE_JSON) -> None:
         self._decoder = FrameDecoder()
         self._opaque = count(1)
+        self.serialize_type = serialize_type
 
-    def request(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
+    def request(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
                 oneway: bool = False) -> tuple[int, bytes]:
         """Encode a request; returns ``(opaque, frame bytes)``. Raises FrameTooLarge."""
         opaque = next(self._opaque)
-        cmd = Command(code=int(code), opaque=opaque, flags=FLAG_ONEWAY if oneway else 0,
-                      ext=ext or {}, body=body)
+        cmd = Command(int(code), opaque, FLAG_ONEWAY if oneway else 0, ext=ext or {}, body=body,
+                      serialize_type=self.serialize_type)
         return opaque, encode_command(cmd)
 
     def receive(self, data: bytes) -> list[Command]:
@@ -186,19 +227,71 @@ def check_response(cmd: Command, *ok: ResponseCode) -> Command:
     """Return ``cmd`` if its code is SUCCESS (or one of ``ok``), else raise RemoteError."""
     if cmd.code == ResponseCode.SUCCESS or cmd.code in ok:
         return cmd
-    raise RemoteError(cmd.code, cmd.remark)
+    raise RemoteError(cmd.code, cmd.remark or "")
 
 
-def send_request_header(msg: Message, group: str, queue_id: int, born_ms: int) -> dict[str, Any]:
-    """The SEND_MESSAGE header fields for ``msg``."""
-    return to_ext(SendMessageRequestHeader(
-        producer_group=group, topic=msg.topic, queue_id=queue_id, tags=msg.tags, keys=msg.keys,
-        properties=msg.properties, born_timestamp_ms=born_ms))
+def send_request_header(msg: Message, group: str, queue_id: int, born_ms: int, *,
+                        batch: bool = False) -> dict[str, str]:
+    """The SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header for ``msg`` (tags and keys travel in the
+    properties string). Raises MalformedMessage for a property with a separator in it."""
+    props = dict(msg.properties)
+    if msg.tags:
+        props["TAGS"] = msg.tags
+    if msg.keys:
+        props["KEYS"] = msg.keys
+    return to_ext(SendMessageRequestHeaderV2(
+        producer_group=group, topic=msg.topic, queue_id=queue_id, born_timestamp=born_ms,
+        properties=encode_properties(props) if props else None, batch=batch or None))
 
 
-def send_result(topic: str, cmd: Command) -> SendResult:
+def send_result(topic: str, msg_id: str, cmd: Command) -> SendResult:
+    """The :class:`SendResult` of a SEND_MESSAGE response (``msg_id``: the sent ``UNIQ_KEY``;
+    for a batch, the first). Raises MalformedHeader for a header or an offset message id that does
+    not decode (MalformedMessage)."""
     h = from_ext(cmd.ext, SendMessageResponseHeader)
-    return SendResult(h.msg_id, topic, h.queue_id, h.queue_offset, h.commit_log_offset)
+    first = h.msg_id.split(",", 1)[0]
+    _, offset = decode_offset_msg_id(first)
+    return SendResult(msg_id, topic, h.queue_id, h.queue_offset, offset, offset_msg_id=first)
+
+
+class RouteInfo(msgspec.Struct, frozen=True):
+    """What a client uses of a topic's route: the master broker's address and its write queue
+    count (RocketMQ ``TopicPublishInfo`` of a one-broker route)."""
+
+    broker_name: str
+    addr: str
+    queue_nums: int
+
+
+def route_info(data: bytes, topic: str) -> RouteInfo:
+    """The master broker and queue count of a ``TopicRouteData`` body. txmq's SDK uses the first
+    broker with a master address; a route over several brokers is refused (ConfigError), as the
+    SDK speaks to one broker per topic. Raises MalformedHeader for a body that does not decode."""
+    route: TopicRouteData = decode_route(data)
+    for qd in route.queue_datas:
+        bd = next((b for b in route.broker_datas if b.broker_name == qd.broker_name), None)
+        if bd is not None and 0 in bd.broker_addrs:
+            if len(route.queue_datas) > 1:
+                raise ConfigError(f"topic {topic!r} is on {len(route.queue_datas)} brokers; "
+                                  "txmq's SDK writes to and reads from one broker per topic")
+            return RouteInfo(qd.broker_name, bd.broker_addrs[0], qd.write_queue_nums)
+    raise MalformedHeader(f"route of {topic!r} names no master broker")
+
+
+def producer_heartbeat(client_id: str, groups: list[str]) -> HeartbeatData:
+    """HEART_BEAT body of a producer client."""
+    return HeartbeatData(client_id=client_id,
+                         producer_data_set=[ProducerData(group_name=g) for g in groups])
+
+
+def consumer_heartbeat(client_id: str, group: str, model: str, subscriptions: dict[str, str],
+                       consume_from_where: str = "CONSUME_FROM_LAST_OFFSET") -> HeartbeatData:
+    """HEART_BEAT body of a consumer client of ``group`` (``subscriptions``: topic → tag
+    expression); ``CONSUME_ACTIVELY`` would be a pull consumer, txmq's consumers both push."""
+    subs = [SubscriptionData(topic=t, sub_string=e) for t, e in subscriptions.items()]
+    cd = ConsumerData(group_name=group, message_model=model, consume_from_where=consume_from_where,
+                      subscription_data_set=subs)
+    return HeartbeatData(client_id=client_id, consumer_data_set=[cd])
 
 
 def ensure_msg_id(msg: Message, ids: MessageIdGenerator) -> str:
@@ -263,10 +356,43 @@ def rebalance_plan(owned: set[MessageQueue], wanted: set[MessageQueue]
     return sorted(owned - wanted), sorted(wanted - owned)
 
 
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+"""The producer group of a consumer's own sends (RocketMQ ``MixAll.CLIENT_INNER_PRODUCER_GROUP``)."""
+
+_NOT_RESENT = BROKER_ONLY_PROPERTIES | {PROPERTY_TRANSACTION_PREPARED, PROPERTY_PRODUCER_GROUP,
+                                        PROPERTY_DELAY_TIME_LEVEL, "TXMQ_SINK_BATCH", "TXMQ_SINK_TASK"}
+
+
+def dead_letter_header(msg: MessageExt, group: str, max_reconsume_times: int,
+                       born_ms: int) -> dict[str, str]:
+    """The SEND_MESSAGE_V2 header that puts ``msg`` (body: ``msg.body``), out of an orderly
+    consumer's local retries, into ``%DLQ%<group>`` with its retry count: a send to
+    ``%RETRY%<group>`` whose ``reconsumeTimes`` (``msg.reconsume_times`` + 1) exceeds
+    ``maxReconsumeTimes``, which the broker stores in the DLQ (RocketMQ
+    ``ConsumeMessageOrderlyService.sendMessageBack``, ``SendMessageProcessor.handleRetryAndDLQ``).
+    CONSUMER_SEND_MSG_BACK cannot carry a count kept by the client. Properties the broker sets,
+    or that would make the copy a half or delay message, are left out."""
+    props = {k: v for k, v in msg.properties.items() if k not in _NOT_RESENT}
+    props[PROPERTY_RETRY_TOPIC] = msg.topic
+    if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
+        props[PROPERTY_ORIGIN_MESSAGE_ID] = msg.msg_id
+    times = msg.reconsume_times + 1
+    props[PROPERTY_RECONSUME_TIME] = str(times)
+    props[PROPERTY_MAX_RECONSUME_TIMES] = str(max_reconsume_times)
+    if msg.tags:
+        props["TAGS"] = msg.tags
+    if msg.keys:
+        props["KEYS"] = msg.keys
+    return to_ext(SendMessageRequestHeaderV2(
+        producer_group=CLIENT_INNER_PRODUCER_GROUP, topic=retry_topic(group), queue_id=0,
+        born_timestamp=born_ms, flag=msg.flag, properties=encode_properties(props),
+        reconsume_times=times, max_reconsume_times=max_reconsume_times))
+
+
 def restore_retry_topic(msg: MessageExt) -> MessageExt:
     """A message read from ``%RETRY%<group>`` shows its original topic to the listener."""
     original = msg.properties.get(PROPERTY_RETRY_TOPIC)
-    if original and msg.topic.startswith("%RETRY%"):
+    if original and msg.topic.startswith(RETRY_PREFIX):
         msg.topic = original
     return msg
 
@@ -301,7 +427,7 @@ def start_offset_source(stored: int | None, topic: str, consume_from_where: Cons
     only applies to a group with no offset). A retry topic always starts at its min offset."""
     if stored is not None and stored >= 0:
         return stored
-    if topic.startswith("%RETRY%") or consume_from_where == "CONSUME_FROM_FIRST_OFFSET":
+    if topic.startswith(RETRY_PREFIX) or consume_from_where == "CONSUME_FROM_FIRST_OFFSET":
         return "min"
     if consume_from_where == "CONSUME_FROM_TIMESTAMP":
         return "timestamp"

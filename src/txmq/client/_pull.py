@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import cast
 
 from txmq import limits
 from txmq.client._async import _Client
@@ -21,22 +20,31 @@ from txmq.client._core import (
     PullStatus,
     allocate,
     check_response,
+    consumer_heartbeat,
     start_offset_source,
 )
 from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, RequestTimeout, ResponseCode
 from txmq.protocol import (
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
     Command,
-    ConsumerData,
+    GetConsumerListByGroupRequestHeader,
+    GetConsumerListByGroupResponseBody,
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
     HeartbeatData,
     MessageExt,
     MessageQueue,
-    OffsetRequestHeader,
+    OffsetResponseHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
-    QueueRequestHeader,
+    QueryConsumerOffsetRequestHeader,
     RequestCode,
     SearchOffsetRequestHeader,
-    decode_messages,
+    UpdateConsumerOffsetRequestHeader,
+    decode_body,
+    decode_message_exts,
     from_ext,
     to_ext,
 )
@@ -67,54 +75,63 @@ class _PullMixin(_Client):
     async def _pull(self, topic: str, queue_id: int, offset: int, max_nums: int,
                     suspend_ms: int = 0, commit_offset: int = -1,
                     subscription: str = "*") -> PullResult:
+        flags = PULL_FLAG_SUBSCRIPTION | (PULL_FLAG_SUSPEND if suspend_ms > 0 else 0) | (
+            PULL_FLAG_COMMIT_OFFSET if commit_offset >= 0 else 0)
         h = PullMessageRequestHeader(consumer_group=self.group, topic=topic, queue_id=queue_id,
-                                     queue_offset=offset, max_msg_nums=max_nums,
-                                     suspend_timeout_ms=suspend_ms, commit_offset=commit_offset,
+                                     queue_offset=offset, max_msg_nums=max_nums, sys_flag=flags,
+                                     suspend_timeout_millis=suspend_ms,
+                                     commit_offset=max(commit_offset, 0),
                                      subscription=subscription)
         timeout = (suspend_ms + self._timeout_ms) / 1000
         resp = check_response(await self.call(RequestCode.PULL_MESSAGE, to_ext(h), timeout_s=timeout),
                               ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED)
         r = from_ext(resp.ext, PullMessageResponseHeader)
         if resp.code == ResponseCode.SUCCESS:
-            # decode_messages(ext=True) yields MessageExt only (msgspec checks every field)
-            msgs = cast("list[MessageExt]", decode_messages(resp.body))
+            msgs = decode_message_exts(resp.body)
             return PullResult(PullStatus.FOUND, msgs, r.next_begin_offset, r.min_offset, r.max_offset)
         status = PullStatus.OFFSET_ILLEGAL if resp.code == ResponseCode.PULL_OFFSET_MOVED else (
             PullStatus.NO_MATCHED_MSG if r.next_begin_offset != offset else PullStatus.NO_NEW_MSG)
         return PullResult(status, [], r.next_begin_offset, r.min_offset, r.max_offset)
 
-    async def _offset_of(self, code: RequestCode, topic: str, queue_id: int) -> int:
-        h = QueueRequestHeader(topic=topic, queue_id=queue_id)
-        return int(check_response(await self.call(code, to_ext(h))).ext["offset"])
+    async def _offset_of(self, code: RequestCode, ext: dict[str, str]) -> int:
+        return from_ext(check_response(await self.call(code, ext)).ext, OffsetResponseHeader).offset
 
     async def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest readable queue offset."""
-        return await self._offset_of(RequestCode.GET_MIN_OFFSET, topic, queue_id)
+        h = GetMinOffsetRequestHeader(topic=topic, queue_id=queue_id)
+        return await self._offset_of(RequestCode.GET_MIN_OFFSET, to_ext(h))
 
     async def max_offset(self, topic: str, queue_id: int) -> int:
         """Next queue offset to be written (exclusive end of what is readable)."""
-        return await self._offset_of(RequestCode.GET_MAX_OFFSET, topic, queue_id)
+        h = GetMaxOffsetRequestHeader(topic=topic, queue_id=queue_id)
+        return await self._offset_of(RequestCode.GET_MAX_OFFSET, to_ext(h))
 
     async def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after ``timestamp_ms`` (ms since the epoch); the max
         offset when every message is older (RocketMQ ``searchOffset``)."""
-        h = SearchOffsetRequestHeader(topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms)
-        r = check_response(await self.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, to_ext(h)))
-        return int(r.ext["offset"])
+        h = SearchOffsetRequestHeader(topic=topic, queue_id=queue_id, timestamp=timestamp_ms)
+        return await self._offset_of(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, to_ext(h))
 
     async def fetch_consumer_offset(self, topic: str, queue_id: int) -> int | None:
         """The group's committed offset on the broker, or None if it has none."""
-        h = OffsetRequestHeader(consumer_group=self.group, topic=topic, queue_id=queue_id)
+        h = QueryConsumerOffsetRequestHeader(consumer_group=self.group, topic=topic,
+                                             queue_id=queue_id, set_zero_if_not_found=False)
         resp = await self.call(RequestCode.QUERY_CONSUMER_OFFSET, to_ext(h))
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return None
-        return int(check_response(resp).ext["offset"])
+        return from_ext(check_response(resp).ext, OffsetResponseHeader).offset
 
     async def commit_offset(self, topic: str, queue_id: int, offset: int) -> None:
         """Store the group's offset for one queue on the broker."""
-        h = OffsetRequestHeader(consumer_group=self.group, topic=topic, queue_id=queue_id,
-                                commit_offset=offset)
+        h = UpdateConsumerOffsetRequestHeader(consumer_group=self.group, topic=topic,
+                                              queue_id=queue_id, commit_offset=offset)
         check_response(await self.call(RequestCode.UPDATE_CONSUMER_OFFSET, to_ext(h)))
+
+    async def consumer_ids(self) -> list[str]:
+        """The group's members as the broker knows them (GET_CONSUMER_LIST_BY_GROUP)."""
+        h = GetConsumerListByGroupRequestHeader(consumer_group=self.group)
+        r = check_response(await self.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, to_ext(h)))
+        return decode_body(r.body, GetConsumerListByGroupResponseBody).consumer_id_list
 
     async def _initial_offset(self, mq: MessageQueue, stored: int | None,
                               consume_from_where: ConsumeFromWhere, timestamp_ms: int) -> int:
@@ -155,12 +172,12 @@ class AsyncPullConsumer(_PullMixin):
         timeout_ms: request timeout.
     """
 
-    def __init__(self, endpoints: str, consumer_group: str = "txmq-pull", *,
+    def __init__(self, endpoints: str = "", consumer_group: str = "txmq-pull", *,
                  consume_from_where: ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
                  consume_timestamp_ms: int | None = None,
                  pull_batch_size: int = limits.PULL_BATCH_SIZE,
-                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS) -> None:
-        super().__init__(endpoints, timeout_ms)
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "") -> None:
+        super().__init__(endpoints, timeout_ms, namesrv_addr)
         validate_group(consumer_group)
         self.group = consumer_group
         self.consume_from_where = consume_from_where
@@ -205,9 +222,8 @@ class AsyncPullConsumer(_PullMixin):
     def _heartbeat_data(self) -> HeartbeatData:
         if self._mode != "subscribe":
             return HeartbeatData(client_id=self.client_id)
-        cd = ConsumerData(group=self.group, message_model="CLUSTERING",
-                          subscriptions=dict(self.subscriptions))
-        return HeartbeatData(client_id=self.client_id, consumer_groups=[cd])
+        return consumer_heartbeat(self.client_id, self.group, "CLUSTERING",
+                                  dict(self.subscriptions))
 
     def _on_request(self, cmd: Command) -> None:
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and self._rebalance_now is not None:
@@ -236,9 +252,7 @@ class AsyncPullConsumer(_PullMixin):
 
     async def _rebalance(self) -> None:
         nums = {t: await self.queue_nums(t, refresh=True) for t in self.subscriptions}
-        r = check_response(await self.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                           {"consumer_group": self.group}))
-        cids = [str(c) for c in r.ext["client_ids"]]
+        cids = await self.consumer_ids()
         if cids and self.client_id not in cids:
             return  # our heartbeat is not registered yet; a notification follows when it is
         wanted = allocate(nums, cids, self.client_id, "CLUSTERING")

@@ -8,9 +8,10 @@ use the caller's database connection.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal, Self, TypeVar
 
 from txmq import limits
@@ -25,16 +26,19 @@ from txmq.client._core import (
     check_response,
 )
 from txmq.client._pull import AsyncPullConsumer
+from txmq.client._transaction import TransactionCore
 from txmq.protocol import (
     BrokerRuntimeInfo,
     Command,
     ConsumerGroupInfo,
+    EndTransactionResponseHeader,
     Message,
     MessageExt,
     MessageQueue,
     QueueConsumeStats,
     RequestCode,
     ResetOffsetEntry,
+    decode_body,
 )
 
 __all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
@@ -97,13 +101,17 @@ class _SyncClient:
     def client_id(self) -> str:
         return str(self._a.client_id)
 
-    def request(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> Command:
+    def request(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> Command:
         """One raw request (admin tools); returns the response, raising RemoteError on an error code.
 
         Raises:
             RemoteError, BrokerUnavailable, RequestTimeout.
         """
         return check_response(self._run(self._a.call(code, ext or {}, body)))
+
+    def broker_address(self) -> str:
+        """See :meth:`AsyncProducer.broker_address`."""
+        return str(self._run(self._a.broker_address()))
 
     def create_topic(self, topic: str, queue_nums: int = limits.DEFAULT_QUEUE_NUMS) -> int:
         """Create a topic on the broker (admin). Returns its queue count."""
@@ -122,7 +130,7 @@ class Producer(_SyncClient):
 
     _a: AsyncProducer
 
-    def __init__(self, group: str, endpoints: str, **kw: Any) -> None:
+    def __init__(self, group: str, endpoints: str = "", **kw: Any) -> None:
         super().__init__()
         self._a = self._lt.run(_make(AsyncProducer, group, endpoints, **kw))
 
@@ -144,28 +152,34 @@ class TransactionProducer(Producer):
 
     _a: AsyncTransactionProducer
 
-    def __init__(self, group: str, endpoints: str, listener: TransactionListener, **kw: Any) -> None:
+    def __init__(self, group: str, endpoints: str = "", listener: TransactionListener | None = None,
+                 **kw: Any) -> None:
         _SyncClient.__init__(self)
-        self.listener = listener
         self._a = self._lt.run(_make(AsyncTransactionProducer, group, endpoints, listener, **kw))
+        self.listener = self._a.listener
 
     def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
-        """Half message → local transaction (in this thread) → commit or rollback.
+        """Half message → local transaction (in this thread) → commit or rollback. The decisions
+        are :class:`~txmq.client.TransactionCore`'s, as in the async producer; a coroutine
+        listener is awaited on the client's loop.
 
         Raises (before the local transaction runs): MessageTooLarge, RemoteError,
         BrokerUnavailable, RequestTimeout. An exception in the local transaction counts as UNKNOWN.
+        TypeError (after the end request, the transaction left UNKNOWN): the listener returned
+        something that is not a LocalTransactionState.
         """
         half = self._run(self._a.send_half(msg))
         try:
             result = self.listener.execute_local_transaction(msg, arg)
-            if not isinstance(result, LocalTransactionState):
-                raise TypeError("the sync TransactionProducer needs a sync listener; "
-                                "use AsyncTransactionProducer for coroutine listeners")
-            state = result
+            if inspect.isawaitable(result):
+                result = self._run(_awaited(result))
         except Exception:
             log.exception("local transaction of %s raised; state UNKNOWN", half.msg_id)
-            state = LocalTransactionState.UNKNOWN
+            result = LocalTransactionState.UNKNOWN
+        state, complaint = TransactionCore.local_state(result)
         outcome = self._run(self._a.end_transaction(half, state))
+        if complaint:
+            raise TypeError(complaint)
         return TransactionSendResult(half.msg_id, msg.topic, half.queue_id, half.queue_offset,
                                      state, outcome)
 
@@ -198,7 +212,7 @@ class PullConsumer(_SyncClient):
 
     _a: AsyncPullConsumer
 
-    def __init__(self, endpoints: str, consumer_group: str = "txmq-pull", **kw: Any) -> None:
+    def __init__(self, endpoints: str = "", consumer_group: str = "txmq-pull", **kw: Any) -> None:
         super().__init__()
         self._a = self._lt.run(_make(AsyncPullConsumer, endpoints, consumer_group, **kw))
 
@@ -261,7 +275,7 @@ class PullConsumer(_SyncClient):
     def transaction_stats(self) -> dict[str, int]:
         """Counts of the broker's transaction index (pending, COMMIT, ROLLBACK, checks …)."""
         r = self.request(RequestCode.GET_TRANSACTION_STATS)
-        return {k: int(v) for k, v in r.ext.items()}
+        return decode_body(r.body, dict[str, int])
 
 
 class Admin(_SyncClient):
@@ -270,9 +284,39 @@ class Admin(_SyncClient):
 
     _a: AsyncAdmin
 
-    def __init__(self, endpoints: str, **kw: Any) -> None:
+    def __init__(self, endpoints: str = "", **kw: Any) -> None:
         super().__init__()
         self._a = self._lt.run(_make(AsyncAdmin, endpoints, **kw))
+
+    def transaction_stats(self) -> dict[str, int]:
+        """See :meth:`TransactionAdmin.transaction_stats`."""
+        return self._run(self._a.transaction_stats())
+
+    def pending_transactions(self, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:
+        """See :meth:`TransactionAdmin.pending_transactions`."""
+        return self._run(self._a.pending_transactions(limit))
+
+    def query_transaction(self, ident: str) -> dict[str, Any]:
+        """See :meth:`TransactionAdmin.query_transaction`."""
+        return self._run(self._a.query_transaction(ident))
+
+    def operator_end(self, ident: str, outcome: str, operator: str,
+                     reason: str = "") -> EndTransactionResponseHeader:
+        """See :meth:`TransactionAdmin.operator_end`."""
+        return self._run(self._a.operator_end(ident, outcome, operator, reason))
+
+    def resume_transaction(self, ident: str) -> int:
+        """See :meth:`TransactionAdmin.resume_transaction`."""
+        return self._run(self._a.resume_transaction(ident))
+
+    def commit_sink_batch(self, batch: str, producer_group: str,
+                          tasks: dict[str, int]) -> EndTransactionResponseHeader:
+        """See :meth:`TransactionAdmin.commit_sink_batch`."""
+        return self._run(self._a.commit_sink_batch(batch, producer_group, tasks))
+
+    def abort_sink_batch(self, batch: str) -> EndTransactionResponseHeader:
+        """See :meth:`TransactionAdmin.abort_sink_batch`."""
+        return self._run(self._a.abort_sink_batch(batch))
 
     def groups(self) -> list[ConsumerGroupInfo]:
         return self._run(self._a.groups())
@@ -314,6 +358,10 @@ class Admin(_SyncClient):
     def resend_parked(self, m: MessageExt, topic: str, queue_id: int = -1) -> int:
         """See :meth:`AsyncAdmin.resend_parked`."""
         return self._run(self._a.resend_parked(m, topic, queue_id))
+
+
+async def _awaited(result: Awaitable[T]) -> T:
+    return await result
 
 
 async def _on_loop(fn: Callable[[], T]) -> T:

@@ -57,6 +57,8 @@ class DemoOptions:
 
     sf: float = 0.01
     broker: str | None = None
+    namesrv_addr: str | None = None
+    """Name servers to find the broker through (RocketMQ ``namesrvAddr``), instead of ``broker``."""
     report: Path | None = None
     run_dir: Path = field(default_factory=lambda: Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"))
     producers: int = 3
@@ -110,11 +112,13 @@ def _prepare_work(opts: DemoOptions, console: Console) -> tuple[list[tpch.Order]
 
 
 def _start_broker(opts: DemoOptions) -> tuple[str, Callable[[], None]]:
-    if opts.broker:
-        with PullConsumer(opts.broker) as pc:
+    """The broker to run on: ``opts.broker``, the master the name servers ``opts.namesrv_addr``
+    route to, or one started here. Returns its address and how to stop it."""
+    if opts.broker or opts.namesrv_addr:
+        with PullConsumer(opts.broker or "", namesrv_addr=opts.namesrv_addr or "") as pc:
             pc.create_topic(TOPIC, TOPIC_QUEUES)
             pc.create_topic(ROLLBACK_TOPIC, ROLLBACK_TOPIC_QUEUES)
-        return opts.broker, lambda: None
+            return pc.broker_address(), lambda: None
     from txmq.testing import BrokerProcess
 
     bp = BrokerProcess(

@@ -1,19 +1,29 @@
-"""Request codes (RocketMQ ``RequestCode`` numbers where the operation exists there)."""
+"""Request codes: RocketMQ ``RequestCode`` numbers, and txmq's extensions in a range RocketMQ does
+not use (9000-9999; RocketMQ's own codes stop at 3010 below the pop range at 200050)."""
 
 from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["RequestCode"]
+__all__ = ["TXMQ_CODE_MIN", "RequestCode"]
+
+TXMQ_CODE_MIN = 9000
+"""txmq's own request codes start here; every number below is RocketMQ's ``RequestCode``."""
 
 
 class RequestCode(IntEnum):
-    """Operation codes of requests. Numbers below 2000 are RocketMQ's ``RequestCode`` values."""
+    """Operation codes of requests.
+
+    Numbers below ``TXMQ_CODE_MIN`` are RocketMQ's ``RequestCode`` values with RocketMQ's headers
+    and bodies. Those at and above it are txmq extensions (transaction administration, Spark sink
+    batches, operator views): an Apache RocketMQ broker answers them REQUEST_CODE_NOT_SUPPORTED.
+    """
 
     SEND_MESSAGE = 10
     PULL_MESSAGE = 11
     QUERY_MESSAGE = 12
-    """Messages of a topic by key within a store-time range, through the index (``queryMessage``)."""
+    """Messages of a topic by key within a store-time range, through the index (``queryMessage``);
+    body: concatenated MessageExt records."""
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
@@ -25,7 +35,7 @@ class RequestCode(IntEnum):
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31
     VIEW_MESSAGE_BY_ID = 33
-    """One message by its id (``UNIQ_KEY``) or commit log offset (``viewMessage``)."""
+    """One message by its commit log offset (``viewMessage``; clients decode the offset msgId)."""
     HEART_BEAT = 34
     UNREGISTER_CLIENT = 35
     CONSUMER_SEND_MSG_BACK = 36
@@ -36,31 +46,43 @@ class RequestCode(IntEnum):
     LOCK_BATCH_MQ = 41
     """Orderly consumption: lock queues for one member of a group (expire after 60 s)."""
     UNLOCK_BATCH_MQ = 42
-    GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
-    """Every consumer group the broker knows: online members, subscriptions, stored offsets."""
-    GET_CONSUME_STATS = 208
-    """Per queue of a group: broker offset, consumer offset, lag."""
-    RESET_CONSUMER_CLIENT_OFFSET = 220
-    """Broker to consumer: the group's offsets of a topic were reset; restart from them."""
-    INVOKE_BROKER_TO_RESET_OFFSET = 222
-    """Operator: reset a group's offsets of a topic to a timestamp or an offset."""
+    REGISTER_BROKER = 103
+    UNREGISTER_BROKER = 104
     GET_ROUTEINFO_BY_TOPIC = 105
-    RESUME_CHECK_HALF_MESSAGE = 323
+    GET_BROKER_CLUSTER_INFO = 106
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    DELETE_TOPIC_IN_BROKER = 215
+    SEND_MESSAGE_V2 = 310
+    """SEND_MESSAGE with the short header field names ``a``...``n`` (what clients send)."""
     SEND_BATCH_MESSAGE = 320
-    # txmq-specific
-    GET_TRANSACTION_STATS = 2001
+    RESUME_CHECK_HALF_MESSAGE = 323
+    BROKER_HEARTBEAT = 904
+    # txmq extensions
+    GET_TRANSACTION_STATS = 9001
     """Counts of the transaction state index (pending, committed, rolled back, discarded, checks)."""
-    GET_PENDING_TRANSACTIONS = 2002
+    GET_PENDING_TRANSACTIONS = 9002
     """Oldest pending half messages (JSON body), for ``txmq tx list``."""
-    QUERY_TRANSACTION = 2003
+    QUERY_TRANSACTION = 9003
     """One transaction's state by message id or ``half:<offset>`` (JSON body)."""
-    ADMIN_END_TRANSACTION = 2004
+    ADMIN_END_TRANSACTION = 9004
     """An operator's commit or rollback, recorded with operator name and reason."""
-    END_TRANSACTION_BATCH = 2005
-    """Several END_TRANSACTION headers in one request (msgpack list body); the answer's body is a
-    list of ``{code, remark, outcome, duplicate}`` in the same order."""
-    COMMIT_SINK_BATCH = 2010
-    """Commit a Spark sink micro-batch: header ``batch``, ``producer_group``; body msgpack
+    END_TRANSACTION_BATCH = 9005
+    """Several END_TRANSACTION headers in one request (JSON list of ext maps); the answer's body is
+    a JSON list of ``{code, remark, outcome, duplicate}`` in the same order."""
+    VIEW_MESSAGE_BY_UNIQ_KEY = 9006
+    """Every stored copy of a message by ``UNIQ_KEY`` (the message and its half, retry or DLQ
+    copies, newest first); body: concatenated MessageExt records."""
+    GET_CONSUMER_GROUPS = 9007
+    """Every consumer group the broker knows: online members, subscriptions, stored offsets."""
+    GET_CONSUME_STATS = 9008
+    """Per queue of a group: broker offset, consumer offset, lag."""
+    RESET_OFFSET = 9009
+    """Operator: reset a group's offsets of a topic to a timestamp or an offset."""
+    COMMIT_SINK_BATCH = 9010
+    """Commit a Spark sink micro-batch: header ``batch``, ``producerGroup``; body JSON
     ``{task attempt: rows}``. Idempotent per batch."""
-    ABORT_SINK_BATCH = 2011
+    ABORT_SINK_BATCH = 9011
     """Roll back an uncommitted Spark sink micro-batch (no-op after its commit)."""
+    RESET_CONSUMER_OFFSETS = 9012
+    """Broker to consumer: the group's offsets of a topic were reset; restart from them (JSON
+    body :class:`~txmq.protocol.ResetConsumerClientOffsetBody`)."""

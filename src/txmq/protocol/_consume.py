@@ -1,8 +1,9 @@
-"""Headers and bodies of the consumption requests: offset search, orderly queue locks, group admin.
+"""Bodies of the client and consumption requests (JSON, as RocketMQ's ``RemotingSerializable``
+writes them), and txmq's operator views.
 
-Request headers travel in ``Command.ext`` (see :func:`~txmq.protocol.to_ext`); list-shaped payloads
-travel as msgpack bodies (:func:`encode_body` / :func:`decode_body`). Names follow RocketMQ's
-``*RequestHeader`` / ``*Body`` classes in snake_case.
+RocketMQ's bodies keep RocketMQ's wire names (``HeartbeatData``, ``LockBatchRequestBody`` ...); the
+txmq extension bodies (consumer groups, consume stats, offset reset) use the same camelCase
+convention. :func:`encode_body` / :func:`decode_body` are the one JSON codec for every body.
 """
 
 from __future__ import annotations
@@ -11,77 +12,162 @@ from typing import TypeVar
 
 import msgspec
 
-from txmq.errors import MalformedFrame
+from txmq.errors import MalformedHeader
 
 __all__ = [
     "ConsumeStatsRequestHeader",
+    "ConsumerData",
     "ConsumerGroupInfo",
+    "GetConsumerListByGroupResponseBody",
+    "HeartbeatData",
     "LockBatchRequestBody",
     "LockBatchResponseBody",
     "MessageQueue",
+    "ProducerData",
     "QueueConsumeStats",
     "ResetConsumerClientOffsetBody",
     "ResetOffsetEntry",
     "ResetOffsetRequestHeader",
-    "SearchOffsetRequestHeader",
+    "SubscriptionData",
+    "UnlockBatchRequestBody",
     "decode_body",
     "encode_body",
 ]
 
 B = TypeVar("B")
 
-_enc = msgspec.msgpack.Encoder()
+_enc = msgspec.json.Encoder()
 
 
 def encode_body(value: object) -> bytes:
-    """msgpack-encode a request or response body (structs, lists of structs)."""
+    """JSON-encode a request or response body (structs, lists of structs)."""
     return _enc.encode(value)
 
 
-def decode_body(data: bytes, cls: type[B]) -> B:
-    """Decode a body as ``cls``. Raises MalformedFrame when it does not decode or validate."""
+def decode_body(data: bytes, cls: type[B], *, strict: bool = False) -> B:
+    """Decode a JSON body as ``cls``. Like fastjson, numbers written as strings are read as numbers
+    (the C++ client writes ``subVersion`` so) unless ``strict``. Raises MalformedHeader when it
+    does not decode or validate."""
     try:
-        return msgspec.msgpack.decode(data, type=cls)
+        return msgspec.json.decode(data, type=cls, strict=strict)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-        # msgspec raises UnicodeDecodeError for a str that is not UTF-8 (found by txmq fuzz)
-        raise MalformedFrame(f"bad {getattr(cls, '__name__', cls)} body: {exc}") from exc
+        raise MalformedHeader(f"bad {getattr(cls, '__name__', cls)} body: {exc}") from exc
 
 
-class MessageQueue(msgspec.Struct, frozen=True, array_like=True, order=True):
-    """One queue of a topic (RocketMQ ``MessageQueue`` without the broker name: one broker)."""
+class _Body(msgspec.Struct, kw_only=True, rename="camel"):
+    """Base of the JSON bodies: snake_case attributes, camelCase wire names."""
+
+
+class MessageQueue(msgspec.Struct, frozen=True, order=True, rename="camel"):
+    """One queue of a topic (RocketMQ ``MessageQueue``); ``broker_name`` is "" inside txmq, which
+    is one broker, and whatever a client sent on the wire."""
 
     topic: str
     queue_id: int
+    broker_name: str = ""
 
 
-class SearchOffsetRequestHeader(msgspec.Struct, kw_only=True):
-    """SEARCH_OFFSET_BY_TIMESTAMP: the first offset of a queue stored at or after ``timestamp_ms``.
+class ProducerData(_Body, kw_only=True):
+    """RocketMQ ``ProducerData``: a producer group the client belongs to."""
 
-    The answer (``ext["offset"]``) is the queue's max offset when every message is older, and its
-    min offset when every message is newer.
+    group_name: str
+
+
+class SubscriptionData(_Body, kw_only=True):
+    """RocketMQ ``SubscriptionData``: one topic a consumer group subscribes to, with its tag
+    expression (``sub_string``, ``*`` for every tag) and ``sub_version`` (ms)."""
+
+    class_filter_mode: bool = False
+    topic: str
+    sub_string: str = "*"
+    tags_set: list[str] = msgspec.field(default_factory=list)
+    code_set: list[int] = msgspec.field(default_factory=list)
+    sub_version: int = 0
+    expression_type: str = "TAG"
+
+
+_CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+_MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+_CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+                 "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
+                 "CONSUME_FROM_TIMESTAMP")
+
+
+def _enum_name(value: str | int, names: tuple[str, ...]) -> str:
+    if isinstance(value, str):
+        return value
+    return names[value] if 0 <= value < len(names) else str(value)
+
+
+class ConsumerData(_Body, kw_only=True):
+    """RocketMQ ``ConsumerData``: a consumer group the client belongs to.
+
+    The enums are names (Java's fastjson), or ordinals as the C++ client writes them; they are
+    read as names (``ConsumeType``, ``MessageModel``, ``ConsumeFromWhere`` in declaration order).
     """
 
-    topic: str
-    queue_id: int
-    timestamp_ms: int
+    group_name: str
+    consume_type: str | int = "CONSUME_PASSIVELY"
+    message_model: str | int = "CLUSTERING"
+    consume_from_where: str | int = "CONSUME_FROM_LAST_OFFSET"
+    subscription_data_set: list[SubscriptionData] = msgspec.field(default_factory=list)
+    unit_mode: bool = False
+
+    def __post_init__(self) -> None:
+        self.consume_type = _enum_name(self.consume_type, _CONSUME_TYPES)
+        self.message_model = _enum_name(self.message_model, _MESSAGE_MODELS)
+        self.consume_from_where = _enum_name(self.consume_from_where, _CONSUME_FROM)
+
+    @property
+    def subscriptions(self) -> dict[str, str]:
+        """topic → tag expression."""
+        return {s.topic: s.sub_string for s in self.subscription_data_set}
 
 
-class LockBatchRequestBody(msgspec.Struct, kw_only=True):
-    """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ body: lock (or unlock) queues for ``client_id``."""
+class HeartbeatData(_Body, kw_only=True):
+    """HEART_BEAT (34) body, RocketMQ ``HeartbeatData``: who the client is and its groups."""
+
+    client_id: str = msgspec.field(name="clientID")
+    producer_data_set: list[ProducerData] = msgspec.field(default_factory=list)
+    consumer_data_set: list[ConsumerData] = msgspec.field(default_factory=list)
+
+    @property
+    def producer_groups(self) -> list[str]:
+        return [p.group_name for p in self.producer_data_set]
+
+
+class GetConsumerListByGroupResponseBody(_Body, kw_only=True):
+    """The answer of GET_CONSUMER_LIST_BY_GROUP (38)."""
+
+    consumer_id_list: list[str]
+
+
+class LockBatchRequestBody(_Body, kw_only=True):
+    """LOCK_BATCH_MQ (41) body: lock queues for ``client_id`` (RocketMQ ``LockBatchRequestBody``)."""
 
     consumer_group: str
     client_id: str
-    mqs: list[MessageQueue]
+    only_this_broker: bool = False
+    mq_set: list[MessageQueue]
 
 
-class LockBatchResponseBody(msgspec.Struct, kw_only=True):
-    """LOCK_BATCH_MQ response: the queues now locked by the requester (renewed or newly taken)."""
+class UnlockBatchRequestBody(_Body, kw_only=True):
+    """UNLOCK_BATCH_MQ (42) body (RocketMQ ``UnlockBatchRequestBody``)."""
 
-    locked: list[MessageQueue]
+    consumer_group: str
+    client_id: str
+    only_this_broker: bool = False
+    mq_set: list[MessageQueue]
 
 
-class ConsumerGroupInfo(msgspec.Struct, kw_only=True):
-    """One row of GET_ALL_SUBSCRIPTIONGROUP_CONFIG.
+class LockBatchResponseBody(_Body, kw_only=True):
+    """LOCK_BATCH_MQ answer: the queues now locked by the requester (renewed or newly taken)."""
+
+    lock_ok_mq_set: list[MessageQueue] = msgspec.field(name="lockOKMQSet")
+
+
+class ConsumerGroupInfo(_Body, kw_only=True):
+    """One row of GET_CONSUMER_GROUPS.
 
     Attributes:
         group: consumer group name.
@@ -98,14 +184,14 @@ class ConsumerGroupInfo(msgspec.Struct, kw_only=True):
     offset_topics: list[str] = msgspec.field(default_factory=list)
 
 
-class ConsumeStatsRequestHeader(msgspec.Struct, kw_only=True):
+class ConsumeStatsRequestHeader(_Body, kw_only=True):
     """GET_CONSUME_STATS: per-queue progress of a group (all its topics when ``topic`` is "")."""
 
     consumer_group: str
     topic: str = ""
 
 
-class QueueConsumeStats(msgspec.Struct, kw_only=True):
+class QueueConsumeStats(_Body, kw_only=True):
     """Progress of one group on one queue; offsets are queue offsets.
 
     Attributes:
@@ -124,8 +210,8 @@ class QueueConsumeStats(msgspec.Struct, kw_only=True):
     locked_by: str = ""
 
 
-class ResetOffsetRequestHeader(msgspec.Struct, kw_only=True):
-    """INVOKE_BROKER_TO_RESET_OFFSET: move a group's offsets of ``topic``.
+class ResetOffsetRequestHeader(_Body, kw_only=True):
+    """RESET_OFFSET: move a group's offsets of ``topic``.
 
     Exactly one of ``timestamp_ms`` (first message stored at or after it) and ``offset`` (clamped
     to each queue's bounds) is set (the other is -1). ``queue_id`` -1 means every queue.
@@ -138,7 +224,7 @@ class ResetOffsetRequestHeader(msgspec.Struct, kw_only=True):
     queue_id: int = -1
 
 
-class ResetOffsetEntry(msgspec.Struct, kw_only=True):
+class ResetOffsetEntry(_Body, kw_only=True):
     """One queue of a reset: the offset before (-1 if none) and after."""
 
     queue_id: int
@@ -146,8 +232,8 @@ class ResetOffsetEntry(msgspec.Struct, kw_only=True):
     new_offset: int
 
 
-class ResetConsumerClientOffsetBody(msgspec.Struct, kw_only=True):
-    """RESET_CONSUMER_CLIENT_OFFSET (broker to consumer): restart these queues at these offsets."""
+class ResetConsumerClientOffsetBody(_Body, kw_only=True):
+    """RESET_CONSUMER_OFFSETS (broker to consumer): restart these queues at these offsets."""
 
     consumer_group: str
     topic: str

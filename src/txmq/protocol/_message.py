@@ -1,39 +1,70 @@
 """Messages as they travel: what a producer sends and what a consumer receives.
 
-Property names are RocketMQ's ``MessageConst`` values, so a RocketMQ user recognises them.
+Property names are RocketMQ's ``MessageConst`` values, so a RocketMQ user recognises them. On the
+wire (RocketMQ ``MessageDecoder``, see :mod:`txmq.protocol._message_codec`) tags and keys are the
+properties ``TAGS`` and ``KEYS``; here they are fields of their own.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
+from txmq.protocol._message_id import offset_msg_id
+
 __all__ = [
+    "PROPERTY_BORN_HOST",
+    "PROPERTY_BORN_TIMESTAMP",
+    "PROPERTY_BUYER_ID",
     "PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "PROPERTY_CONSUME_START_TIMESTAMP",
+    "PROPERTY_CORRECTION_FLAG",
+    "PROPERTY_CORRELATION_ID",
+    "PROPERTY_CRC32",
     "PROPERTY_DELAY_TIME_LEVEL",
+    "PROPERTY_DLQ_ORIGIN_MESSAGE_ID",
+    "PROPERTY_DLQ_ORIGIN_TOPIC",
+    "PROPERTY_EXTEND_UNIQ_INFO",
+    "PROPERTY_INNER_BASE",
+    "PROPERTY_INNER_NUM",
+    "PROPERTY_INSTANCE_ID",
+    "PROPERTY_KEYS",
+    "PROPERTY_MAX_OFFSET",
     "PROPERTY_MAX_RECONSUME_TIMES",
+    "PROPERTY_MIN_OFFSET",
+    "PROPERTY_MQ2_FLAG",
+    "PROPERTY_MSG_REGION",
     "PROPERTY_ORIGIN_MESSAGE_ID",
     "PROPERTY_PRODUCER_GROUP",
     "PROPERTY_REAL_QUEUE_ID",
     "PROPERTY_REAL_TOPIC",
     "PROPERTY_RECONSUME_TIME",
     "PROPERTY_RETRY_TOPIC",
+    "PROPERTY_SHARDING_KEY",
+    "PROPERTY_START_DELIVER_TIME",
+    "PROPERTY_TAGS",
+    "PROPERTY_TIMER_DELAY_LEVEL",
+    "PROPERTY_TIMER_DELAY_MS",
+    "PROPERTY_TIMER_DELAY_SEC",
+    "PROPERTY_TIMER_DELIVER_MS",
+    "PROPERTY_TIMER_DEL_UNIQKEY",
+    "PROPERTY_TIMER_DEQUEUE_MS",
+    "PROPERTY_TIMER_ENQUEUE_MS",
+    "PROPERTY_TIMER_OUT_MS",
+    "PROPERTY_TIMER_ROLL_TIMES",
+    "PROPERTY_TRACE_SWITCH",
     "PROPERTY_TRANSACTION_CHECK_TIMES",
     "PROPERTY_TRANSACTION_ID",
     "PROPERTY_TRANSACTION_PREPARED",
     "PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET",
+    "PROPERTY_TRANSFER_FLAG",
     "PROPERTY_TXMQ_OUTCOME",
     "PROPERTY_TXMQ_RESUMED_FROM",
     "PROPERTY_TXMQ_SENDER_CLIENT_ID",
     "PROPERTY_UNIQ_KEY",
+    "PROPERTY_WAIT_STORE_MSG_OK",
     "SYSTEM_PROPERTIES",
     "Message",
     "MessageExt",
-    "decode_message_ext",
-    "decode_messages",
-    "encode_message_ext",
-    "encode_messages",
 ]
 
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
@@ -57,6 +88,48 @@ PROPERTY_TXMQ_OUTCOME = "TXMQ_OUTCOME"
 PROPERTY_TXMQ_RESUMED_FROM = "TXMQ_RESUMED_FROM"
 """txmq: on a half message put back by an operator, the half offset it was discarded at."""
 
+# RocketMQ MessageConst names txmq meets on the wire (the values are RocketMQ's).
+PROPERTY_KEYS = "KEYS"
+"""Lookup keys, separated by spaces (``MessageConst.KEY_SEPARATOR``); :attr:`Message.keys`."""
+PROPERTY_TAGS = "TAGS"
+"""The filter tag; :attr:`Message.tags`."""
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+"""``"true"``/``"false"``: whether the producer waits for the store (RocketMQ clients send "true")."""
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_BUYER_ID = "BUYER_ID"
+PROPERTY_TRANSFER_FLAG = "TRANSFER_FLAG"
+PROPERTY_CORRECTION_FLAG = "CORRECTION_FLAG"
+PROPERTY_MQ2_FLAG = "MQ2_FLAG"
+PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_TRACE_SWITCH = "TRACE_ON"
+PROPERTY_EXTEND_UNIQ_INFO = "EXTEND_UNIQ_INFO"
+PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
+PROPERTY_INNER_NUM = "INNER_NUM"
+PROPERTY_INNER_BASE = "INNER_BASE"
+PROPERTY_INSTANCE_ID = "INSTANCE_ID"
+PROPERTY_CORRELATION_ID = "CORRELATION_ID"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+"""The sharding key of an orderly message (``MessageConst.PROPERTY_SHARDING_KEY``)."""
+PROPERTY_START_DELIVER_TIME = "__STARTDELIVERTIME"
+"""Delivery time of a scheduled message, ms since the epoch. Not in ``MessageConst``: RocketMQ
+``DefaultMQProducerImpl`` and the OpenMessaging ``RocketMQConstants.START_DELIVER_TIME`` name it."""
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+PROPERTY_TIMER_DELAY_LEVEL = "TIMER_DELAY_LEVEL"
+PROPERTY_BORN_HOST = "__BORNHOST"
+PROPERTY_BORN_TIMESTAMP = "BORN_TIMESTAMP"
+PROPERTY_CRC32 = "__CRC32#"
+"""A RocketMQ 5 broker with ``enabledAppendPropCRC`` appends it to stored properties."""
+PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+
 SYSTEM_PROPERTIES = frozenset(
     {
         PROPERTY_TRANSACTION_PREPARED, PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_TOPIC,
@@ -66,20 +139,34 @@ SYSTEM_PROPERTIES = frozenset(
         PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
         PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_TXMQ_SENDER_CLIENT_ID, PROPERTY_TXMQ_OUTCOME,
         PROPERTY_TXMQ_RESUMED_FROM,
+        # RocketMQ MessageConst.STRING_HASH_SET (names Message.putUserProperty refuses)
+        PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT_STORE_MSG_OK, PROPERTY_MIN_OFFSET,
+        PROPERTY_MAX_OFFSET, PROPERTY_BUYER_ID, PROPERTY_TRANSFER_FLAG, PROPERTY_CORRECTION_FLAG,
+        PROPERTY_MQ2_FLAG, PROPERTY_MSG_REGION, PROPERTY_TRACE_SWITCH, PROPERTY_EXTEND_UNIQ_INFO,
+        PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_INSTANCE_ID, PROPERTY_CORRELATION_ID,
+        PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS,
+        PROPERTY_TIMER_ENQUEUE_MS, PROPERTY_TIMER_DEQUEUE_MS, PROPERTY_TIMER_ROLL_TIMES,
+        PROPERTY_TIMER_OUT_MS, PROPERTY_TIMER_DEL_UNIQKEY, PROPERTY_TIMER_DELAY_LEVEL,
+        PROPERTY_BORN_HOST, PROPERTY_BORN_TIMESTAMP, PROPERTY_CRC32, PROPERTY_DLQ_ORIGIN_TOPIC,
+        PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     }
 )
-"""Properties the client and broker set; user code may read but should not set them."""
+"""Properties the client and broker set; user code may read but should not set them (txmq's own
+and RocketMQ ``MessageConst.STRING_HASH_SET``)."""
 
 
 class Message(msgspec.Struct, kw_only=True):
-    """A message to send.
+    """A message to send (RocketMQ ``Message``).
 
     Attributes:
         topic: destination topic.
         body: payload bytes (at most the broker's ``max_message_size``, default 4 MiB).
         tags: one filter tag (RocketMQ ``TAGS``), may be empty.
         keys: lookup keys separated by spaces (RocketMQ ``KEYS``), may be empty.
-        properties: user and system string properties.
+        properties: user and system string properties (without ``TAGS`` and ``KEYS``, which are
+            the fields above).
+        flag: the producer's free 32-bit integer (RocketMQ ``Message.flag``), stored and
+            delivered unchanged.
     """
 
     topic: str
@@ -87,6 +174,7 @@ class Message(msgspec.Struct, kw_only=True):
     tags: str = ""
     keys: str = ""
     properties: dict[str, str] = msgspec.field(default_factory=dict)
+    flag: int = 0
 
     @property
     def msg_id(self) -> str:
@@ -95,7 +183,10 @@ class Message(msgspec.Struct, kw_only=True):
 
 
 class MessageExt(Message, kw_only=True):
-    """A stored message as a consumer (or a check-back) receives it.
+    """A stored message as a consumer (or a check-back) receives it (RocketMQ ``MessageExt``).
+
+    Hosts are ``"a.b.c.d:port"`` or ``"[v6 address]:port"``, ``""`` when unknown (see
+    :mod:`txmq.protocol._message_id`).
 
     Attributes:
         queue_id: the message queue within the topic.
@@ -106,6 +197,13 @@ class MessageExt(Message, kw_only=True):
         reconsume_times: how many times the message has been retried.
         born_host: ``ip:port`` of the connection the message was sent over ("" if unknown).
         store_host: ``ip:port`` of the broker that stored it.
+        sys_flag: RocketMQ ``MessageSysFlag`` bits (transaction type, compression, IPv6 hosts);
+            see :mod:`txmq.protocol._message_codec`.
+        body_crc: CRC32 of the stored body, ``& 0x7FFFFFFF`` (``UtilAll.crc32``); filled in by
+            the binary codec.
+        prepared_transaction_offset: on a commit or rollback record, the commit log offset of its
+            half message (RocketMQ ``preparedTransactionOffset``); 0 otherwise.
+        store_size: bytes of the binary record (RocketMQ ``storeSize``); set on decode.
     """
 
     queue_id: int = 0
@@ -116,38 +214,17 @@ class MessageExt(Message, kw_only=True):
     reconsume_times: int = 0
     born_host: str = ""
     store_host: str = ""
+    sys_flag: int = 0
+    body_crc: int = 0
+    prepared_transaction_offset: int = 0
+    store_size: int = 0
 
+    @property
+    def offset_msg_id(self) -> str:
+        """The offset message id (store host + commit log offset, 32 or 56 upper hex; RocketMQ
+        ``MessageDecoder.createMessageId``), or "" when the store host is unknown.
 
-_enc = msgspec.msgpack.Encoder()
-_dec_ext = msgspec.msgpack.Decoder(MessageExt)
-_dec_ext_list = msgspec.msgpack.Decoder(list[MessageExt])
-_dec_list = msgspec.msgpack.Decoder(list[Message])
-
-
-def encode_message_ext(msg: MessageExt) -> bytes:
-    """msgpack-encode one stored message (check-back bodies)."""
-    return _enc.encode(msg)
-
-
-def _decode(decoder: msgspec.msgpack.Decoder[Any], data: bytes) -> Any:
-    try:
-        return decoder.decode(data)
-    except UnicodeDecodeError as exc:  # msgspec's error for a str that is not UTF-8 (txmq fuzz)
-        raise msgspec.DecodeError(f"invalid UTF-8: {exc}") from exc
-
-
-def decode_message_ext(data: bytes) -> MessageExt:
-    """Decode :func:`encode_message_ext` output. Raises ``msgspec.DecodeError`` on bad input
-    (``msgspec.ValidationError``, a subclass, when a field has the wrong type)."""
-    return _decode(_dec_ext, data)  # type: ignore[no-any-return]
-
-
-def encode_messages(msgs: list[MessageExt] | list[Message]) -> bytes:
-    """msgpack-encode a list of messages (pull responses, batch sends)."""
-    return _enc.encode(msgs)
-
-
-def decode_messages(data: bytes, *, ext: bool = True) -> list[MessageExt] | list[Message]:
-    """Decode a list of messages; ``ext`` selects :class:`MessageExt` or :class:`Message`.
-    Raises ``msgspec.DecodeError`` (or its subclass ``msgspec.ValidationError``) on bad input."""
-    return _decode(_dec_ext_list if ext else _dec_list, data)  # type: ignore[no-any-return]
+        Raises:
+            MalformedMessage: ``store_host`` is not an IP literal with a port.
+        """
+        return offset_msg_id(self.store_host, self.commit_log_offset) if self.store_host else ""

@@ -9,7 +9,7 @@ a property the broker later trusts without passing here. Each raises
   (RocketMQ ``SendMessageProcessor``/``AbstractSendMessageProcessor.msgCheck``);
 - ``NO_PERMISSION`` (16): a write to a topic only the broker writes, or a property only the broker
   sets (RocketMQ ``TopicValidator.isNotAllowedSendTopic``);
-- ``MALFORMED_REQUEST`` (2000, txmq): a value that does not parse (``DELAY=abc``).
+- ``INVALID_PARAMETER`` (2000, txmq): a value that does not parse (``DELAY=abc``).
 
 Names follow RocketMQ ``TopicValidator``: ``^[%|a-zA-Z0-9_-]+$`` and at most
 ``TOPIC_NAME_MAX_CHARS`` (127) characters. The charset has no ``.``, ``/`` or ``@``, so ``.`` and
@@ -40,6 +40,13 @@ from txmq.protocol._message import (
     PROPERTY_TXMQ_SENDER_CLIENT_ID,
 )
 from txmq.protocol._parked import PARK_PROPERTY_NAMES
+from txmq.protocol._topics import (
+    HALF_TOPIC,
+    OP_TOPIC,
+    SCHEDULE_TOPIC,
+    SINK_BATCH_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+)
 
 __all__ = [
     "BROKER_ONLY_PROPERTIES",
@@ -63,9 +70,8 @@ _NAME = re.compile(r"[%|a-zA-Z0-9_-]+", re.ASCII)
 assert not _NAME.fullmatch(".") and not _NAME.fullmatch("..") and not _NAME.fullmatch("a/b")
 
 BROKER_TOPICS = frozenset({
-    "SCHEDULE_TOPIC_XXXX", "SCHEDULE_TOPIC_XXXX_V2", "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
-    "OFFSET_MOVED_EVENT", "TXMQ_SINK_BATCH_TOPIC",
+    SCHEDULE_TOPIC, "SCHEDULE_TOPIC_XXXX_V2", HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
+    "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", SINK_BATCH_TOPIC,
 })
 """Topics only the broker writes: RocketMQ ``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET`` and txmq's
 Spark sink batch marker topic. Topics starting with ``rmq_sys_`` (RocketMQ ``SYSTEM_TOPIC_PREFIX``)
@@ -191,12 +197,12 @@ def check_timestamp(ms: int, what: str = "timestamp", *, none_ok: bool = False) 
 
 def parse_int(value: object, what: str, lo: int, hi: int) -> int:
     """``value`` (a decimal string or an int) as an int in ``lo .. hi``. Raises InvalidRequest:
-    MALFORMED_REQUEST when it does not parse, MESSAGE_ILLEGAL when out of range."""
+    INVALID_PARAMETER when it does not parse, MESSAGE_ILLEGAL when out of range."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise InvalidRequest(ResponseCode.MALFORMED_REQUEST, f"{what} must be an integer")
+        raise InvalidRequest(ResponseCode.INVALID_PARAMETER, f"{what} must be an integer")
     if isinstance(value, str):
         if not _INT.fullmatch(value):
-            raise InvalidRequest(ResponseCode.MALFORMED_REQUEST,
+            raise InvalidRequest(ResponseCode.INVALID_PARAMETER,
                                  f"{what} {value[:40]!r} is not an integer")
         value = int(value)
     if not lo <= value <= hi:
@@ -258,7 +264,7 @@ def _name_bad_value(props: Mapping[str, str]) -> None:
 def delay_level(props: Mapping[str, str]) -> int:
     """The ``DELAY`` level of a client's message (0: none). A level above the broker's highest is
     kept and later clamped to it, as RocketMQ clamps to ``maxDelayLevel``. Raises InvalidRequest:
-    MALFORMED_REQUEST when it does not parse, MESSAGE_ILLEGAL when negative or above int32."""
+    INVALID_PARAMETER when it does not parse, MESSAGE_ILLEGAL when negative or above int32."""
     raw = props.get(PROPERTY_DELAY_TIME_LEVEL, "")
     return 0 if raw == "" else parse_int(raw, "delay level (DELAY)", 0, _INT32_MAX)
 
@@ -290,7 +296,7 @@ def check_send_properties(props: Mapping[str, str]) -> bool:
                              f"properties {sorted(forbidden)} are set by the broker only")
     half = props.get(PROPERTY_TRANSACTION_PREPARED, "false")
     if half not in ("true", "false"):
-        raise InvalidRequest(ResponseCode.MALFORMED_REQUEST,
+        raise InvalidRequest(ResponseCode.INVALID_PARAMETER,
                              f"TRAN_MSG must be true or false, not {half[:40]!r}")
     delay_level(props)
     if PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS in props:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
 
-from txmq.errors import ConfigError, TxmqError
+from txmq.errors import ConfigError, DataLossError
 
 __all__ = [
     "EARLIEST",
@@ -43,17 +43,6 @@ EARLIEST = -2
 """Offset sentinel in ``startingOffsets``/``endingOffsets`` JSON: the queue's ``min_offset``."""
 LATEST = -1
 """Offset sentinel in ``startingOffsets``/``endingOffsets`` JSON: the queue's ``max_offset``."""
-
-
-class DataLossError(TxmqError):
-    """A planned offset range cannot be read completely.
-
-    Raised when a range starts below the queue's ``min_offset`` or a queue's ``max_offset`` went
-    backwards (both only with ``failOnDataLoss=true``), and always when the broker skips an offset
-    inside ``[min_offset, max_offset)`` or returns a message of another queue.
-    """
-
-    code = "DATA_LOSS"
 
 
 @dataclass(frozen=True)

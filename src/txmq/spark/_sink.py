@@ -16,7 +16,8 @@ process, may run twice for one batch id across a failure and restart, and may be
 * halves of a driver that died are rolled back by the broker when the sink timeout passes, without
   calling back into Spark.
 
-Options (strings; keys are case-insensitive): ``endpoints`` (required), ``topic`` (required),
+Options (strings; keys are case-insensitive): ``endpoints`` (a broker) or ``namesrvAddr`` (name
+servers; one of the two is required), ``topic`` (required),
 ``sinkId`` (default: derived from ``checkpointLocation``, so a new checkpoint — whose batch ids restart
 at 0 — is a new sink), ``bodyColumn`` (``body``; BINARY or STRING), ``keyColumn`` (``key``, optional),
 ``tagColumn`` (optional), ``producerGroup`` (``txmq-spark-sink``), ``timeoutSeconds`` (600: how long
@@ -40,19 +41,18 @@ import msgspec
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from txmq import limits
 from txmq.broker.transaction import PROPERTY_TXMQ_SINK_BATCH, PROPERTY_TXMQ_SINK_TASK
-from txmq.client import AsyncTransactionProducer, LocalTransactionState, Message, Producer
+from txmq.client import Admin, AsyncTransactionProducer, LocalTransactionState, Message
 from txmq.errors import ConfigError
-from txmq.protocol import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, RequestCode
+from txmq.protocol import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS
 
 __all__ = ["SinkOptions", "TaskCommit", "TxmqStreamWriter"]
 
 log = logging.getLogger("txmq.spark.sink")
 
-SEND_BATCH_ROWS = 256
-"""Rows per half-message batch request (≤ ``limits.BATCH_MESSAGES_MAX``)."""
-SEND_BATCH_BYTES = 2 * 1024 * 1024
-"""Body bytes per half-message batch request (well under ``limits.FRAME_SIZE_MAX_BYTES``)."""
+SEND_BATCH_ROWS = limits.SINK_SEND_BATCH_ROWS
+SEND_BATCH_BYTES = limits.SINK_SEND_BATCH_BYTES
 
 
 class SinkOptions(msgspec.Struct, frozen=True):
@@ -65,25 +65,29 @@ class SinkOptions(msgspec.Struct, frozen=True):
     key_column: str = "key"
     tag_column: str = ""
     producer_group: str = "txmq-spark-sink"
-    timeout_s: int = 600
-    max_in_flight: int = 8
+    timeout_s: int = limits.SINK_TIMEOUT_S
+    max_in_flight: int = limits.SINK_MAX_IN_FLIGHT
     faults: str = ""
+    namesrv_addr: str = ""
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> SinkOptions:
         """Raises ConfigError for a missing endpoint, topic or sink identity, or a bad number."""
         o = {k.lower(): v for k, v in options.items()}
-        for required in ("endpoints", "topic"):
-            if not o.get(required):
-                raise ConfigError(f"txmq sink: option {required!r} is required")
+        if not o.get("topic"):
+            raise ConfigError("txmq sink: option 'topic' is required")
+        if not o.get("endpoints") and not o.get("namesrvaddr"):
+            raise ConfigError("txmq sink: option 'endpoints' (a broker) or 'namesrvAddr' "
+                              "(name servers) is required")
         sink_id = o.get("sinkid") or _sink_id_of(o.get("checkpointlocation", ""))
         try:
-            return cls(endpoints=o["endpoints"], topic=o["topic"], sink_id=sink_id,
+            return cls(endpoints=o.get("endpoints", ""), namesrv_addr=o.get("namesrvaddr", ""),
+                       topic=o["topic"], sink_id=sink_id,
                        body_column=o.get("bodycolumn", "body"), key_column=o.get("keycolumn", "key"),
                        tag_column=o.get("tagcolumn", ""),
                        producer_group=o.get("producergroup", "txmq-spark-sink"),
-                       timeout_s=int(o.get("timeoutseconds", "600")),
-                       max_in_flight=int(o.get("maxinflight", "8")),
+                       timeout_s=int(o.get("timeoutseconds", limits.SINK_TIMEOUT_S)),
+                       max_in_flight=int(o.get("maxinflight", limits.SINK_MAX_IN_FLIGHT)),
                        faults=o.get("txmq.test.faults", ""))
         except ValueError as exc:
             raise ConfigError(f"txmq sink: {exc}") from exc
@@ -202,7 +206,8 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
                 for body, key, tag in zip(bodies, keys, tags, strict=True)]
 
     async def _send(self, msgs: list[Message], partition: int, attempt: int, batch_id: Any) -> None:
-        producer = AsyncTransactionProducer(self.opts.producer_group, self.opts.endpoints, _NoChecks())
+        producer = AsyncTransactionProducer(self.opts.producer_group, self.opts.endpoints,
+                                            _NoChecks(), namesrv_addr=self.opts.namesrv_addr)
         await producer.start()
         sem = asyncio.Semaphore(self.opts.max_in_flight)
         chunks = list(_chunks(msgs))
@@ -226,16 +231,14 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
         """Commit the batch on the broker (idempotent). Raises on a refused commit."""
         tasks = {m.task: m.rows for m in messages if isinstance(m, TaskCommit)}
         _fault(self.opts, f"hang-commit-before:{batchId}")
-        with Producer(self.opts.producer_group, self.opts.endpoints) as p:
-            r = p.request(RequestCode.COMMIT_SINK_BATCH,
-                          {"batch": self._batch(batchId), "producer_group": self.opts.producer_group},
-                          msgspec.msgpack.encode(tasks))
-        log.info("txmq sink %s batch %d: %s%s", self.opts.sink_id, batchId, r.ext.get("outcome"),
-                 " (committed before)" if r.ext.get("duplicate") else "")
+        with Admin(self.opts.endpoints, namesrv_addr=self.opts.namesrv_addr) as admin:
+            r = admin.commit_sink_batch(self._batch(batchId), self.opts.producer_group, tasks)
+        log.info("txmq sink %s batch %d: %s%s", self.opts.sink_id, batchId, r.outcome,
+                 " (committed before)" if r.duplicate else "")
         _fault(self.opts, f"commit-after:{batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Roll back the batch's halves unless it was committed."""
-        with Producer(self.opts.producer_group, self.opts.endpoints) as p:
-            r = p.request(RequestCode.ABORT_SINK_BATCH, {"batch": self._batch(batchId)})
-        log.info("txmq sink %s batch %d aborted: %s", self.opts.sink_id, batchId, r.ext.get("outcome"))
+        with Admin(self.opts.endpoints, namesrv_addr=self.opts.namesrv_addr) as admin:
+            r = admin.abort_sink_batch(self._batch(batchId))
+        log.info("txmq sink %s batch %d aborted: %s", self.opts.sink_id, batchId, r.outcome)

@@ -20,8 +20,9 @@ Schema (fixed; :data:`SCHEMA_DDL`)::
 
 Options (strings; Spark lower-cases the keys, so any case works):
 
-``endpoints`` (required)
-    ``host:port`` of the broker, as :class:`txmq.client.PullConsumer` takes it.
+``endpoints`` or ``namesrvAddr`` (one is required)
+    ``host:port`` of the broker, or of the name server(s) (``host:port;host:port``, RocketMQ's
+    ``namesrvAddr``), as :class:`txmq.client.PullConsumer` takes them.
 ``topic`` (required)
     one topic or a comma-separated list.
 ``startingOffsets``
@@ -196,7 +197,7 @@ class _PullConsumer(Protocol):
     def shutdown(self) -> None: ...
 
 
-def _new_consumer(endpoints: str, consumer_group: str) -> _PullConsumer:
+def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "") -> _PullConsumer:
     """Create and start a pull consumer (module-level so tests can substitute a fake).
 
     Raises:
@@ -204,7 +205,8 @@ def _new_consumer(endpoints: str, consumer_group: str) -> _PullConsumer:
     """
     from txmq.client import PullConsumer
 
-    consumer: _PullConsumer = PullConsumer(endpoints=endpoints, consumer_group=consumer_group)
+    consumer: _PullConsumer = PullConsumer(endpoints=endpoints, consumer_group=consumer_group,
+                                           namesrv_addr=namesrv_addr)
     consumer.start()  # type: ignore[attr-defined]
     return consumer
 
@@ -223,6 +225,7 @@ class SourceOptions:
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     consumer_group: str
+    namesrv_addr: str = ""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -233,8 +236,10 @@ class SourceOptions:
         """
         opts = {k.lower(): v for k, v in options.items()}
         endpoints = opts.get("endpoints", "").strip()
-        if not endpoints:
-            raise ConfigError("option 'endpoints' is required, e.g. '127.0.0.1:10911'")
+        namesrv_addr = opts.get("namesrvaddr", "").strip()
+        if not endpoints and not namesrv_addr:
+            raise ConfigError("option 'endpoints' (a broker, e.g. '127.0.0.1:10911') or "
+                              "'namesrvAddr' (name servers) is required")
         topics = tuple(dict.fromkeys(t.strip() for t in opts.get("topic", "").split(",")))
         topics = tuple(t for t in topics if t)
         if not topics:
@@ -249,6 +254,7 @@ class SourceOptions:
                 raise ConfigError(f"{option} names topics not in option 'topic': {unknown}")
         return cls(
             endpoints=endpoints,
+            namesrv_addr=namesrv_addr,
             topics=topics,
             starting_offsets=start,
             ending_offsets=end,
@@ -300,7 +306,8 @@ class _Broker:
     def _call(self, fn: Callable[[_PullConsumer], _T]) -> _T:
         for attempt in (1, 2):
             if self._consumer is None:
-                self._consumer = _new_consumer(self._opts.endpoints, self._opts.consumer_group)
+                self._consumer = _new_consumer(self._opts.endpoints, self._opts.consumer_group,
+                                               self._opts.namesrv_addr)
             try:
                 return fn(self._consumer)
             except TxmqError as exc:
@@ -347,6 +354,7 @@ class QueueRange(InputPartition):
 
     Attributes:
         endpoints: broker address for the executor's own :class:`~txmq.client.PullConsumer`.
+        namesrv_addr: or the name servers it finds the broker through.
         consumer_group: group name the consumer identifies itself with.
         topic, queue_id: the queue.
         start: first offset to read (inclusive).
@@ -361,6 +369,7 @@ class QueueRange(InputPartition):
     start: int
     end: int
     fail_on_data_loss: bool = True
+    namesrv_addr: str = ""
 
 
 def _plan_ranges(
@@ -380,6 +389,7 @@ def _plan_ranges(
                     start=low,
                     end=high,
                     fail_on_data_loss=opts.fail_on_data_loss,
+                    namesrv_addr=opts.namesrv_addr,
                 )
             )
     return ranges
@@ -400,7 +410,7 @@ def read_queue_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
         txmq.errors.BrokerUnavailable, txmq.errors.RemoteError: the broker cannot be reached or
             refuses the pull (Spark retries the task up to ``spark.task.maxFailures``).
     """
-    consumer = _new_consumer(part.endpoints, part.consumer_group)
+    consumer = _new_consumer(part.endpoints, part.consumer_group, part.namesrv_addr)
     pulls = _Pulls(consumer, part)
     try:
         yield from _record_batches(_runs_in_range(pulls, part))

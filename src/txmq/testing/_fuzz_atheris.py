@@ -9,11 +9,17 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["CHILD_CODE", "main"]
+__all__ = ["CHILD_CODE", "INSTRUMENT_EXCLUDE", "main"]
 
-CHILD_CODE = """
+INSTRUMENT_EXCLUDE = ["txmq.protocol._route"]
+"""Modules left uninstrumented: atheris 2.3's bytecode instrumentation on CPython 3.11 breaks a
+``while`` loop nested in a ``while True`` whose condition compares a subscript (``_route._string_end``
+then raises ``'int' object has no attribute 'find'``, a false finding); they still run, without
+coverage feedback."""
+
+CHILD_CODE = f"""
 import sys, atheris
-with atheris.instrument_imports(include=["txmq"]):
+with atheris.instrument_imports(include=["txmq"], exclude={INSTRUMENT_EXCLUDE!r}):
     from txmq.testing._fuzz_atheris import main
 main(sys.argv[1:])
 """

@@ -12,6 +12,7 @@ import msgspec
 
 from txmq.broker import Action, Broker, BrokerConfig, Reply, SendTo
 from txmq.protocol import (
+    PROPERTY_KEYS,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
     TRANSACTION_COMMIT_TYPE,
@@ -21,10 +22,16 @@ from txmq.protocol import (
     EndTransactionRequestHeader,
     HeartbeatData,
     MessageExt,
+    ProducerData,
     PullMessageRequestHeader,
     RequestCode,
     SendMessageRequestHeader,
-    decode_messages,
+    SendMessageResponseHeader,
+    decode_message_exts,
+    decode_offset_msg_id,
+    encode_body,
+    encode_properties,
+    from_ext,
     to_ext,
 )
 from txmq.store import MemoryStore, Store
@@ -53,7 +60,7 @@ class BrokerHarness:
         self.sent: list[SendTo] = []
         self._msg_seq = 0
 
-    def request(self, conn: int, code: int, ext: dict[str, Any] | None = None,
+    def request(self, conn: int, code: int, ext: dict[str, str] | None = None,
                 body: bytes = b"") -> Command:
         """Handle one request; return its reply (side requests are kept in ``sent``)."""
         actions = self.broker.handle(conn, Command(code=int(code), opaque=1, ext=ext or {},
@@ -69,8 +76,9 @@ class BrokerHarness:
 
     def heartbeat(self, conn: int, client_id: str, producer_groups: list[str] = (),  # type: ignore[assignment]
                   ) -> Command:
-        data = HeartbeatData(client_id=client_id, producer_groups=list(producer_groups))
-        return self.request(conn, RequestCode.HEART_BEAT, body=msgspec.msgpack.encode(data))
+        data = HeartbeatData(client_id=client_id,
+                             producer_data_set=[ProducerData(group_name=g) for g in producer_groups])
+        return self.request(conn, RequestCode.HEART_BEAT, body=encode_body(data))
 
     def send(self, conn: int, topic: str, body: bytes, *, group: str = "pg",
              transactional: bool = False, queue_id: int = 0, keys: str = "",
@@ -79,16 +87,21 @@ class BrokerHarness:
         props = {PROPERTY_UNIQ_KEY: f"M{self._msg_seq:08d}", **(properties or {})}
         if transactional:
             props[PROPERTY_TRANSACTION_PREPARED] = "true"
+        if keys:
+            props[PROPERTY_KEYS] = keys
         h = SendMessageRequestHeader(producer_group=group, topic=topic, queue_id=queue_id,
-                                     keys=keys, properties=props, born_timestamp_ms=self.now_ms)
+                                     properties=encode_properties(props),
+                                     born_timestamp=self.now_ms)
         return self.request(conn, RequestCode.SEND_MESSAGE, to_ext(h), body)
 
     def end(self, conn: int, half: Command, outcome: str, *, group: str = "pg",
             from_check: bool = False) -> Command:
+        sent = from_ext(half.ext, SendMessageResponseHeader)
         h = EndTransactionRequestHeader(
-            producer_group=group, tran_state_table_offset=int(half.ext["queue_offset"]),
-            commit_log_offset=int(half.ext["commit_log_offset"]),
-            commit_or_rollback=END_TYPES[outcome], from_transaction_check=from_check)
+            producer_group=group, tran_state_table_offset=sent.queue_offset,
+            commit_log_offset=decode_offset_msg_id(sent.msg_id)[1],
+            commit_or_rollback=END_TYPES[outcome], from_transaction_check=from_check,
+            msg_id=sent.transaction_id or "")
         return self.request(conn, RequestCode.END_TRANSACTION, to_ext(h))
 
     def pull(self, topic: str, queue_id: int = 0, offset: int = 0, group: str = "cg",
@@ -96,7 +109,7 @@ class BrokerHarness:
         h = PullMessageRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id,
                                      queue_offset=offset, max_msg_nums=max_nums)
         r = self.request(0, RequestCode.PULL_MESSAGE, to_ext(h))
-        return decode_messages(r.body) if r.body else []  # type: ignore[return-value]
+        return decode_message_exts(r.body)
 
     def all_messages(self, topic: str) -> list[MessageExt]:
         """Every durable message of every queue of ``topic``."""

@@ -29,6 +29,8 @@ from txmq.protocol import (
     PROPERTY_UNIQ_KEY,
     CheckTransactionStateRequestHeader,
     Command,
+    EndTransactionResponseHeader,
+    SendMessageResponseHeader,
     decode_message_ext,
     from_ext,
 )
@@ -127,8 +129,11 @@ class Simulation:
         half = self.h.send(p.conn, "t", b"body", transactional=True, queue_id=self.rng.randrange(2),
                            properties={PROPERTY_UNIQ_KEY: msg_id})
         assert half.code == ResponseCode.SUCCESS, half.remark
+        sent = from_ext(half.ext, SendMessageResponseHeader)
+        if sent.transaction_id != msg_id:  # the broker answers a half with its UNIQ_KEY
+            self._fail(f"half {msg_id} answered with transactionId {sent.transaction_id}")
         plan = self.rng.choices(list(_PLANS), list(_PLANS.values()))[0]
-        tx = _Tx(half.ext["msg_id"], p.index, half, plan, slow_steps=self.rng.randint(1, 6))
+        tx = _Tx(msg_id, p.index, half, plan, slow_steps=self.rng.randint(1, 6))
         self.txs[tx.msg_id] = tx
         self.log.append(f"{self.step_no}: {p.client_id} begins {tx.msg_id} ({plan})")
         if plan == "crash_before":
@@ -155,7 +160,7 @@ class Simulation:
         r = self.h.end(p.conn, tx.half, outcome, group="pg", from_check=from_check)
         if r.code != ResponseCode.SUCCESS:
             self._fail(f"end {outcome} of {tx.msg_id} refused: {r.code} {r.remark}")
-        recorded = r.ext["outcome"]
+        recorded = from_ext(r.ext, EndTransactionResponseHeader).outcome
         if outcome != "UNKNOWN" and recorded not in (outcome, Outcome.DISCARD.value):
             self._fail(f"I4: {tx.msg_id} ended {outcome} but broker recorded {recorded} "
                        f"(local {tx.local})")
@@ -179,7 +184,7 @@ class Simulation:
             return
         p = self.rng.choice(ready)
         cmd = p.inbox.pop(self.rng.randrange(len(p.inbox)))  # out of order on purpose
-        msg = decode_message_ext(cmd.body)
+        msg = decode_message_ext(cmd.body)  # the half message as a MessageExt record
         tx = self.txs[msg.msg_id]
         answer = _LOCAL_ANSWER.get(tx.local)
         if answer is not None:
@@ -237,7 +242,7 @@ class Simulation:
         if idx.pending:
             self._fail(f"I6: {len(idx.pending)} half messages still pending")
         for tx in self.txs.values():
-            outcome = idx.outcome(int(tx.half.ext["queue_offset"]))
+            outcome = idx.outcome(from_ext(tx.half.ext, SendMessageResponseHeader).queue_offset)
             allowed = {"COMMITTED": (Outcome.COMMIT, Outcome.DISCARD),
                        "ABORTED": (Outcome.ROLLBACK, Outcome.DISCARD)}[tx.local]
             if outcome not in allowed:

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable
 from itertools import count
 
+import msgspec
+
 from txmq import limits
 from txmq.broker._actions import SendTo
 from txmq.broker._clients import ClientRegistry
@@ -32,6 +34,8 @@ from txmq.broker.transaction._snapshot import TxSnapshot, decode_snapshot, encod
 from txmq.errors import CorruptRecord, ResponseCode, StoreError
 from txmq.protocol import (
     FLAG_ONEWAY,
+    HALF_TOPIC,
+    OP_TOPIC,
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_PRODUCER_GROUP,
@@ -45,6 +49,7 @@ from txmq.protocol import (
     PROPERTY_TXMQ_RESUMED_FROM,
     PROPERTY_TXMQ_SENDER_CLIENT_ID,
     PROPERTY_UNIQ_KEY,
+    TRANS_CHECK_MAX_TIME_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     CheckTransactionStateRequestHeader,
@@ -53,6 +58,7 @@ from txmq.protocol import (
     MessageExt,
     RequestCode,
     encode_message_ext,
+    offset_msg_id,
     to_ext,
 )
 from txmq.store import AppendResult, Record, StateTable, Store
@@ -68,9 +74,6 @@ __all__ = [
 
 log = logging.getLogger("txmq.broker.transaction")
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 REMOVE_TAG = "d"
 PROPERTY_TXMQ_OPERATOR = "TXMQ_OPERATOR"
 PROPERTY_TXMQ_REASON = "TXMQ_REASON"
@@ -121,12 +124,16 @@ class TransactionService:
             never be committed. Such a half message is discarded to TRANS_CHECK_MAX_TIME_TOPIC
             (resumable, I5) with the reason (``TXMQ_PARK_REASON``) when the checker first looks
             at it or when a commit asks for it, and counted in ``stats["parked"]``.
+        store_host: the broker's ``ip:port``, for the offset message id of a check-back of a
+            half message stored without one (the memory store keeps no host).
     """
 
     def __init__(self, config: BrokerConfig, store: Store, append: Append,
                  clients: ClientRegistry,
-                 destination_problem: Callable[[str | None, str | None], str | None]) -> None:
+                 destination_problem: Callable[[str | None, str | None], str | None],
+                 store_host: Callable[[], str] = lambda: "") -> None:
         self.config = config
+        self._store_host = store_host
         self._problem = destination_problem
         self.store = store
         self.index = TransactionIndex(_open_state_table(store))
@@ -208,6 +215,7 @@ class TransactionService:
         results: list[EndResult | None] = []
         decided: dict[tuple[str, str], list[tuple[HalfEntry, Outcome]]] = {}
         first: dict[int, Outcome] = {}
+        headers = [self._by_commit_log_offset(h) for h in headers]
         for h in headers:
             if h.tran_state_table_offset in first and h.commit_or_rollback in _DECISIONS:
                 self.stats["duplicate_ends"] += 1
@@ -218,7 +226,7 @@ class TransactionService:
             if isinstance(r, EndResult):
                 results.append(r)
             else:
-                decided.setdefault((h.operator, h.reason), []).append(r)
+                decided.setdefault(("", ""), []).append(r)
                 first[h.tran_state_table_offset] = r[1]
                 results.append(None)
         durable = 0
@@ -228,6 +236,24 @@ class TransactionService:
         return [_end_result(first[h.tran_state_table_offset], durable,
                             parked.get(h.tran_state_table_offset)) if r is None else r
                 for h, r in zip(headers, results, strict=True)]
+
+    def _by_commit_log_offset(self, h: EndTransactionRequestHeader) -> EndTransactionRequestHeader:
+        """``h`` naming its half message by commit log offset, as RocketMQ's broker finds it
+        (``EndTransactionProcessor``: ``lookMessageByOffset(commitLogOffset)``): the C++ client
+        sends ``tranStateTableOffset`` 0 on its first end request. When the offsets disagree, the
+        half queue offset is read from the record at ``commitLogOffset``, if that is a half."""
+        entry = self.index.pending.get(h.tran_state_table_offset)
+        if entry is not None and entry.commit_log_offset == h.commit_log_offset:
+            return h
+        if h.commit_log_offset < self.store.min_offset:
+            return h
+        try:
+            rec = self.store.read_at(h.commit_log_offset)
+        except (StoreError, ValueError, IndexError):  # CorruptRecord: not a record boundary
+            return h
+        if rec.topic != HALF_TOPIC or rec.queue_offset == h.tran_state_table_offset:
+            return h
+        return msgspec.structs.replace(h, tran_state_table_offset=rec.queue_offset)
 
     def _decide(self, h: EndTransactionRequestHeader) -> EndResult | tuple[HalfEntry, Outcome]:
         """Validate one end request: a final answer, or the pending entry and its outcome."""
@@ -244,7 +270,7 @@ class TransactionService:
                 self.stats["duplicate_ends"] += 1
             return EndResult(ResponseCode.SUCCESS, recorded.value, duplicate=True)
         if h.producer_group != entry.producer_group:
-            return EndResult(ResponseCode.PRODUCER_GROUP_MISMATCH,
+            return EndResult(ResponseCode.TRANSACTION_STATE_GROUP_WRONG,
                              remark=f"producer group {h.producer_group!r} does not match "
                                     f"{entry.producer_group!r}")
         if h.commit_log_offset != entry.commit_log_offset:
@@ -457,10 +483,13 @@ class TransactionService:
         props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(entry.check_count)
         half.properties = props
         header = CheckTransactionStateRequestHeader(
-            tran_state_table_offset=entry.half_offset, commit_log_offset=entry.commit_log_offset,
-            msg_id=entry.msg_id, transaction_id=entry.msg_id, producer_group=entry.producer_group)
+            topic=half.topic, tran_state_table_offset=entry.half_offset,
+            commit_log_offset=entry.commit_log_offset, msg_id=entry.msg_id,
+            transaction_id=props.get(PROPERTY_TRANSACTION_ID) or entry.msg_id,
+            offset_msg_id=offset_msg_id(half.store_host or self._store_host(),
+                                        entry.commit_log_offset))
         return Command(code=RequestCode.CHECK_TRANSACTION_STATE, opaque=next(self._opaque),
-                       flags=FLAG_ONEWAY, ext=to_ext(header), body=encode_message_ext(half))
+                       flag=FLAG_ONEWAY, ext=to_ext(header), body=encode_message_ext(half))
 
     # -- recovery ---------------------------------------------------------------------------------
     @staticmethod
@@ -645,7 +674,7 @@ class TransactionService:
         """
         assert outcome in (Outcome.COMMIT, Outcome.ROLLBACK)
         if not operator:
-            return EndResult(ResponseCode.MALFORMED_REQUEST, remark="an operator name is required")
+            return EndResult(ResponseCode.INVALID_PARAMETER, remark="an operator name is required")
         entry = self.index.pending.get(half_offset)
         if entry is None:
             recorded = self.index.settled.get(half_offset)
@@ -701,7 +730,7 @@ class TransactionService:
                                         f"pending halves, expected {n}")
             for off in pending.get(task, ()):
                 if self.index.pending[off].producer_group != producer_group:
-                    return EndResult(ResponseCode.PRODUCER_GROUP_MISMATCH,
+                    return EndResult(ResponseCode.TRANSACTION_STATE_GROUP_WRONG,
                                      remark=f"half {off} belongs to another producer group")
         marker = Record(topic=SINK_BATCH_TOPIC, queue_id=0,
                         body=encode_marker(BatchMarker(batch, dict(tasks))),

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import msgspec
 
+from txmq.protocol import SINK_BATCH_TOPIC
+
 __all__ = ["PROPERTY_TXMQ_SINK_BATCH", "PROPERTY_TXMQ_SINK_TASK", "SINK_BATCH_TOPIC", "BatchMarker",
            "SinkBatches"]
 
 PROPERTY_TXMQ_SINK_BATCH = "TXMQ_SINK_BATCH"
 PROPERTY_TXMQ_SINK_TASK = "TXMQ_SINK_TASK"
-SINK_BATCH_TOPIC = "TXMQ_SINK_BATCH_TOPIC"
 
 
 class BatchMarker(msgspec.Struct, array_like=True):

@@ -14,8 +14,7 @@ from typing import Any
 import msgspec
 
 from txmq import limits
-from txmq.client import PullConsumer
-from txmq.protocol import RequestCode
+from txmq.client import Admin, PullConsumer
 from txmq.testing._broker import BrokerProcess
 from txmq.testing.chaos._check import (
     Observation,
@@ -284,10 +283,11 @@ def _quiesce(r: _Run, pc: PullConsumer) -> str:
 
 def _observe(r: _Run, pc: PullConsumer, events: list[dict[str, Any]]) -> Observation:
     tx_broker = {}  # by half offset: the broker finds settled transactions only that way
-    for e in events:
-        if e["op"] == "tx" and e["phase"] == "ok":
-            resp = pc.request(RequestCode.QUERY_TRANSACTION, {"id": f"half:{e['half_offset']}"})
-            tx_broker[e["msg_id"]] = str(msgspec.json.decode(resp.body)["state"])
+    with Admin(r.broker.endpoints) as admin:
+        for e in events:
+            if e["op"] == "tx" and e["phase"] == "ok":
+                state = admin.query_transaction(f"half:{e['half_offset']}")["state"]
+                tx_broker[e["msg_id"]] = str(state)
     with contextlib.closing(sqlite3.connect(r.run / "tx.db", timeout=30)) as c:
         tx_local = {k: s for k, s in c.execute("SELECT key, state FROM tx")}
     with contextlib.closing(sqlite3.connect(r.run / "outbox.db", timeout=30)) as c:

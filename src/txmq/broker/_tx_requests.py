@@ -1,0 +1,174 @@
+"""The transaction requests of the sans-IO broker: end (one and batched), the operator's view and
+actions, and the Spark sink's batch commit. Failures raise InvalidRequest with the response code,
+which the broker's dispatch answers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from txmq import limits
+from txmq.broker._actions import Action, ok_reply
+from txmq.broker.transaction import EndResult, Outcome
+from txmq.errors import InvalidRequest, MalformedHeader, ResponseCode
+from txmq.protocol import (
+    AdminEndTransactionRequestHeader,
+    Command,
+    EndTransactionRequestHeader,
+    EndTransactionResponseHeader,
+    PendingTransactionsRequestHeader,
+    PendingTransactionsResponseHeader,
+    RequestCode,
+    ResumeCheckHalfMessageRequestHeader,
+    ResumeResponseHeader,
+    SinkBatchRequestHeader,
+    TransactionIdRequestHeader,
+    check_group,
+    check_properties,
+    decode_body,
+    encode_body,
+    from_ext,
+    parse_int,
+    to_ext,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from txmq.broker._broker import Broker
+
+__all__ = ["TransactionRequests"]
+
+
+class TransactionRequests:
+    """END_TRANSACTION and txmq's transaction and sink extensions, over the broker's
+    :class:`~txmq.broker.transaction.TransactionService`.
+
+    Args:
+        broker: the broker whose config and transaction service it uses.
+    """
+
+    def __init__(self, broker: Broker) -> None:
+        self.b = broker
+
+    def handlers(self) -> dict[int, Callable[[int, Command, int], list[Action]]]:
+        """Request code → handler, for the broker's dispatch table."""
+        return {
+            RequestCode.END_TRANSACTION: self._end_transaction,
+            RequestCode.END_TRANSACTION_BATCH: self._end_transaction_batch,
+            RequestCode.GET_TRANSACTION_STATS: self._tx_stats,
+            RequestCode.GET_PENDING_TRANSACTIONS: self._tx_pending,
+            RequestCode.QUERY_TRANSACTION: self._tx_query,
+            RequestCode.ADMIN_END_TRANSACTION: self._tx_admin_end,
+            RequestCode.RESUME_CHECK_HALF_MESSAGE: self._tx_resume,
+            RequestCode.COMMIT_SINK_BATCH: self._sink_commit,
+            RequestCode.ABORT_SINK_BATCH: self._sink_abort,
+        }
+
+    def _end_transaction(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        if self.b.config.broker_role == "SLAVE":
+            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
+        h = from_ext(cmd.ext, EndTransactionRequestHeader)
+        check_group(h.producer_group)
+        return self._end_reply(conn, cmd, self.b.tx.end(h, now))
+
+    def _end_transaction_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        if self.b.config.broker_role == "SLAVE":
+            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
+        try:
+            exts = decode_body(cmd.body, list[dict[str, str]])
+        except MalformedHeader as exc:
+            raise InvalidRequest(ResponseCode.INVALID_PARAMETER, f"end batch body: {exc}") from exc
+        if len(exts) > limits.BATCH_MESSAGES_MAX:
+            raise InvalidRequest(ResponseCode.MESSAGE_ILLEGAL, f"more than {limits.BATCH_MESSAGES_MAX} ends")
+        parsed: list[EndTransactionRequestHeader | str] = []
+        for ext in exts:
+            try:
+                parsed.append(from_ext(ext, EndTransactionRequestHeader))
+            except MalformedHeader as exc:
+                parsed.append(str(exc))
+        decided = iter(self.b.tx.end_many([h for h in parsed if not isinstance(h, str)], now))
+        items, durable = [], 0
+        for h in parsed:
+            if isinstance(h, str):
+                items.append({"code": int(ResponseCode.INVALID_PARAMETER), "remark": h})
+                continue
+            r = next(decided)
+            durable = max(durable, r.durable_offset)
+            items.append({"code": int(r.code), "remark": r.remark, "outcome": r.outcome,
+                          "duplicate": r.duplicate})
+        return ok_reply(conn, cmd, body=encode_body(items), durable_offset=durable)
+
+    @staticmethod
+    def _end_reply(conn: int, cmd: Command, r: EndResult) -> list[Action]:
+        if r.code != ResponseCode.SUCCESS:
+            raise InvalidRequest(r.code, r.remark)
+        ext = to_ext(EndTransactionResponseHeader(outcome=r.outcome, duplicate=r.duplicate))
+        return ok_reply(conn, cmd, ext, durable_offset=r.durable_offset)
+
+    def _tx_stats(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        return ok_reply(conn, cmd, body=encode_body({**self.b.tx.index.counts(), **self.b.tx.stats}))
+
+    def _tx_offset(self, cmd: Command) -> int:
+        """The half offset a transaction request names: a ``UNIQ_KEY`` or ``half:<offset>``
+        (``msgId`` of RESUME_CHECK_HALF_MESSAGE, ``id`` of txmq's requests)."""
+        if cmd.code == RequestCode.RESUME_CHECK_HALF_MESSAGE:
+            ident = from_ext(cmd.ext, ResumeCheckHalfMessageRequestHeader).msg_id
+        else:
+            ident = from_ext(cmd.ext, TransactionIdRequestHeader).id
+        if ident.startswith("half:"):
+            parse_int(ident[5:], "half offset", 0, limits.TIMESTAMP_MAX_MS)
+        off = self.b.tx.lookup(ident)
+        if off is None:
+            raise InvalidRequest(ResponseCode.TRANSACTION_NOT_FOUND,
+                                 f"no pending or discarded transaction {ident!r}")
+        return off
+
+    def _tx_pending(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, PendingTransactionsRequestHeader)
+        limit = max(1, min(h.limit, limits.PENDING_TRANSACTIONS_LIST_MAX))
+        body = msgspec.json.encode(self.b.tx.pending_list(now, limit))
+        return ok_reply(conn, cmd, to_ext(PendingTransactionsResponseHeader(
+            pending=len(self.b.tx.index.pending))), body)
+
+    def _tx_query(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        return ok_reply(conn, cmd, body=msgspec.json.encode(self.b.tx.describe(self._tx_offset(cmd), now)))
+
+    def _tx_admin_end(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        if self.b.config.broker_role == "SLAVE":
+            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
+        h = from_ext(cmd.ext, AdminEndTransactionRequestHeader)
+        check_properties({"TXMQ_OPERATOR": h.operator, "TXMQ_REASON": h.reason})  # op message props
+        off = self._tx_offset(cmd)
+        outcome = {"COMMIT": Outcome.COMMIT, "ROLLBACK": Outcome.ROLLBACK}.get(h.outcome)
+        if outcome is None:
+            raise InvalidRequest(ResponseCode.INVALID_PARAMETER, "outcome must be COMMIT or ROLLBACK")
+        return self._end_reply(conn, cmd, self.b.tx.operator_end(off, outcome, h.operator, h.reason, now))
+
+    def _sink_commit(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        h = from_ext(cmd.ext, SinkBatchRequestHeader)
+        batch, group = h.batch, h.producer_group
+        try:
+            tasks = decode_body(cmd.body, dict[str, int])
+        except MalformedHeader as exc:
+            raise InvalidRequest(ResponseCode.INVALID_PARAMETER, f"sink batch body: {exc}") from exc
+        if not batch or not group:
+            raise InvalidRequest(ResponseCode.INVALID_PARAMETER, "batch and producer_group are required")
+        check_group(group)
+        for task in (batch, *tasks):  # stored as TXMQ_SINK_BATCH / TXMQ_SINK_TASK values
+            check_properties({"TXMQ_SINK_BATCH": task})
+        return self._end_reply(conn, cmd, self.b.tx.commit_batch(batch, tasks, group, now))
+
+    def _sink_abort(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        batch = from_ext(cmd.ext, SinkBatchRequestHeader).batch
+        check_properties({"TXMQ_SINK_BATCH": batch})
+        if not batch:
+            raise InvalidRequest(ResponseCode.INVALID_PARAMETER, "batch is required")
+        return self._end_reply(conn, cmd, self.b.tx.abort_batch(batch, now))
+
+    def _tx_resume(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        code, remark, new_offset = self.b.tx.resume(self._tx_offset(cmd), now)
+        if code != ResponseCode.SUCCESS:
+            raise InvalidRequest(code, remark)
+        return ok_reply(conn, cmd, to_ext(ResumeResponseHeader(half_offset=new_offset)))

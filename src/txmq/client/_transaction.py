@@ -1,0 +1,190 @@
+"""The sans-IO transaction flow of a producer group: half message → local outcome → end, and
+check-back → answer, plus the batching of end requests. The asyncio and sync shells compose it.
+
+RocketMQ ``TransactionMQProducer`` / ``DefaultMQProducerImpl.sendMessageInTransaction``,
+``endTransaction`` and ``checkTransactionState``.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import Enum
+
+import msgspec
+
+from txmq import limits
+from txmq.client._core import LocalTransactionState, MessageIdGenerator, SendResult
+from txmq.errors import ProtocolError, ResponseCode
+from txmq.protocol import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    CheckTransactionStateRequestHeader,
+    Command,
+    EndTransactionRequestHeader,
+    Message,
+    MessageExt,
+    decode_body,
+    decode_message_ext,
+    encode_body,
+    from_ext,
+    to_ext,
+)
+
+__all__ = ["CheckBack", "EndAnswer", "EndBatcher", "EndMode", "TransactionCore"]
+
+log = logging.getLogger("txmq.client")
+
+_END_TYPE = {
+    LocalTransactionState.COMMIT_MESSAGE: TRANSACTION_COMMIT_TYPE,
+    LocalTransactionState.ROLLBACK_MESSAGE: TRANSACTION_ROLLBACK_TYPE,
+    LocalTransactionState.UNKNOWN: TRANSACTION_NOT_TYPE,
+}
+
+
+class CheckBack(msgspec.Struct, frozen=True):
+    """A broker's CHECK_TRANSACTION_STATE, decoded: its header and the half message."""
+
+    header: CheckTransactionStateRequestHeader
+    message: MessageExt
+
+
+class EndAnswer(msgspec.Struct, frozen=True):
+    """The broker's answer to one end request of a batch (txmq END_TRANSACTION_BATCH)."""
+
+    code: int
+    remark: str = ""
+    outcome: str = ""
+    duplicate: bool = False
+
+
+class EndMode(Enum):
+    """How ends go out: batched and answered (txmq), or one-way END_TRANSACTION each (what an
+    Apache RocketMQ broker takes: it answers the batch code REQUEST_CODE_NOT_SUPPORTED)."""
+
+    BATCH = "BATCH"
+    ONEWAY = "ONEWAY"
+
+
+class TransactionCore:
+    """The transaction decisions of one producer group; no I/O.
+
+    Args:
+        group: the producer group (check-backs go to its live members).
+        ids: the ``UNIQ_KEY`` source; every half gets a fresh one.
+    """
+
+    def __init__(self, group: str, ids: MessageIdGenerator) -> None:
+        self.group = group
+        self._ids = ids
+
+    def half(self, msg: Message) -> Message:
+        """Mark ``msg`` as a half message of this group, with a fresh id (``UNIQ_KEY``, also the
+        transaction id): a retry of the same ``Message`` after a failed send must not share its id
+        with a half the broker may have stored anyway, or a check-back that finds the id in the
+        local transaction log would commit both. Returns ``msg``."""
+        msg.properties = {**msg.properties, PROPERTY_TRANSACTION_PREPARED: "true",
+                          PROPERTY_PRODUCER_GROUP: self.group, PROPERTY_UNIQ_KEY: self._ids.next()}
+        return msg
+
+    @staticmethod
+    def local_state(result: object) -> tuple[LocalTransactionState, str]:
+        """The state a local transaction's return value means, and a complaint ("" if none).
+
+        ``None`` means UNKNOWN, as RocketMQ reads a null state. Anything that is not a
+        :class:`LocalTransactionState` also ends as UNKNOWN (the half is stored already, so
+        check-back settles it) and comes with a complaint the shell raises as TypeError after
+        the end request, so the caller sees its mistake.
+        """
+        if isinstance(result, LocalTransactionState):
+            return result, ""
+        if result is None:
+            return LocalTransactionState.UNKNOWN, ""
+        return LocalTransactionState.UNKNOWN, (
+            f"execute_local_transaction returned {type(result).__name__}, not a "
+            "LocalTransactionState; the transaction was left UNKNOWN for check-back")
+
+    def end_request(self, half: SendResult, state: LocalTransactionState
+                    ) -> EndTransactionRequestHeader:
+        """END_TRANSACTION for a half this producer sent (RocketMQ
+        ``DefaultMQProducerImpl.endTransaction``: the queue offset as ``tranStateTableOffset``,
+        the commit log offset from the offset message id)."""
+        return EndTransactionRequestHeader(
+            producer_group=self.group, tran_state_table_offset=half.queue_offset,
+            commit_log_offset=half.commit_log_offset, commit_or_rollback=_END_TYPE[state],
+            msg_id=half.msg_id, transaction_id=half.msg_id, topic=half.topic)
+
+    @staticmethod
+    def check_back(cmd: Command) -> CheckBack | None:
+        """Decode a CHECK_TRANSACTION_STATE request; None (logged) when it does not decode."""
+        try:
+            return CheckBack(from_ext(cmd.ext, CheckTransactionStateRequestHeader),
+                             decode_message_ext(cmd.body))
+        except ProtocolError as exc:
+            log.error("malformed check-back request: %s", exc)
+            return None
+
+    def check_answer(self, check: CheckBack, state: LocalTransactionState
+                     ) -> EndTransactionRequestHeader | None:
+        """The end request answering a check-back, or None for UNKNOWN (the broker asks again).
+        RocketMQ ``DefaultMQProducerImpl.checkTransactionState``: the commit log offset is the
+        half message's, the message id its ``UNIQ_KEY``."""
+        if state is LocalTransactionState.UNKNOWN:
+            return None
+        h, m = check.header, check.message
+        return EndTransactionRequestHeader(
+            producer_group=self.group, tran_state_table_offset=h.tran_state_table_offset,
+            commit_log_offset=m.commit_log_offset or h.commit_log_offset,
+            commit_or_rollback=_END_TYPE[state], from_transaction_check=True,
+            msg_id=m.properties.get(PROPERTY_UNIQ_KEY) or h.msg_id or "",
+            transaction_id=h.transaction_id, topic=h.topic)
+
+
+class EndBatcher:
+    """End requests queued in one turn of the shell's loop, sent together (sans-IO).
+
+    The shell calls :meth:`add` per end request (it schedules a flush when it returns True),
+    :meth:`take` at the flush, :meth:`body` for the request and :meth:`answers` for the
+    response. With ``mode`` ONEWAY (after :meth:`unsupported`), ends go one by one as one-way
+    END_TRANSACTION instead.
+    """
+
+    def __init__(self) -> None:
+        self._queued: list[EndTransactionRequestHeader] = []
+        self.mode = EndMode.BATCH
+
+    def add(self, h: EndTransactionRequestHeader) -> bool:
+        """Queue ``h``; True when it is the first of the turn (schedule a flush)."""
+        self._queued.append(h)
+        return len(self._queued) == 1
+
+    def take(self) -> tuple[list[EndTransactionRequestHeader], bool]:
+        """The next batch (at most ``limits.BATCH_MESSAGES_MAX``) and whether more remain."""
+        batch = self._queued[: limits.BATCH_MESSAGES_MAX]
+        self._queued = self._queued[limits.BATCH_MESSAGES_MAX :]
+        return batch, bool(self._queued)
+
+    @staticmethod
+    def body(batch: list[EndTransactionRequestHeader]) -> bytes:
+        """END_TRANSACTION_BATCH body: a JSON list of the headers' ext fields."""
+        return encode_body([to_ext(h) for h in batch])
+
+    @staticmethod
+    def answers(cmd: Command, n: int) -> list[EndAnswer]:
+        """Per-request answers of a batch response. Raises ProtocolError on a count mismatch
+        or a body that does not decode."""
+        items = decode_body(cmd.body, list[EndAnswer])
+        if len(items) != n:
+            raise ProtocolError(f"{len(items)} answers to {n} end requests")
+        return items
+
+    def unsupported(self, cmd: Command) -> bool:
+        """Whether ``cmd`` says the broker has no batch end (an Apache RocketMQ broker); the
+        batcher then switches to one-way END_TRANSACTION for good."""
+        if cmd.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            self.mode = EndMode.ONEWAY
+            return True
+        return False

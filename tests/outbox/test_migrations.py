@@ -156,15 +156,26 @@ def test_stamp_a_database_init_db_created(engine: sa.Engine, db_url: str) -> Non
 SERVICE_ENV = '''
 from alembic import context
 import sqlalchemy as sa
+from txmq.outbox import DEFAULT_TABLES
+
+service_md = sa.MetaData()
+sa.Table("orders", service_md, sa.Column("id", sa.Integer, primary_key=True))
+target_metadata = [service_md, DEFAULT_TABLES.metadata]  # as docs/outbox.md says
 
 url = context.config.get_main_option("sqlalchemy.url")
 engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
 with engine.connect() as conn:
-    context.configure(connection=conn, target_metadata=None)
+    context.configure(connection=conn, target_metadata=target_metadata)
     with context.begin_transaction():
         context.run_migrations()
 engine.dispose()
 '''
+
+SERVICE_INI = """[alembic]
+script_location = %(here)s
+path_separator = space
+version_locations = %(here)s/versions txmq.outbox:migrations/versions
+"""
 
 SERVICE_REVISION = '''
 import sqlalchemy as sa
@@ -201,12 +212,9 @@ def _service_config(tmp_path: Path, db_url: str, revision: str = SERVICE_REVISIO
     (tmp_path / "svc" / "versions").mkdir(parents=True)
     (tmp_path / "svc" / "env.py").write_text(SERVICE_ENV)
     (tmp_path / "svc" / "versions" / "svc_0001_orders.py").write_text(revision)
-    cfg = Config()
-    cfg.set_main_option("script_location", str(tmp_path / "svc"))
-    cfg.set_main_option("version_locations", f"{tmp_path / 'svc' / 'versions'} {migrations.VERSION_LOCATION}")
-    cfg.set_main_option("path_separator", "space")
-    cfg.set_main_option("sqlalchemy.url", db_url.replace("%", "%%"))
-    return cfg
+    ini = tmp_path / "svc" / "alembic.ini"
+    ini.write_text(SERVICE_INI + f"sqlalchemy.url = {db_url.replace('%', '%%')}\n")
+    return Config(str(ini))
 
 
 def test_service_history_includes_txmq_revisions(engine: sa.Engine, db_url: str, tmp_path: Path) -> None:
@@ -214,6 +222,7 @@ def test_service_history_includes_txmq_revisions(engine: sa.Engine, db_url: str,
     command.upgrade(cfg, "service@head")  # depends_on pulls txmq_outbox@head in first
     assert _table_names(engine) == {"orders", "txmq_outbox", "txmq_inbox", "alembic_version"}
     _assert_only_orders_differs(engine)
+    command.check(cfg)  # the env's target_metadata (docs/outbox.md): autogenerate finds nothing to do
     assert _heads(engine) == {"svc_0001"}  # svc_0001 depends on txmq_0001, so it alone is the head
     command.downgrade(cfg, "txmq_outbox@base")  # the service revision depends on it: both go
     assert _table_names(engine) == {"alembic_version"}

@@ -213,7 +213,7 @@ class TransactionService:
         way). One result per header, in order; a second end of the same half message in the
         list is answered like a second end request (the first one's outcome, ``duplicate``)."""
         results: list[EndResult | None] = []
-        decided: dict[tuple[str, str], list[tuple[HalfEntry, Outcome]]] = {}
+        decided: list[tuple[HalfEntry, Outcome]] = []
         first: dict[int, Outcome] = {}
         headers = [self._by_commit_log_offset(h) for h in headers]
         for h in headers:
@@ -226,13 +226,11 @@ class TransactionService:
             if isinstance(r, EndResult):
                 results.append(r)
             else:
-                decided.setdefault(("", ""), []).append(r)
+                decided.append(r)
                 first[h.tran_state_table_offset] = r[1]
                 results.append(None)
-        durable = 0
         parked: dict[int, str] = {}  # commits that cannot be: discarded instead, with the reason
-        for (operator, reason), items in decided.items():  # one group unless operators differ
-            durable = self._finish_many(items, now_ms, operator, reason, parked).durable_offset
+        durable = self._finish_many(decided, now_ms, parked=parked).durable_offset if decided else 0
         return [_end_result(first[h.tran_state_table_offset], durable,
                             parked.get(h.tran_state_table_offset)) if r is None else r
                 for h, r in zip(headers, results, strict=True)]

@@ -328,7 +328,6 @@ class Broker:
             return []
         return [Reply(conn, cmd.response(code, remark))]
 
-    _ok = staticmethod(ok_reply)
 
     def connection_opened(self, conn: int, peer: str) -> None:
         """Remember a connection's remote ``ip:port``: it is stored as the born host of the
@@ -376,7 +375,7 @@ class Broker:
             parked=parked, parked_stored=hi - lo, pending_transactions=len(self.tx.index.pending))
 
     def _runtime_info(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        return self._ok(conn, cmd, body=self.runtime_info(now).encode())
+        return ok_reply(conn, cmd, body=self.runtime_info(now).encode())
 
     # -- topics -----------------------------------------------------------------------------------
     def _queue_nums(self, topic: str) -> int:
@@ -409,7 +408,7 @@ class Broker:
     def _create_topic(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, CreateTopicRequestHeader)
         self.create_topic(h.topic, max(h.read_queue_nums, h.write_queue_nums))
-        return self._ok(conn, cmd)
+        return ok_reply(conn, cmd)
 
     def route(self, topic: str, standard_json: bool = False) -> bytes:
         """The ``TopicRouteData`` JSON this broker answers for ``topic`` when clients use it as
@@ -433,7 +432,7 @@ class Broker:
         h = from_ext(cmd.ext, GetRouteInfoRequestHeader)
         standard = wants_standard_json(cmd.version, h.accept_standard_json_only)
         try:
-            return self._ok(conn, cmd, body=self.route(h.topic, standard))
+            return ok_reply(conn, cmd, body=self.route(h.topic, standard))
         except _Fail as f:  # RocketMQ ClientRequestProcessor's answer and remark
             if f.code != ResponseCode.TOPIC_NOT_EXIST:
                 raise
@@ -487,7 +486,7 @@ class Broker:
             msg_id=offset_msg_id(self.store_host, res.commit_log_offset), queue_id=rec.queue_id,
             queue_offset=res.queue_offset,
             transaction_id=rec.properties.get(PROPERTY_UNIQ_KEY) if half else None)
-        return self._ok(conn, cmd, to_ext(out), durable_offset=res.commit_log_offset + res.size)
+        return ok_reply(conn, cmd, to_ext(out), durable_offset=res.commit_log_offset + res.size)
 
     def set_store_host(self, host: str) -> None:
         """The broker's ``ip:port`` once the shell knows the port it listens on."""
@@ -537,7 +536,7 @@ class Broker:
         first, last = results[0], results[-1]
         ids = ",".join(offset_msg_id(self.store_host, r.commit_log_offset) for r in results)
         out = SendMessageResponseHeader(msg_id=ids, queue_id=qid, queue_offset=first.queue_offset)
-        return self._ok(conn, cmd, to_ext(out), durable_offset=last.commit_log_offset + last.size)
+        return ok_reply(conn, cmd, to_ext(out), durable_offset=last.commit_log_offset + last.size)
 
     def _batch_record(self, h: SendHeader, m: Message, now: int, born_host: str) -> Record:
         """One message of a batch (RocketMQ ``MessageDecoder.decodeMessages``: body, flag and
@@ -615,7 +614,7 @@ class Broker:
             raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"no message of {h.topic!r} with key {h.key!r}")
         out = QueryMessageResponseHeader(index_last_update_timestamp=now,
                                          index_last_update_phyoffset=self.store.flushed_offset)
-        return self._ok(conn, cmd, to_ext(out), encode_message_exts(found))
+        return ok_reply(conn, cmd, to_ext(out), encode_message_exts(found))
 
     def _view_message(self, conn: int, cmd: Command, now: int) -> list[Action]:
         """VIEW_MESSAGE_BY_ID: the one durable record at a commit log offset."""
@@ -627,7 +626,7 @@ class Broker:
         except CorruptRecord as exc:  # not a record boundary, or damaged
             raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"no message at commit log offset {h.offset}: "
                                                       f"{exc}") from exc
-        return self._ok(conn, cmd, body=encode_message_exts([found]))
+        return ok_reply(conn, cmd, body=encode_message_exts([found]))
 
     def _view_by_uniq_key(self, conn: int, cmd: Command, now: int) -> list[Action]:
         """VIEW_MESSAGE_BY_UNIQ_KEY: every stored copy of a message, newest first."""
@@ -635,7 +634,7 @@ class Broker:
         found = self.store.query_by_msg_id(h.msg_id, limits.QUERY_MESSAGE_MAX_NUM)
         if not found:
             raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"no message with id {h.msg_id!r}")
-        return self._ok(conn, cmd, body=encode_message_exts(found))
+        return ok_reply(conn, cmd, body=encode_message_exts(found))
 
     # -- offsets ----------------------------------------------------------------------------------
     def set_offset(self, group: str, topic: str, qid: int, offset: int) -> None:
@@ -659,7 +658,7 @@ class Broker:
         if off is None:
             raise _Fail(ResponseCode.QUERY_NOT_FOUND,
                         "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
-        return self._ok(conn, cmd, to_ext(OffsetResponseHeader(offset=off)))
+        return ok_reply(conn, cmd, to_ext(OffsetResponseHeader(offset=off)))
 
     def _update_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, UpdateConsumerOffsetRequestHeader)
@@ -667,19 +666,19 @@ class Broker:
         check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
         check_offset(h.commit_offset, "commit offset")
         self.set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
-        return self._ok(conn, cmd)
+        return ok_reply(conn, cmd)
 
     def _min_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, GetMinOffsetRequestHeader)
         check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
         lo = self.store.queue_bounds(h.topic, h.queue_id)[0]
-        return self._ok(conn, cmd, to_ext(OffsetResponseHeader(offset=lo)))
+        return ok_reply(conn, cmd, to_ext(OffsetResponseHeader(offset=lo)))
 
     def _max_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, GetMaxOffsetRequestHeader)
         check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
         hi = self.store.queue_bounds(h.topic, h.queue_id)[1]
-        return self._ok(conn, cmd, to_ext(OffsetResponseHeader(offset=hi)))
+        return ok_reply(conn, cmd, to_ext(OffsetResponseHeader(offset=hi)))
 
     # -- clients ----------------------------------------------------------------------------------
     def _heartbeat(self, conn: int, cmd: Command, now: int) -> list[Action]:
@@ -694,10 +693,10 @@ class Broker:
                 if not topic.startswith(RETRY_PREFIX):
                     self._queue_nums(topic)
         changed = self.clients.heartbeat(conn, data, now)
-        return self._ok(conn, cmd) + self._notify_groups(changed)
+        return ok_reply(conn, cmd) + self._notify_groups(changed)
 
     def _unregister(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        return self._ok(conn, cmd) + self.connection_closed(conn)
+        return ok_reply(conn, cmd) + self.connection_closed(conn)
 
     def _notify_groups(self, groups: set[str]) -> list[Action]:
         out: list[Action] = []
@@ -712,7 +711,7 @@ class Broker:
         h = from_ext(cmd.ext, GetConsumerListByGroupRequestHeader)
         check_group(h.consumer_group)
         ids = sorted(self.clients.consumer_conns(h.consumer_group))
-        return self._ok(conn, cmd, body=encode_body(GetConsumerListByGroupResponseBody(
+        return ok_reply(conn, cmd, body=encode_body(GetConsumerListByGroupResponseBody(
             consumer_id_list=ids)))
 
     # -- retries ----------------------------------------------------------------------------------
@@ -738,7 +737,7 @@ class Broker:
             self.create_topic(base.topic, 1)
             level = h.delay_level or limits.RETRY_DELAY_LEVEL_BASE + done
             res = self.append([self.schedule.schedule_record(base, level)])[0]
-        return self._ok(conn, cmd, durable_offset=res.commit_log_offset + res.size)
+        return ok_reply(conn, cmd, durable_offset=res.commit_log_offset + res.size)
 
     def _read_client_offset(self, offset: int) -> MessageExt:
         """The stored message at a commit log offset a client named; MESSAGE_ILLEGAL if none."""

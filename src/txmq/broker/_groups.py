@@ -117,9 +117,6 @@ def _error(conn: int, cmd: Command, code: ResponseCode, remark: str) -> list[Act
     return [] if cmd.is_oneway else [Reply(conn, cmd.response(code, remark))]
 
 
-_ok = ok_reply
-
-
 class GroupService:
     """The consumption requests that are not send, pull or plain offsets.
 
@@ -164,7 +161,7 @@ class GroupService:
         if not 0 <= h.queue_id < n:
             return _error(conn, cmd, ResponseCode.MESSAGE_ILLEGAL, f"queue {h.queue_id} not in {h.topic!r}")
         off = self.search_offset(h.topic, h.queue_id, h.timestamp)
-        return _ok(conn, cmd, to_ext(OffsetResponseHeader(offset=off)))
+        return ok_reply(conn, cmd, to_ext(OffsetResponseHeader(offset=off)))
 
     # -- orderly locks ------------------------------------------------------------------------------
     def _lock(self, conn: int, cmd: Command, now: int) -> list[Action]:
@@ -174,13 +171,13 @@ class GroupService:
         mqs = [MessageQueue(m.topic, m.queue_id) for m in body.mq_set]  # one broker: no name
         locked = self.locks.try_lock(body.consumer_group, body.client_id, conn, mqs, now)
         answer = [MessageQueue(m.topic, m.queue_id, name) for m in locked]
-        return _ok(conn, cmd, body=encode_body(LockBatchResponseBody(lock_ok_mq_set=answer)))
+        return ok_reply(conn, cmd, body=encode_body(LockBatchResponseBody(lock_ok_mq_set=answer)))
 
     def _unlock(self, conn: int, cmd: Command, now: int) -> list[Action]:
         unlock = decode_body(cmd.body, UnlockBatchRequestBody)
         mqs = [MessageQueue(m.topic, m.queue_id) for m in unlock.mq_set]
         self.locks.unlock(unlock.consumer_group, unlock.client_id, mqs)
-        return _ok(conn, cmd)
+        return ok_reply(conn, cmd)
 
     # -- operators ----------------------------------------------------------------------------------
     def groups(self) -> list[ConsumerGroupInfo]:
@@ -201,7 +198,7 @@ class GroupService:
         return [info[g] for g in sorted(info)]
 
     def _group_list(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        return _ok(conn, cmd, body=encode_body(self.groups()))
+        return ok_reply(conn, cmd, body=encode_body(self.groups()))
 
     def consume_stats(self, group: str, topic: str, now_ms: int) -> list[QueueConsumeStats]:
         """Per queue of the group's topics (or of ``topic``): broker offset, committed offset, lag."""
@@ -226,7 +223,7 @@ class GroupService:
         check_group(h.consumer_group)
         if h.topic:
             self.b.queue_nums(h.topic)
-        return _ok(conn, cmd, body=encode_body(self.consume_stats(h.consumer_group, h.topic, now)))
+        return ok_reply(conn, cmd, body=encode_body(self.consume_stats(h.consumer_group, h.topic, now)))
 
     def _reset_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, ResetOffsetRequestHeader)
@@ -256,4 +253,4 @@ class GroupService:
             SendTo(c, Command(code=RequestCode.RESET_CONSUMER_OFFSETS, flag=FLAG_ONEWAY,
                               body=encode_body(note)))
             for c in self.b.clients.consumer_conns(h.consumer_group).values()]
-        return _ok(conn, cmd, body=encode_body(entries)) + notify
+        return ok_reply(conn, cmd, body=encode_body(entries)) + notify

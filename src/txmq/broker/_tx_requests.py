@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from txmq import limits
 from txmq.broker._actions import Action, ok_reply
 from txmq.broker.transaction import EndResult, Outcome
@@ -128,12 +126,12 @@ class TransactionRequests:
     def _tx_pending(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, PendingTransactionsRequestHeader)
         limit = max(1, min(h.limit, limits.PENDING_TRANSACTIONS_LIST_MAX))
-        body = msgspec.json.encode(self.b.tx.pending_list(now, limit))
+        body = encode_body(self.b.tx.pending_list(now, limit))
         return ok_reply(conn, cmd, to_ext(PendingTransactionsResponseHeader(
             pending=len(self.b.tx.index.pending))), body)
 
     def _tx_query(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        return ok_reply(conn, cmd, body=msgspec.json.encode(self.b.tx.describe(self._tx_offset(cmd), now)))
+        return ok_reply(conn, cmd, body=encode_body(self.b.tx.describe(self._tx_offset(cmd), now)))
 
     def _tx_admin_end(self, conn: int, cmd: Command, now: int) -> list[Action]:
         if self.b.config.broker_role == "SLAVE":

@@ -296,8 +296,11 @@ class Broker:
 
     def _send_run(self, conn: int, sends: list[tuple[Command, SendHeader, dict[str, str]]],
                   now: int) -> list[Action]:
-        if len(sends) <= 1:
-            return [a for cmd, _, _ in sends for a in self.handle(conn, cmd, now)]
+        if len(sends) == 1:  # its header and properties are parsed already: not again
+            cmd, h, props = sends[0]
+            return self._guarded(conn, cmd, lambda: self._send_parsed(conn, cmd, h, props, now))
+        if not sends:
+            return []
         cmds = [cmd for cmd, _, _ in sends]
         out: list[list[Action]] = [[] for _ in cmds]
         staged: list[tuple[int, Record, Record]] = []  # (index, record sent, record stored)
@@ -494,8 +497,12 @@ class Broker:
         self.store.set_store_host(host)
 
     def _send(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = send_header(cmd)
-        rec = self._record(h, cmd.body, now, self._peers.get(conn, ""))
+        return self._send_parsed(conn, cmd, send_header(cmd), None, now)
+
+    def _send_parsed(self, conn: int, cmd: Command, h: SendHeader, props: dict[str, str] | None,
+                     now: int) -> list[Action]:
+        """One send whose header (and maybe properties string) the caller decoded already."""
+        rec = self._record(h, cmd.body, now, self._peers.get(conn, ""), props)
         stored = self._half_or_plain(conn, rec, h.producer_group)
         if stored is not rec:
             res = self.append([stored])[0]

@@ -48,3 +48,10 @@ def test_a_broker_process_rolls_segments_at_the_configured_size(tmp_path: Path) 
     assert len(segments) >= 2
     assert all(s.stat().st_size <= 65536 for s in segments)
     assert BrokerConfig().store.mapped_file_size_commit_log > 65536  # the default is not what we saw
+
+
+@pytest.mark.parametrize("addr", ["127.0.0.1:", "127.0.0.1", ":9876", "h:70000", "h:9876;x"])
+def test_a_bad_name_server_address_is_a_config_error_at_start(addr: str) -> None:
+    with pytest.raises(ConfigError, match="namesrv_addr"):
+        load_config(None, namesrv_addr=addr)
+    assert load_config(None, namesrv_addr="127.0.0.1:9876;10.0.0.2:9876").namesrv_addr

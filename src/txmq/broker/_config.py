@@ -10,7 +10,7 @@ import msgspec
 
 from txmq import limits
 from txmq.errors import ConfigError
-from txmq.protocol import is_broker_topic, is_valid_topic
+from txmq.protocol import is_broker_topic, is_valid_topic, parse_address
 from txmq.store import StoreConfig
 
 __all__ = ["BrokerConfig", "load_config", "parse_delay_levels"]
@@ -73,9 +73,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         if not 0 <= self.port <= limits.PORT_MAX:
             raise ConfigError(f"port {self.port} out of range")
         for addr in filter(None, (a.strip() for a in self.namesrv_addr.split(";"))):
-            host, _, port = addr.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) <= limits.PORT_MAX:
-                raise ConfigError(f"namesrv_addr {addr!r} is not host:port")
+            try:
+                parse_address(addr)
+            except ConfigError as exc:
+                raise ConfigError(f"namesrv_addr: {exc}") from exc
         for name in ("transaction_timeout_ms", "transaction_check_interval_ms",
                      "transaction_check_max", "max_message_size", "default_topic_queue_nums"):
             if getattr(self, name) <= 0:

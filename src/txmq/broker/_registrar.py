@@ -17,7 +17,7 @@ from itertools import count
 from txmq import limits
 from txmq.errors import ProtocolError, ResponseCode
 from txmq.namesrv import BrokerRegistration
-from txmq.protocol import Command, FrameDecoder, encode_command, is_broker_topic
+from txmq.protocol import Command, FrameDecoder, encode_command, is_broker_topic, parse_address
 
 __all__ = ["Registrar"]
 
@@ -41,8 +41,8 @@ class _Link:
         try:
             async with asyncio.timeout(limits.REQUEST_TIMEOUT_MS / 1000):
                 if self.writer is None or self.writer.is_closing():
-                    host, _, port = self.addr.rpartition(":")
-                    self.reader, self.writer = await asyncio.open_connection(host, int(port))
+                    host, port = parse_address(self.addr)
+                    self.reader, self.writer = await asyncio.open_connection(host, port)
                     self.decoder = FrameDecoder()
                 assert self.reader is not None
                 self.writer.write(encode_command(cmd))

@@ -51,6 +51,7 @@ from txmq.protocol import (
     decode_cluster_info,
     encode_batch,
     encode_body,
+    parse_address,
     to_ext,
 )
 
@@ -72,11 +73,7 @@ def _now_ms() -> int:
 
 def parse_endpoint(endpoints: str) -> tuple[str, int]:
     """``"host:port"`` (the first of a ``;``-separated list) → ``(host, port)``. Raises ConfigError."""
-    first = endpoints.split(";")[0].strip()
-    host, sep, port = first.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ConfigError(f"endpoint {first!r} is not host:port")
-    return host, int(port)
+    return parse_address(endpoints.split(";")[0])
 
 
 def _expire(fut: asyncio.Future[Command], code: int) -> None:

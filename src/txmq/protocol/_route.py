@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from txmq.errors import MalformedHeader
+from txmq.errors import ConfigError, MalformedHeader
 from txmq.limits import AUTO_CREATE_TOPIC_QUEUE_NUMS, REGISTER_BODY_INFLATED_MAX_BYTES
 from txmq.protocol._headers import DEFAULT_TOPIC
 
@@ -61,6 +61,7 @@ __all__ = [
     "encode_register_body",
     "encode_route",
     "encode_topic_list",
+    "parse_address",
     "quote_int_keys",
     "topic_configs",
     "wants_standard_json",
@@ -553,3 +554,15 @@ def broker_route(topic: str, queue_nums: int, broker_name: str, cluster: str, ad
         broker_datas=[BrokerData(cluster=cluster, broker_name=broker_name,
                                  broker_addrs={broker_id: addr})],
     )
+
+
+_PORT_MAX = 65_535
+
+
+def parse_address(addr: str) -> tuple[str, int]:
+    """``"host:port"`` → ``(host, port)``, as name server and broker addresses are written
+    (RocketMQ ``namesrvAddr`` lists them separated by ``;``). Raises ConfigError."""
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= _PORT_MAX:
+        raise ConfigError(f"address {addr.strip()!r} is not host:port")
+    return host, int(port)

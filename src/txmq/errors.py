@@ -21,6 +21,7 @@ __all__ = [
     "DataLossError",
     "DiskFull",
     "FrameTooLarge",
+    "InvalidReceiptHandle",
     "InvalidRequest",
     "LocalError",
     "MalformedFrame",
@@ -149,6 +150,17 @@ class InvalidRequest(LocalError):
     def __init__(self, response_code: ResponseCode, message: str) -> None:
         super().__init__(message)
         self.response_code = response_code
+
+
+class InvalidReceiptHandle(InvalidRequest):
+    """A pop receipt handle the broker refuses: forged (does not parse, or names no in-flight
+    checkpoint), expired (past its invisible time: RocketMQ's "receipt handle has expired"),
+    already acked, or naming another group or topic. Answered ``INVALID_PARAMETER``."""
+
+    code = "INVALID_RECEIPT_HANDLE"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ResponseCode.INVALID_PARAMETER, message)
 
 
 class FrameTooLarge(ProtocolError):

@@ -436,6 +436,94 @@ CHAOS_OFFSET_SAMPLE_INTERVAL_MS = 500
 CHAOS_QUIESCE_TIMEOUT_MS = 90_000
 """Longest wait, after every fault is healed, for the workload to drain before the check (txmq)."""
 
+# --- the gRPC door (issue 13: txmq.broker.grpc; RocketMQ 5 proxy ``ProxyConfig`` defaults) -------
+
+GRPC_PORT_DEFAULT = 8081
+"""The port ``txmq broker --grpc-port`` documents (RocketMQ ``ProxyConfig.grpcServerPort``); the
+door is off unless ``grpc_port`` is set."""
+
+GRPC_MAX_INBOUND_BYTES = 130 * 1024 * 1024
+"""Largest gRPC request accepted (``ProxyConfig.grpcMaxInboundMessageSize``: 32 messages of
+4 MiB and their properties); a body above ``max_message_size`` inside it gets
+MESSAGE_BODY_TOO_LARGE, a larger request the transport's RESOURCE_EXHAUSTED."""
+
+GRPC_PRODUCER_MAX_ATTEMPTS = 3
+"""Send attempts the door tells producers to make (``ProxyConfig.grpcClientProducerMaxAttempts``)."""
+
+GRPC_PRODUCER_BACKOFF_INITIAL_MS = 10
+"""First retry backoff told to producers (``grpcClientProducerBackoffInitialMillis``)."""
+
+GRPC_PRODUCER_BACKOFF_MAX_MS = 1_000
+"""Longest retry backoff told to producers (``grpcClientProducerBackoffMaxMillis``)."""
+
+GRPC_PRODUCER_BACKOFF_MULTIPLIER = 2
+"""Backoff growth told to producers (``grpcClientProducerBackoffMultiplier``)."""
+
+GRPC_LONG_POLLING_MIN_MS = 5_000
+"""Shortest long-polling wait of a receive (``grpcClientConsumerMinLongPollingTimeoutMillis``)."""
+
+GRPC_LONG_POLLING_MAX_MS = 20_000
+"""Longest long-polling wait of a receive, and the one told to consumers in their settings
+(``grpcClientConsumerMaxLongPollingTimeoutMillis``)."""
+
+GRPC_LONG_POLLING_RESERVE_MS = 100
+"""Time kept back from a receive's gRPC deadline to answer before it (``longPollingReserveTimeInMillis``)."""
+
+GRPC_RECEIVE_BATCH_SIZE = 32
+"""Receive batch size told to consumers, and the most messages one receive returns
+(``grpcClientConsumerLongPollingBatchSize``)."""
+
+GRPC_RECEIVE_RECHECK_MS = 1_000
+"""How often a parked receive looks again without being woken (txmq: FIFO groups and invisible
+times that expire free messages without any append)."""
+
+GRPC_INVISIBLE_DEFAULT_MS = 60_000
+"""Invisible time of a receive that names none, as push consumers do (``defaultInvisibleTimeMills``)."""
+
+GRPC_INVISIBLE_MIN_RECV_MS = 10_000
+"""Default of ``BrokerConfig.grpc_min_invisible_time_ms``, the shortest invisible time a receive
+may ask for (``minInvisibleTimeMillsForRecv``)."""
+
+GRPC_INVISIBLE_MAX_MS = 12 * 3600 * 1000
+"""Longest invisible time a receive or ChangeInvisibleDuration may ask for (``maxInvisibleTimeMills``)."""
+
+GRPC_DELAY_MAX_MS = 24 * 3600 * 1000
+"""Furthest ahead a message's delivery timestamp may be (``ProxyConfig.maxDelayTimeMills``)."""
+
+GRPC_USER_PROPERTIES_MAX = 128
+"""Most user properties on one message (``ProxyConfig.userPropertyMaxNum``)."""
+
+GRPC_USER_PROPERTIES_MAX_BYTES = 16 * 1024
+"""Largest total size of one message's user property keys and values (``maxUserPropertySize``)."""
+
+GRPC_MESSAGE_GROUP_MAX_CHARS = 64
+"""Longest FIFO message group (``ProxyConfig.maxMessageGroupSize``)."""
+
+GRPC_SEND_DEDUP_ENTRIES = 65_536
+"""Recent sends remembered by (topic, message id) so a client's retry of a send that was stored
+is answered with the first result and stores nothing (txmq: the 5.x clients retry halves; the
+proxy has no such window). Oldest forgotten first."""
+
+GRPC_SEND_DEDUP_WINDOW_MS = 5 * 60_000
+"""How long a send is remembered for retries (txmq: far above the clients' 3 attempts of a 3 s
+request timeout each)."""
+
+GRPC_SEND_GATHER_MAX_MS = 5
+"""Longest a gRPC send waits for an fsync under way to end before it is stored anyway, gathered
+with the sends that came meanwhile into one append (txmq)."""
+
+GRPC_CLIENT_IDLE_MS = 120_000
+"""A gRPC client with no Telemetry stream and no call for this long is forgotten
+(``ProxyConfig.grpcClientIdleTimeMills``)."""
+
+GRPC_CLIENTS_MAX = 10_000
+"""Most gRPC clients (client ids) known at once; settings from one more are refused with
+TOO_MANY_REQUESTS (txmq, as ``CONNECTIONS_MAX``)."""
+
+GRPC_TELEMETRY_QUEUE_MAX = 1_024
+"""Server commands (settings answers, check-backs) queued for one Telemetry stream; beyond it
+check-backs are dropped (retried by the next checker round; txmq)."""
+
 # -- recovery (issue 11 part 3) -------------------------------------------------------------------
 
 QUARANTINE_DIR = "quarantine"
@@ -543,3 +631,92 @@ SINK_MAX_IN_FLIGHT = 8
 
 assert SINK_SEND_BATCH_ROWS <= BATCH_MESSAGES_MAX
 assert SINK_SEND_BATCH_BYTES + FRAME_HEADER_MAX_BYTES < FRAME_SIZE_MAX_BYTES
+
+# --- issue 13: pop consumption ------------------------------------------------------------------
+RETRY_MAX_TIMES = MAX_RECONSUME_TIMES
+"""Default retries of a consumer group before the DLQ (a pop message's max delivery attempts is
+this + 1). RocketMQ ``SubscriptionGroupConfig.retryMaxTimes`` 16."""
+
+POP_BATCH_MAX = 32
+"""Most messages one pop returns. RocketMQ ``PopMessageProcessor`` refuses ``maxMsgNums`` above
+32 (a checkpoint's bitmap is one int)."""
+
+POP_INVISIBLE_TIME_MIN_MS = 10_000
+"""Shortest invisible time a receive may ask for; checked by the gRPC door, as the proxy does
+(the broker's pop takes any positive time). RocketMQ ``ProxyConfig.minInvisibleTimeMillsForRecv``
+10 s."""
+
+POP_INVISIBLE_TIME_MAX_MS = 12 * 3_600_000
+"""Longest invisible time of a pop or a change of invisible time. RocketMQ
+``ProxyConfig.maxInvisibleTimeMills`` 12 h."""
+
+POP_INVISIBLE_TIME_DEFAULT_MS = 60_000
+"""Invisible time when a receive names none. RocketMQ ``ProxyConfig.defaultInvisibleTimeMills``
+60 s."""
+
+POP_REVIVE_CHECKPOINTS_PER_TICK_MAX = 256
+"""Expired checkpoints revived by one tick (the rest wait for the next), so one tick's append
+stays bounded (txmq; RocketMQ ``PopReviveService`` revives in bounded rounds too)."""
+
+POP_READ_BYTES_MAX = 4 * 1024 * 1024
+"""Body bytes one pop reads from one queue (txmq; a pop returns at most ``POP_BATCH_MAX``
+messages anyway)."""
+
+POP_RETRY_FIRST_EVERY = 5
+"""One pop in this many reads the group's retry topic before the topic (the others after it).
+RocketMQ ``PopMessageProcessor``: ``randomQ % 5 == 0`` pops the retry topic first."""
+
+POP_RECEIPT_HANDLE_CHARS_MAX = 512
+"""Longest receipt handle parsed; a longer one is refused unread (txmq; ours are ~80 chars)."""
+
+# -- outbox transports (RabbitMQ, NATS JetStream, txmq) -----------------------------------------------
+
+OUTBOX_TRANSPORT_CONNECT_TIMEOUT_MS = 5_000
+"""How long a transport waits for a RabbitMQ or NATS connection before the send (or subscribe)
+fails; the relay then backs off and keeps the rows (txmq)."""
+
+OUTBOX_TRANSPORT_SEND_TIMEOUT_MS = 10_000
+"""How long one batch waits for the broker's durable acknowledgement (RabbitMQ publisher confirms,
+JetStream publish acks) before it counts as failed (txmq; nats-py ``js.publish`` default 5 s)."""
+
+OUTBOX_TRANSPORT_RETRY_DELAY_MS = 1_000
+"""Pause before a failed delivery is offered again (RocketMQ's first delay level is 1 s; RabbitMQ
+requeues at once, so the consumer waits this long before its nack; JetStream ``nak`` delay)."""
+
+OUTBOX_TRANSPORT_PREFETCH = 32
+"""Unacknowledged deliveries a consumer holds (RabbitMQ ``basic.qos`` prefetch count; JetStream
+pull ``fetch`` batch). RocketMQ ``consumeMessageBatchMaxSize`` is 1; 32 is the push consumer's
+``pullBatchSize``."""
+
+OUTBOX_TRANSPORT_ACK_WAIT_MS = 30_000
+"""JetStream ``ack_wait``: an unacknowledged delivery is redelivered after this (nats-server default
+30 s)."""
+
+OUTBOX_NATS_DUPLICATE_WINDOW_MS = 120_000
+"""JetStream ``duplicate_window`` of the outbox stream: a resend with the same ``Nats-Msg-Id``
+within it is stored once (nats-server default 2 min)."""
+
+OUTBOX_TRANSPORT_DLQ_READ_MAX = 1_000
+"""Most dead letters :meth:`Transport.dead_letters` returns in one call (txmq)."""
+
+OUTBOX_TRANSPORT_NAME_MAX_CHARS = 127
+"""Longest topic or group name a transport maps to a broker name (RocketMQ
+``TopicValidator.TOPIC_MAX_LENGTH`` 127; RabbitMQ queue names allow 255 bytes)."""
+
+CONSOLE_SEND_COUNT_MAX = 100_000
+"""Most messages one ``txmq send`` sends (``--count``; a console producer, not a benchmark: use
+``txmq bench send`` for load) (txmq)."""
+
+CONSOLE_BODY_MAX_BYTES = 4 * 1024 * 1024
+"""Largest body ``txmq send`` accepts (RocketMQ ``DefaultMQProducer.maxMessageSize``, 4 MiB)."""
+
+CONSOLE_CONSUME_IDLE_MS = 1_000
+"""``txmq consume`` stops after this long without a new message unless ``--follow`` (txmq)."""
+
+CONSOLE_PULL_BATCH = 32
+"""Messages one ``txmq consume`` pull asks for per queue (RocketMQ
+``DefaultMQPushConsumer.pullBatchSize`` 32)."""
+
+CLUSTER_TOPIC_QUEUE_NUMS = 16
+"""Queues of the topic named after the broker's cluster that a broker registers with its name
+servers (RocketMQ ``TopicConfig`` default read/write queue numbers, ``TopicConfigManager.init``)."""

@@ -126,7 +126,7 @@ def test_two_brokers_serve_one_topic_until_one_leaves() -> None:
     assert route is not None and _queues(route) == {"broker-b": (2, 2, 6)}
     assert core.route("OnlyA") is None
     topics = decode_topic_list(core.handle(Command(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), 0).body)  # type: ignore[union-attr]
-    assert sorted(topics.topic_list) == ["Shared", "TBW102", "broker-b"]
+    assert sorted(topics.topic_list) == ["DefaultCluster", "Shared", "TBW102", "broker-b"]
     core.handle(reg_b.unregister(), 6)
     assert core.cluster_info().cluster_addr_table == {} and core.topic_list().topic_list == []
 
@@ -257,14 +257,27 @@ def test_single_topic_registration_of_an_unknown_broker_id_is_refused() -> None:
     cmd = BrokerRegistration("broker-a", A, auto_create_topic_enable=False).register({"T": 1}, 0)
     body = decode_register_body(cmd.body)
     table = body.topic_config_serialize_wrapper.topic_config_table
-    assert set(table) == {"T", "broker-a"}  # the broker's own topic, as RocketMQ brokers announce
-    del table["broker-a"]
+    # the cluster's and the broker's own topics, as RocketMQ brokers announce them
+    assert set(table) == {"T", "DefaultCluster", "broker-a"}
+    del table["broker-a"], table["DefaultCluster"]
     cmd.body, cmd.ext["bodyCrc32"] = encode_register_body(body), "0"
     response = core.handle(cmd, 0)
     assert response is not None
     assert (response.code, response.remark) == (ResponseCode.SYSTEM_ERROR, "register broker failed")
     assert core.route("T") is None
     assert core.cluster_info() == ClusterInfo()
+
+
+def test_a_broker_with_no_topic_of_its_own_registers() -> None:
+    """A new broker whose table is empty (no topics yet, auto-create off) still registers: its
+    cluster and broker topics keep the registration from looking like a single-topic update."""
+    core = NameServerCore()
+    response = _register(core, BrokerRegistration("broker-a", A, auto_create_topic_enable=False), {},
+                         now=1)
+    assert response.code == ResponseCode.SUCCESS
+    assert core.cluster_info().broker_addr_table["broker-a"].broker_addrs == {0: A}
+    route = core.route("DefaultCluster")
+    assert route is not None and _queues(route) == {"broker-a": (16, 16, 7)}
 
 
 def test_topic_list_can_be_disabled() -> None:

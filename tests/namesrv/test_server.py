@@ -114,7 +114,7 @@ def test_register_and_look_up_over_tcp_in_both_codecs(namesrv: int) -> None:
     topics = client.call(Command(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, 22,
                                  serialize_type=SERIALIZE_ROCKETMQ))
     assert sorted(decode_topic_list(topics.body).topic_list) == [
-        "OnlyA", "Shared", "TBW102", "broker-a", "broker-b"]
+        "DefaultCluster", "OnlyA", "Shared", "TBW102", "broker-a", "broker-b"]
     unknown = client.call(Command(7777, 23))
     assert (unknown.code, unknown.remark) == (ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                               " request type 7777 not supported")

@@ -5,6 +5,10 @@ MariaDB at 127.0.0.1:3306, database ``test``; override with ``TXMQ_TEST_POSTGRES
 ``TXMQ_TEST_MARIADB_URL``. An unreachable server fails the test, it is never skipped. Every test
 gets tables with a fresh random prefix, dropped afterwards, so parallel and earlier runs never
 collide.
+
+The transport contract runs on every transport's real server: a txmq broker process, RabbitMQ at
+127.0.0.1:5672 (guest/guest) and NATS with JetStream at 127.0.0.1:4222 (``.ci/services`` starts
+them; override with ``TXMQ_TEST_AMQP_URL`` / ``TXMQ_TEST_NATS_URL``); a server that is down fails.
 """
 
 from __future__ import annotations
@@ -15,11 +19,21 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from outbox_helpers import ASYNC_DRIVERS, DATABASES, SERVER_URLS, FakeClock, fresh_tables, server_engine
+from outbox_helpers import (
+    ASYNC_DRIVERS,
+    DATABASES,
+    SERVER_URLS,
+    TRANSPORTS,
+    FakeClock,
+    fresh_tables,
+    open_test_transport,
+    server_engine,
+)
 from prometheus_client import CollectorRegistry
 
 from txmq import outbox
-from txmq.outbox import OutboxMetrics, OutboxTables
+from txmq.outbox import OutboxMetrics, OutboxTables, Transport
+from txmq.testing import BrokerProcess, run_broker
 
 
 @pytest.fixture(params=DATABASES)
@@ -81,3 +95,21 @@ def ledger(engine: sa.Engine, tables: OutboxTables) -> Iterator[sa.Table]:
                         sa.Column("n", sa.Integer, nullable=False))
     yield t
     t.drop(engine)
+
+
+@pytest.fixture(scope="session")
+def txmq_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A real txmq broker process with 100 ms retry delays (for the transport contract)."""
+    with run_broker(tmp_path_factory.mktemp("transport-broker"),
+                    message_delay_level=" ".join(["100ms"] * 18)) as b:
+        yield b
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> Iterator[Transport]:
+    """Each transport on its real server: txmq (a broker process), RabbitMQ, NATS JetStream."""
+    kind = str(request.param)
+    endpoints = request.getfixturevalue("txmq_broker").endpoints if kind == "txmq" else ""
+    t = open_test_transport(kind, endpoints)
+    yield t
+    t.close()

@@ -12,7 +12,16 @@ import sqlalchemy as sa
 
 from txmq import outbox
 from txmq.client import Message, MessageExt
-from txmq.outbox import OutboxMetrics, OutboxTables, Relay, RelayConfig, Sender
+from txmq.outbox import (
+    OutboxMetrics,
+    OutboxTables,
+    Relay,
+    RelayConfig,
+    Sender,
+    Transport,
+    default_rollback_topic,
+    open_transport,
+)
 from txmq.outbox._claims import claim
 from txmq.outbox._envelope import to_message
 
@@ -117,3 +126,37 @@ def sent_messages(engine: sa.Engine, tables: OutboxTables, n: int, clock: FakeCl
     put(engine, tables, n, now_ms=clock.ms)
     with engine.begin() as conn:
         return [to_message(r) for r in claim(conn, tables, "x/0", clock.ms, n, 1000)]
+
+
+# -- transports (RabbitMQ, NATS JetStream, txmq) ---------------------------------------------------
+TRANSPORTS = ("txmq", "rabbitmq", "nats")
+
+TRANSPORT_URLS = {
+    "rabbitmq": os.environ.get("TXMQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+    "nats": os.environ.get("TXMQ_TEST_NATS_URL", "nats://127.0.0.1:4222"),
+}
+DOWN_URLS = {"txmq": "txmq://127.0.0.1:1", "rabbitmq": "amqp://guest:guest@127.0.0.1:1/",
+             "nats": "nats://127.0.0.1:1"}
+"""Port 1: nothing listens there (connection refused at once)."""
+
+TXMQ_CONSUMER = {"consume_from_where": "CONSUME_FROM_FIRST_OFFSET", "suspend_ms": 500}
+RETRY_DELAY_MS = 50
+
+
+def open_test_transport(kind: str, txmq_endpoints: str) -> Transport:
+    """A connected transport of ``kind``; fails (never skips) when its server is down."""
+    if kind == "txmq":
+        return open_transport(f"txmq://{txmq_endpoints}", consumer_kw=TXMQ_CONSUMER)
+    t = open_transport(TRANSPORT_URLS[kind], retry_delay_ms=RETRY_DELAY_MS)
+    try:
+        t.connect()
+    except Exception as exc:
+        t.close()
+        pytest.fail(f"{kind} at {TRANSPORT_URLS[kind]} is not reachable ({exc}); run .ci/services")
+    return t
+
+
+def names(tag: str = "") -> tuple[str, str]:
+    """A fresh topic and its rollback topic."""
+    topic = f"orders-{uuid.uuid4().hex[:8]}{tag}"
+    return topic, default_rollback_topic(topic)

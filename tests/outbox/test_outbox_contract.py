@@ -6,41 +6,69 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from outbox_helpers import (
+    DOWN_URLS,
+    TRANSPORT_URLS,
+    TRANSPORTS,
+    TXMQ_CONSUMER,
     FakeClock,
     RecordingSender,
     delivery,
     events,
+    fresh_tables,
     inbox_rows,
     make_relay,
+    names,
     put,
     sample,
     sent_messages,
 )
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from prometheus_client import CollectorRegistry
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from txmq.client import ConsumeStatus, Message
-from txmq.errors import OutboxError
+from txmq import limits, outbox
+from txmq.client import ConsumeStatus, Message, MessageExt
+from txmq.errors import ConfigError, OutboxError
 from txmq.outbox import (
+    PROPERTY_DLQ_REASON,
+    AsyncCommitListener,
+    AsyncRelay,
+    AsyncRollbackListener,
     CommitListener,
     InboxEvent,
+    Listener,
     OutboxMetrics,
     OutboxTables,
     RejectEvent,
+    Relay,
+    RelayConfig,
     RollbackListener,
+    Transport,
     TxType,
     backlog,
+    open_async_transport,
+    open_transport,
     outbox_status,
     put_message,
 )
 from txmq.outbox._claims import claim, claimable_clause
 from txmq.outbox._envelope import to_message
 from txmq.outbox._policy import claimable
+from txmq.testing import wait_until
 
 
 # -- put_message: atomic with the business rows (I8) -------------------------------------------------
@@ -288,3 +316,363 @@ def test_status_backlog_and_gauges(engine: sa.Engine, tables: OutboxTables, metr
     assert (b.total, b.expired_leases, b.attempts_max, b.oldest_age_ms) == (5, 2, 1, 3000)
     assert st.events == {"COMMIT": {"PRODUCE_INIT": 3, "PRODUCE_PROCESSING": 2}}
     assert st.as_dict()["backlog"]["total"] == 5
+
+
+# -- the same contract on every transport (txmq, RabbitMQ, NATS JetStream), on SQLite --------------
+FAST = RelayConfig(period_ms=20, batch_size=20, backoff_base_ms=50, backoff_max_ms=200)
+
+
+class Flow:
+    """One test's services on one transport: upstream and downstream tables in one SQLite file,
+    fresh topics, and whatever relays and subscriptions the test starts (stopped at the end)."""
+
+    def __init__(self, transport: Transport, tmp_path: Path, stack: ExitStack) -> None:
+        self.t, self.stack = transport, stack
+        self.engine = outbox.create_sqlite_engine(tmp_path / "flow.db")
+        stack.callback(self.engine.dispose)
+        self.up, self.down = fresh_tables(self.engine, "u"), fresh_tables(self.engine, "d")
+        self.topic, self.rollback_topic = names()
+        self.tag = self.topic.rsplit("-", 1)[1]
+        transport.ensure_topic(self.topic)
+        transport.ensure_topic(self.rollback_topic)
+        self.metrics = OutboxMetrics(CollectorRegistry())
+
+    def relay(self, tables: OutboxTables, relay_id: str | None = None) -> Relay:
+        r = Relay(self.engine, self.t, tables=tables, config=FAST, metrics=self.metrics, relay_id=relay_id)
+        r.start()
+        self.stack.callback(r.stop)
+        return r
+
+    def subscribe(self, name: str, topic: str, listener: Listener, max_reconsume_times: int) -> None:
+        s = self.t.subscribe(f"{name}-{self.tag}", topic, listener, max_reconsume_times=max_reconsume_times)
+        s.start()
+        self.stack.callback(s.shutdown)
+
+    def put(self, keys: list[str], tables: OutboxTables | None = None) -> None:
+        with self.engine.begin() as conn:
+            for k in keys:
+                put_message(conn, Message(topic=self.topic, body=f"order {k}".encode()), "ORDER_CREATED", k,
+                            "order-service", tables=tables or self.up)
+
+
+@pytest.fixture
+def flow(transport: Transport, tmp_path: Path) -> Iterator[Flow]:
+    with ExitStack() as stack:
+        yield Flow(transport, tmp_path, stack)
+
+
+class Deliveries:
+    """A raw listener that counts deliveries per event id (no inbox)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen = Counter[str]()
+
+    def __call__(self, msgs: list[MessageExt]) -> ConsumeStatus:
+        with self.lock:
+            self.seen.update(m.msg_id for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+
+@pytest.mark.timeout(60)
+def test_transport_put_message_is_atomic(flow: Flow) -> None:
+    got = Deliveries()
+    flow.subscribe("ledger", flow.topic, got, 3)
+    with flow.engine.begin() as conn:
+        eid = put_message(conn, Message(topic=flow.topic, body=b"1"), "CREATED", "1", "shop", tables=flow.up)
+    with pytest.raises(RuntimeError), flow.engine.begin() as conn:
+        put_message(conn, Message(topic=flow.topic, body=b"2"), "CREATED", "2", "shop", tables=flow.up)
+        raise RuntimeError("business failure after put_message")
+    flow.relay(flow.up)
+    wait_until(lambda: got.seen == {eid: 1}, 20)
+    time.sleep(0.3)
+    assert got.seen == {eid: 1}
+    assert [(r.event_id, r.status) for r in events(flow.engine, flow.up)] == [(eid, "PRODUCE_PROCESSED")]
+
+
+@pytest.mark.timeout(90)
+def test_transport_four_relays_send_each_event_once(flow: Flow) -> None:
+    got = Deliveries()
+    flow.subscribe("ledger", flow.topic, got, 3)
+    for r in range(4):
+        flow.relay(flow.up, f"relay-{r}")
+    keys = [str(i) for i in range(200)]
+    for i in range(0, 200, 20):
+        flow.put(keys[i:i + 20])
+    wait_until(lambda: len(got.seen) == 200, 40)
+    time.sleep(0.3)
+    assert set(got.seen.values()) == {1}
+    rows = events(flow.engine, flow.up)
+    assert {(r.status, r.attempts) for r in rows} == {("PRODUCE_PROCESSED", 1)}
+    assert sample(flow.metrics, "txmq_outbox_stale_finishes_total", flow.up.outbox.name) == 0
+
+
+@pytest.mark.timeout(60)
+def test_transport_inbox_side_effects_once_under_redelivery(flow: Flow) -> None:
+    ledger = Counter[str]()
+    lock = threading.Lock()
+
+    def book(conn: sa.Connection, ev: InboxEvent) -> None:
+        with lock:
+            ledger[ev.biz_key] += 1
+
+    inbox = CommitListener(flow.engine, book, tables=flow.down, metrics=flow.metrics)
+    first = set[str]()
+
+    def ack_lost(msgs: list[MessageExt]) -> ConsumeStatus:  # handled, but the ack "gets lost" once
+        status = inbox(msgs)
+        with lock:
+            if msgs[0].msg_id not in first:
+                first.add(msgs[0].msg_id)
+                return ConsumeStatus.RECONSUME_LATER
+        return status
+
+    flow.subscribe("ledger", flow.topic, ack_lost, limits.MAX_RECONSUME_TIMES)
+    flow.relay(flow.up)
+    keys = [str(i) for i in range(20)]
+    flow.put(keys)
+    dup = "txmq_inbox_duplicates_skipped_total"
+    wait_until(lambda: sample(flow.metrics, dup, flow.down.inbox.name) == 20, 30)
+    assert ledger == dict.fromkeys(keys, 1)
+    assert {r.status for r in inbox_rows(flow.engine, flow.down)} == {"CONSUME_PROCESSED"}
+
+
+@pytest.mark.timeout(90)
+def test_transport_give_up_rolls_back_compensates_and_dead_letters(flow: Flow) -> None:
+    attempts, compensated = Counter[str](), Counter[str]()
+
+    def book(conn: sa.Connection, ev: InboxEvent) -> None:
+        attempts[ev.biz_key] += 1
+        if ev.biz_key in ("13", "14"):
+            raise ValueError(f"the ledger refuses order {ev.biz_key}")
+
+    def cancel(conn: sa.Connection, ev: InboxEvent) -> None:
+        assert ev.tx_type == "ROLLBACK"
+        compensated[ev.biz_key] += 1
+        if ev.biz_key == "14":
+            raise RuntimeError("order 14 cannot be cancelled")
+
+    flow.relay(flow.up)
+    down_relay = flow.relay(flow.down)
+    ledger = CommitListener(flow.engine, book, tables=flow.down, metrics=flow.metrics, max_reconsume_times=2,
+                            on_rollback=down_relay.wake)
+    flow.subscribe("ledger", flow.topic, ledger, 4)
+    comp = RollbackListener(flow.engine, cancel, tables=flow.up, metrics=flow.metrics)
+    flow.subscribe("comp", flow.rollback_topic, comp, 2)
+    flow.put(["11", "12", "13", "14"])
+    group = f"comp-{flow.tag}"
+    wait_until(lambda: len(flow.t.dead_letters(group, flow.rollback_topic)) == 1, 40)
+    wait_until(lambda: compensated["13"] == 1 and len(inbox_rows(flow.engine, flow.down)) == 4, 20)
+    (dead,) = flow.t.dead_letters(group, flow.rollback_topic)
+    assert (dead.body, dead.properties["TXMQ_OUTBOX_TX_TYPE"], dead.properties["TXMQ_OUTBOX_BIZ_KEY"]) == (
+        b"order 14", "ROLLBACK", "14")
+    assert attempts == {"11": 1, "12": 1, "13": 2, "14": 2} and compensated == {"13": 1, "14": 3}
+    down = {r.biz_key: r.status for r in inbox_rows(flow.engine, flow.down)}
+    assert down == {"11": "CONSUME_PROCESSED", "12": "CONSUME_PROCESSED", "13": "CONSUME_MAX_RECONSUMETIMES",
+                    "14": "CONSUME_MAX_RECONSUMETIMES"}
+    assert [(r.biz_key, r.status) for r in inbox_rows(flow.engine, flow.up)] == [("13", "CONSUME_PROCESSED")]
+
+
+@pytest.mark.timeout(90)
+def test_transport_relay_killed_mid_batch_loses_nothing(flow: Flow, tmp_path: Path) -> None:
+    ledger = Counter[str]()
+    lock = threading.Lock()
+
+    def book(conn: sa.Connection, ev: InboxEvent) -> None:
+        with lock:
+            ledger[ev.biz_key] += 1
+
+    inbox = CommitListener(flow.engine, book, tables=flow.down, metrics=flow.metrics)
+    flow.subscribe("ledger", flow.topic, inbox, limits.MAX_RECONSUME_TIMES)
+    keys = [str(i) for i in range(300)]
+    flow.put(keys)
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("relay_proc.py")),
+                             str(tmp_path / "flow.db"), flow.up.prefix, flow.t.url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    def mid_batch() -> bool:  # some events sent and marked, and a claimed batch in flight
+        by = Counter(r.status for r in events(flow.engine, flow.up))
+        return (by["PRODUCE_PROCESSED"] >= 30 and by["PRODUCE_PROCESSING"] > 0) or proc.poll() is not None
+
+    try:
+        wait_until(mid_batch, 30)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    assert {r.status for r in events(flow.engine, flow.up)} != {"PRODUCE_PROCESSED"}, "killed too late"
+    flow.relay(flow.up)  # takes over once the dead relay's leases (1.5 s) expire
+    wait_until(lambda: len(ledger) == 300, 30)
+    wait_until(lambda: {r.status for r in events(flow.engine, flow.up)} == {"PRODUCE_PROCESSED"}, 10)
+    assert ledger == dict.fromkeys(keys, 1)
+
+
+# -- bad input on every transport --------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_transport_a_message_that_is_not_an_envelope_is_dead_lettered(flow: Flow) -> None:
+    calls: list[InboxEvent] = []
+    inbox = CommitListener(flow.engine, lambda c, ev: calls.append(ev), tables=flow.down,
+                           metrics=flow.metrics)
+    flow.subscribe("ledger", flow.topic, inbox, 3)
+    uniq = uuid.uuid4().hex.upper()  # unique: NATS would drop a repeated Nats-Msg-Id for 2 min
+    plain = Message(topic=flow.topic, body=b"not an envelope", keys="42", properties={"UNIQ_KEY": uniq})
+    flow.t.send_batch([plain])
+    if flow.t.kind == "txmq":  # RocketMQ messages carry an id: a plain one is an event (see docs/outbox.md)
+        wait_until(lambda: len(calls) == 1, 20)
+        assert (calls[0].event_id, calls[0].biz_key) == (uniq, "42")
+        return
+    group = f"ledger-{flow.tag}"
+    wait_until(lambda: len(flow.t.dead_letters(group, flow.topic)) == 1, 20)
+    (dead,) = flow.t.dead_letters(group, flow.topic)
+    assert dead.body == b"not an envelope"
+    assert dead.properties[PROPERTY_DLQ_REASON] == "not an outbox envelope: no TXMQ_OUTBOX_EVENT_ID header"
+    assert calls == [] and inbox_rows(flow.engine, flow.down) == []
+
+
+@pytest.mark.timeout(60)
+def test_nats_a_consumer_dying_on_the_last_delivery_still_dead_letters(tmp_path: Path) -> None:
+    """A consumer never answers the last delivery; JetStream gives up on the message when the next
+    consumer of the group pulls, and its max-deliveries advisory moves the message to the DLQ."""
+    t = open_transport(TRANSPORT_URLS["nats"], retry_delay_ms=20, ack_wait_ms=1000)
+    stuck, hanging = threading.Event(), threading.Event()
+    topic, _ = names()
+    group = f"g-{topic.rsplit('-', 1)[1]}"
+
+    def hang_on_last(msgs: list[MessageExt]) -> ConsumeStatus:
+        if msgs[0].reconsume_times == 1:  # the last allowed delivery: "dies" (never answers in time)
+            hanging.set()
+            stuck.wait(20)
+        return ConsumeStatus.RECONSUME_LATER
+
+    sub = t.subscribe(group, topic, hang_on_last, max_reconsume_times=1)
+    other = t.subscribe(group, topic, lambda msgs: ConsumeStatus.RECONSUME_LATER, max_reconsume_times=1)
+    try:
+        sub.start()
+        eid = uuid.uuid4().hex
+        t.send_batch([Message(topic=topic, body=b"x", properties={
+            "UNIQ_KEY": eid, "TXMQ_OUTBOX_EVENT_ID": eid, "TXMQ_OUTBOX_TX_TYPE": "COMMIT"})])
+        wait_until(hanging.is_set, 10)
+        other.start()  # another member of the group (a restarted process) pulls
+        wait_until(lambda: len(t.dead_letters(group, topic)) == 1, 20)
+        (dead,) = t.dead_letters(group, topic)
+        assert "max-deliveries advisory" in dead.properties[PROPERTY_DLQ_REASON]
+        stuck.set()  # the consumer "comes back": its own move to the DLQ is deduplicated
+        time.sleep(0.5)
+        assert len(t.dead_letters(group, topic)) == 1
+    finally:
+        stuck.set()
+        other.shutdown()
+        sub.shutdown()
+        t.close()
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_transport_down_the_relay_backs_off_and_keeps_the_rows(
+        kind: str, tmp_path: Path, metrics: OutboxMetrics, clock: FakeClock) -> None:
+    engine = outbox.create_sqlite_engine(tmp_path / "down.db")
+    tables = fresh_tables(engine)
+    put(engine, tables, 3, now_ms=clock.ms)
+    r = Relay(engine, DOWN_URLS[kind], tables=tables, metrics=metrics, clock=clock,
+              config=RelayConfig(backoff_base_ms=1000))
+    try:
+        for attempt in (1, 2):
+            res = r.run_once()
+            assert (res.claimed, res.sent, res.failed) == (3, 0, 3)
+            rows = events(engine, tables)
+            assert {(x.status, x.attempts, x.sent_at_ms) for x in rows} == {("PRODUCE_INIT", attempt, None)}
+            assert all(x.last_error and x.next_attempt_at_ms > clock.ms for x in rows)
+            assert r.run_once().claimed == 0  # backing off
+            clock.advance(1)
+    finally:
+        r.stop()
+        engine.dispose()
+
+
+def test_a_wrong_transport_url_is_a_clear_error(tmp_path: Path) -> None:
+    for url, match in (("kafka://127.0.0.1:9092", "unknown scheme 'kafka'"), ("amqp://", "names no host"),
+                       ("nats://127.0.0.1:abc", "port is not a number"),
+                       ("127.0.0.1:10911", "unknown scheme")):
+        with pytest.raises(ConfigError, match=match):
+            open_transport(url)
+    with pytest.raises(ConfigError, match="unknown scheme"):
+        Relay(outbox.create_sqlite_engine(tmp_path / "x.db"), "bogus://h:1")
+    with pytest.raises(ConfigError) as exc:
+        open_transport("amqp://u:secret@h:x/")
+    assert "secret" not in str(exc.value)  # the password is not echoed
+
+
+# -- the asyncio relay and listeners, on every transport ------------------------------------------
+async def _until(pred: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+@pytest.mark.timeout(60)
+def test_async_relay_and_listeners_on_every_transport(kind: str, tmp_path: Path,
+                                                      request: pytest.FixtureRequest) -> None:
+    engine = outbox.create_sqlite_engine(tmp_path / "aio.db")
+    up, down = fresh_tables(engine, "u"), fresh_tables(engine, "d")
+    engine.dispose()
+    topic, rollback_topic = names()
+    tag = topic.rsplit("-", 1)[1]
+    url, kw = TRANSPORT_URLS.get(kind, ""), {"retry_delay_ms": 50}
+    if kind == "txmq":
+        url, kw = f"txmq://{request.getfixturevalue('txmq_broker').endpoints}", {"consumer_kw": TXMQ_CONSUMER}
+    metrics = OutboxMetrics(CollectorRegistry())
+    ledger, compensated, first = Counter[str](), Counter[str](), set[str]()
+
+    async def book(conn: AsyncConnection, ev: InboxEvent) -> None:
+        await conn.execute(sa.text("SELECT 1"))
+        if ev.biz_key == "7":
+            raise RejectEvent("order 7 refused")
+        ledger[ev.biz_key] += 1
+
+    async def cancel(conn: AsyncConnection, ev: InboxEvent) -> None:
+        compensated[ev.biz_key] += 1
+
+    async def main() -> None:
+        aengine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'aio.db'}",
+                                      connect_args={"timeout": 60})
+        t = open_async_transport(url, **kw)
+        await t.ensure_topic(topic)
+        await t.ensure_topic(rollback_topic)
+        up_relay = AsyncRelay(aengine, t, tables=up, config=FAST, metrics=metrics)
+        down_relay = AsyncRelay(aengine, t, tables=down, config=FAST, metrics=metrics)
+        inbox = AsyncCommitListener(aengine, book, tables=down, metrics=metrics, on_rollback=down_relay.wake)
+
+        async def ack_lost(msgs: list[MessageExt]) -> ConsumeStatus:  # handled, but the first ack is lost
+            status = await inbox(msgs)
+            if msgs[0].msg_id in first:
+                return status
+            first.add(msgs[0].msg_id)
+            return ConsumeStatus.RECONSUME_LATER
+
+        subs = [t.subscribe(f"ledger-{tag}", topic, ack_lost, max_reconsume_times=16),
+                AsyncRollbackListener(aengine, cancel, tables=up, metrics=metrics).subscribe(
+                    t, f"comp-{tag}", rollback_topic)]
+        for s in subs:
+            await s.start()
+        up_relay.start()
+        down_relay.start()
+        async with aengine.begin() as conn:
+            for k in range(10):
+                await put_message(conn, Message(topic=topic, body=f"order {k}".encode()), "ORDER_CREATED",
+                                  str(k), "order-service", tables=up)
+        up_relay.wake()
+        dup = "txmq_inbox_duplicates_skipped_total"
+        await _until(lambda: compensated["7"] == 1 and sample(metrics, dup, down.inbox.name) == 10, 30)
+        await asyncio.sleep(0.2)
+        for s in subs:
+            await s.shutdown()
+        await up_relay.stop()
+        await down_relay.stop()
+        await t.close()
+        await aengine.dispose()
+
+    asyncio.run(main())
+    assert ledger == {str(k): 1 for k in range(10) if k != 7} and compensated == {"7": 1}
+    assert {(r.tx_type, r.status) for r in events(engine, down)} == {("ROLLBACK", "PRODUCE_PROCESSED")}
+    assert {r.status for r in events(engine, up)} == {"PRODUCE_PROCESSED"}
+    engine.dispose()

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import txmq.outbox as public
 from txmq import limits
-from txmq.client import MessageExt
+from txmq.client import ConsumeStatus, MessageExt
 from txmq.errors import ConfigError
 from txmq.outbox import EventStatus, RelayConfig, TxType
 from txmq.outbox._envelope import OutboxRow, decode_event, to_message
@@ -28,6 +28,15 @@ from txmq.outbox._policy import (
     next_status,
     plan_batches,
 )
+from txmq.outbox._transport import (
+    NotAnEnvelope,
+    Verdict,
+    from_headers,
+    parse_transport_url,
+    to_headers,
+    verdict,
+)
+from txmq.protocol import Message
 
 PRODUCE = [EventStatus.PRODUCE_INIT, EventStatus.PRODUCE_PROCESSING, EventStatus.PRODUCE_PROCESSED]
 
@@ -144,3 +153,35 @@ def _is_module(name: str) -> bool:
     import types
 
     return isinstance(getattr(public, name), types.ModuleType)
+
+
+# -- transports: the sans-IO parts ------------------------------------------------------------------
+def test_transport_urls_map_to_kinds() -> None:
+    assert parse_transport_url("txmq://127.0.0.1:10911") == ("txmq", "127.0.0.1:10911")
+    assert parse_transport_url("txmq://a:1;b:2") == ("txmq", "a:1;b:2")
+    url = "amqp://guest:guest@127.0.0.1:5672/"
+    assert parse_transport_url(url) == ("rabbitmq", url)
+    assert parse_transport_url("nats://127.0.0.1:4222") == ("nats", "nats://127.0.0.1:4222")
+    with pytest.raises(ConfigError, match="unknown scheme 'http'"):
+        parse_transport_url("http://x:1")
+
+
+def test_headers_round_trip_and_non_envelopes_are_named() -> None:
+    msg = Message(topic="t", body=b"b", tags="T", keys="k1 k2", properties={
+        "UNIQ_KEY": "E1", "TXMQ_OUTBOX_EVENT_ID": "E1", "TXMQ_OUTBOX_TX_TYPE": "ROLLBACK", "user": "u"})
+    got = from_headers("t", b"b", {**to_headers(msg), "x-delivery-count": 3}, 3)
+    assert (got.tags, got.keys, got.properties, got.reconsume_times) == ("T", "k1 k2", msg.properties, 3)
+    for headers, reason in (({}, "no TXMQ_OUTBOX_EVENT_ID"),
+                            ({"TXMQ_OUTBOX_EVENT_ID": "E", "TXMQ_OUTBOX_TX_TYPE": "X"}, "'X' is not COMMIT"),
+                            ({"TXMQ_OUTBOX_EVENT_ID": "E", "n": 5}, "'n' is a int"),
+                            ({"TXMQ_OUTBOX_EVENT_ID": b"\xff"}, "not UTF-8")):
+        with pytest.raises(NotAnEnvelope, match=reason):
+            from_headers("t", b"", headers, 0)
+
+
+def test_consume_verdicts() -> None:
+    ok, later = ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.RECONSUME_LATER
+    assert verdict(ok, 5, 2, broker_limits=False) is Verdict.ACK
+    assert [verdict(later, n, 2, broker_limits=False) for n in (1, 2, 3)] == [
+        Verdict.RETRY, Verdict.RETRY, Verdict.DEAD_LETTER]  # 1 delivery + 2 reconsumes, then the DLQ
+    assert verdict(later, 3, 2, broker_limits=True) is Verdict.RETRY  # RabbitMQ's delivery limit decides

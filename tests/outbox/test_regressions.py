@@ -283,7 +283,7 @@ def test_scs_outbox_94_a_failure_after_publishing_resends_and_the_inbox_absorbs_
     def broken(*a: object, **k: object) -> int:
         raise sa.exc.OperationalError("UPDATE", {}, Exception("connection lost"))
 
-    monkeypatch.setattr("txmq.outbox._relay.mark_sent", broken)
+    monkeypatch.setattr("txmq.outbox._relay_core.mark_sent", broken)
     with pytest.raises(sa.exc.OperationalError):
         r.run_once()
     monkeypatch.undo()

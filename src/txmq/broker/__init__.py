@@ -2,7 +2,17 @@
 
 from txmq.broker._actions import Action, Close, Hold, Reply, SendTo
 from txmq.broker._broker import Broker
-from txmq.broker._config import BrokerConfig, load_config, parse_delay_levels
+from txmq.broker._config import (
+    BrokerConfig,
+    SubscriptionGroupConfig,
+    load_config,
+    parse_delay_levels,
+)
+from txmq.broker._offset_table import OffsetTable
+from txmq.broker._pop import Popped, PopService
+from txmq.broker._send import SendOutcome, SendRequest
+from txmq.broker._topic_admin import TopicAdmin
+from txmq.broker._topic_table import TopicTable
 from txmq.protocol import dlq_topic, retry_topic
 
 __all__ = [
@@ -11,8 +21,16 @@ __all__ = [
     "BrokerConfig",
     "Close",
     "Hold",
+    "OffsetTable",
+    "PopService",
+    "Popped",
     "Reply",
+    "SendOutcome",
+    "SendRequest",
     "SendTo",
+    "SubscriptionGroupConfig",
+    "TopicAdmin",
+    "TopicTable",
     "dlq_topic",
     "load_config",
     "parse_delay_levels",

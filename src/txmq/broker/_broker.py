@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from itertools import count
 
 import msgspec
 
 from txmq import limits
-from txmq.broker._actions import Action, Hold, Reply, SendTo, ok_reply
+from txmq.broker._actions import Action, Fail, Hold, Reply, SendTo, failure, ok_reply
 from txmq.broker._clients import ClientRegistry
 from txmq.broker._config import BrokerConfig, parse_delay_levels
 from txmq.broker._groups import GroupService
 from txmq.broker._health import TimerHealth, destination_problem
-from txmq.broker._meta import load_json_meta
+from txmq.broker._offset_table import OffsetTable
+from txmq.broker._pop import build_pop_service
+from txmq.broker._retry import retry_record
 from txmq.broker._schedule import SCHEDULE_TOPIC, ScheduleService
+from txmq.broker._send import SendOutcome, SendPath, SendRequest
+from txmq.broker._topic_admin import TopicAdmin
+from txmq.broker._topic_table import TopicTable
 from txmq.broker._tx_requests import TransactionRequests
 from txmq.broker.transaction import (
     HALF_TOPIC,
@@ -30,18 +34,12 @@ from txmq.broker.transaction import (
 )
 from txmq.errors import (
     CorruptRecord,
-    DiskFull,
-    InvalidRequest,
-    MalformedHeader,
-    MalformedMessage,
-    ProtocolError,
     ResponseCode,
     StoreError,
 )
 from txmq.limits import AUTO_CREATE_TOPIC_QUEUE_NUMS
 from txmq.namesrv import topic_not_exist_remark
 from txmq.protocol import (
-    COMPRESSED_FLAG,
     DEFAULT_TOPIC,
     FLAG_ONEWAY,
     PARK_SOURCES,
@@ -49,13 +47,6 @@ from txmq.protocol import (
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_KEYS,
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_RETRY_TOPIC,
-    PROPERTY_TAGS,
-    PROPERTY_TRANSACTION_PREPARED,
-    PROPERTY_UNIQ_KEY,
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUSPEND,
     RETRY_PREFIX,
@@ -69,7 +60,6 @@ from txmq.protocol import (
     GetMinOffsetRequestHeader,
     GetRouteInfoRequestHeader,
     HeartbeatData,
-    Message,
     MessageExt,
     NotifyConsumerIdsChangedRequestHeader,
     OffsetResponseHeader,
@@ -79,8 +69,6 @@ from txmq.protocol import (
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     RequestCode,
-    SendHeader,
-    SendMessageResponseHeader,
     UpdateConsumerOffsetRequestHeader,
     ViewMessageByUniqKeyRequestHeader,
     ViewMessageRequestHeader,
@@ -88,24 +76,16 @@ from txmq.protocol import (
     check_group,
     check_offset,
     check_queue_id,
-    check_send_properties,
-    check_send_topic,
     check_timestamp,
     check_topic,
-    decode_batch,
     decode_body,
-    decode_properties,
-    delay_level,
     dlq_topic,
     encode_body,
     encode_message_exts,
     encode_route,
     from_ext,
-    inflate_body,
     is_broker_topic,
-    offset_msg_id,
     retry_topic,
-    send_header,
     to_ext,
     wants_standard_json,
 )
@@ -115,18 +95,7 @@ __all__ = ["Broker", "dlq_topic", "retry_topic"]
 
 log = logging.getLogger("txmq.broker")
 
-_TOPICS_META = "topics.json"
-_OFFSETS_META = "consumerOffset.json"
-_SYSTEM_TOPICS = {HALF_TOPIC: 1, OP_TOPIC: 1, TRANS_CHECK_MAX_TIME_TOPIC: 1, SINK_BATCH_TOPIC: 1,
-                  PARKED_TOPIC: 1}
-assert all(is_broker_topic(t) for t in (*_SYSTEM_TOPICS, SCHEDULE_TOPIC))
 Handler = Callable[[int, Command, int], list[Action]]
-
-
-class _Fail(Exception):
-    def __init__(self, code: ResponseCode, remark: str) -> None:
-        super().__init__(remark)
-        self.code, self.remark = code, remark
 
 
 class Broker:
@@ -142,27 +111,13 @@ class Broker:
         self.config = config
         self.store = store
         self.clients = ClientRegistry()
-        self.touched: set[tuple[str, int]] = set()
-        self._peers: dict[int, str] = {}
-        self._rr = count()
-        saved = load_json_meta(store, _TOPICS_META, dict[str, int],
-                               "topics are re-derived from the stored consume queues")
-        self.topics: dict[str, int] = dict(saved) if saved is not None else store.topic_queues()
-        self.topics.update(_SYSTEM_TOPICS)
-        self.topics[SCHEDULE_TOPIC] = len(parse_delay_levels(config.message_delay_level))
-        for name, n in config.topics.items():
-            self.topics.setdefault(name, n)
-        if self.topics != saved:  # a full disk must not stop the start (issue 11)
-            try:
-                self._save_topics()
-            except StoreError as exc:
-                log.error("topics not saved at start (%s); they are saved with the next change",
-                          exc)
-        self.offsets: dict[str, int] = load_json_meta(
-            store, _OFFSETS_META, dict[str, int],
-            "consumer offsets start EMPTY: consumer groups restart from their configured "
-            "position (CONSUME_FROM_*), and may receive messages again") or {}
-        self._offsets_dirty = False
+        self._touched: set[tuple[str, int]] = set()
+        self.peers: dict[int, str] = {}
+        """Connection → the remote ``ip:port`` the shell reported (:meth:`connection_opened`)."""
+        self.topics = TopicTable(config, store)
+        """Topic → queue count; created and widened through it (``topics.json``)."""
+        self.offsets = OffsetTable(store)
+        """Consumer offsets per (group, topic, queue) (``consumerOffset.json``)."""
         self.boot_ms = now_ms
         self.health = TimerHealth()
         self.store_host = config.store.store_host or f"{config.host}:{config.port}"
@@ -174,11 +129,16 @@ class Broker:
         self._recover()
         self.groups = GroupService(self)
         self.tx_requests = TransactionRequests(self)
+        self.sender = SendPath(self)
+        self.pop = build_pop_service(self)
+        """Pop consumption (the gRPC door's consumers), recovered from the revive topic."""
         self._handlers: dict[int, Handler] = {
             **self.groups.handlers(),
             **self.tx_requests.handlers(),
-            RequestCode.SEND_MESSAGE: self._send, RequestCode.SEND_MESSAGE_V2: self._send,
-            RequestCode.SEND_BATCH_MESSAGE: self._send_batch,
+            **TopicAdmin(self).handlers(),
+            RequestCode.SEND_MESSAGE: self.sender.handle_send,
+            RequestCode.SEND_MESSAGE_V2: self.sender.handle_send,
+            RequestCode.SEND_BATCH_MESSAGE: self.sender.handle_batch,
             RequestCode.PULL_MESSAGE: self._pull, RequestCode.HEART_BEAT: self._heartbeat,
             RequestCode.UNREGISTER_CLIENT: self._unregister,
             RequestCode.QUERY_CONSUMER_OFFSET: self._query_offset,
@@ -199,10 +159,39 @@ class Broker:
         """Append through the store and remember which queues got data (to wake long polls)."""
         results = self.store.append(records)
         if len(records) == 1:
-            self.touched.add((records[0].topic, records[0].queue_id))
+            self._touched.add((records[0].topic, records[0].queue_id))
         else:
-            self.touched.update((r.topic, r.queue_id) for r in records)
+            self._touched.update((r.topic, r.queue_id) for r in records)
         return results
+
+    def take_touched(self) -> set[tuple[str, int]]:
+        """The ``(topic, queue id)`` s appended to since the last call, and forget them (the shell
+        wakes the long polls held on them once the data is durable)."""
+        touched, self._touched = self._touched, set()
+        return touched
+
+    def touched_queues(self) -> set[tuple[str, int]]:
+        """A copy of the queues appended to since the last :meth:`take_touched`."""
+        return set(self._touched)
+
+    # -- retention floors (the shell registers them as the store's retention hooks) --------------
+    def _lowest_commit_log_offset(self, positions: list[tuple[str, int, int]]) -> int | None:
+        found = [self.store.commit_log_offset_at(t, q, off) for t, q, off in positions]
+        return min((c for c in found if c is not None), default=None)
+
+    def retention_floor_consumers(self) -> int | None:
+        """The lowest commit log offset a consumer group has not consumed yet (its committed
+        queue offset's record), or None: retention must keep it."""
+        return self._lowest_commit_log_offset([(t, q, off) for _, t, q, off in self.offsets.items()])
+
+    def retention_floor_transactions(self) -> int | None:
+        """The commit log offset of the oldest pending half message, or None."""
+        return min((e.commit_log_offset for e in self.tx.index.pending.values()), default=None)
+
+    def retention_floor_delays(self) -> int | None:
+        """The lowest commit log offset of a message still waiting in a delay queue, or None."""
+        return self._lowest_commit_log_offset([(SCHEDULE_TOPIC, lvl - 1, off)
+                                               for lvl, off in self.schedule.offsets.items()])
 
     def _recover(self) -> None:
         """Rebuild the transaction index without reading the whole commit log.
@@ -225,15 +214,10 @@ class Broker:
                          for off, rec in sorted(found.items())])
         log.info("transaction index recovered: %s", self.tx.index.counts())
 
-    def _save_topics(self) -> None:
-        self.store.save_meta(_TOPICS_META, msgspec.json.encode(self.topics))
-
     def persist_offsets(self) -> None:
         """Save consumer offsets and delay progress if they changed (the shell calls it)."""
         try:
-            if self._offsets_dirty:
-                self.store.save_meta(_OFFSETS_META, msgspec.json.encode(self.offsets))
-                self._offsets_dirty = False
+            self.offsets.persist()
             self.schedule.persist()
         except StoreError as exc:  # a full disk: retried next time, never fatal
             log.error("consumer offsets or delay progress not saved: %s", exc)
@@ -252,95 +236,42 @@ class Broker:
         """``fn()``, with every failure turned into the error response to ``cmd``."""
         try:
             return fn()
-        except _Fail as f:
-            return self._error(conn, cmd, f.code, f.remark)
-        except InvalidRequest as exc:
-            return self._error(conn, cmd, exc.response_code, str(exc))
-        except MalformedMessage as exc:  # a batch body, a compressed body, a property
-            return self._error(conn, cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
-        except MalformedHeader as exc:  # RocketMQ NettyRemotingAbstract.processRequestCommand
-            return self._error(conn, cmd, ResponseCode.SYSTEM_ERROR, str(exc))
-        except DiskFull as exc:  # RocketMQ's answer to PutMessageStatus.SERVICE_NOT_AVAILABLE
-            return self._error(conn, cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
-                               f"service not available now: the broker's disk is full ({exc})")
-        except StoreError as exc:
-            log.error("store error handling code %d: %s", cmd.code, exc)
-            return self._error(conn, cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         except Exception as exc:  # the broker never crashes on input
-            log.exception("unexpected error handling request code %d", cmd.code)
-            return self._error(conn, cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            return self._error(conn, cmd, *failure(exc, f"handling request code {cmd.code}"))
 
     def handle_sends(self, conn: int, cmds: list[Command], now_ms: int) -> list[Action]:
-        """Several SEND_MESSAGE requests that arrived together, in order, appended with one store
-        append (one commit log write) instead of one each. Replies, offsets and errors are those
-        of calling :meth:`handle` on each in turn; delay messages, which go through the schedule
-        topic, and requests whose header does not decode are handled one by one. Never raises."""
-        actions: list[Action] = []
-        run: list[tuple[Command, SendHeader, dict[str, str]]] = []
-        for cmd in cmds:
-            if cmd.is_response:
-                continue
-            try:
-                h: SendHeader | None = send_header(cmd)
-                props = decode_properties(h.properties or "") if h is not None else {}
-                delayed = PROPERTY_DELAY_TIME_LEVEL in props and delay_level(props) > 0
-            except (ProtocolError, InvalidRequest):  # answered by handle(), one by one
-                h, delayed = None, True
-            if h is None or delayed:
-                actions += self._send_run(conn, run, now_ms)
-                run = []
-                actions += self.handle(conn, cmd, now_ms)
-            else:
-                run.append((cmd, h, props))
-        return actions + self._send_run(conn, run, now_ms)
-
-    def _send_run(self, conn: int, sends: list[tuple[Command, SendHeader, dict[str, str]]],
-                  now: int) -> list[Action]:
-        if len(sends) == 1:  # its header and properties are parsed already: not again
-            cmd, h, props = sends[0]
-            return self._guarded(conn, cmd, lambda: self._send_parsed(conn, cmd, h, props, now))
-        if not sends:
-            return []
-        cmds = [cmd for cmd, _, _ in sends]
-        out: list[list[Action]] = [[] for _ in cmds]
-        staged: list[tuple[int, Record, Record]] = []  # (index, record sent, record stored)
-        peer = self._peers.get(conn, "")
-
-        def stage(i: int, h: SendHeader, props: dict[str, str]) -> list[Action]:
-            rec = self._record(h, cmds[i].body, now, peer, props)
-            staged.append((i, rec, self._half_or_plain(conn, rec, h.producer_group)))
-            return []
-
-        for i, (cmd, h, props) in enumerate(sends):
-            out[i] = self._guarded(conn, cmd, lambda i=i, h=h, p=props: stage(i, h, p))  # type: ignore[misc]
+        """Several SEND_MESSAGE / SEND_MESSAGE_V2 requests that arrived together, in order,
+        appended with one store append (one commit log write) through :meth:`send`. Replies,
+        offsets and errors are those of calling :meth:`handle` on each in turn. Never raises."""
         try:
-            results = self.append([stored for _, _, stored in staged]) if staged else []
-        except Exception as exc:  # nothing of the run was written: each send fails alike
-            def fail(e: Exception = exc) -> list[Action]:
-                raise e
-            return [a for i, cmd in enumerate(cmds) for a in (out[i] or self._guarded(conn, cmd, fail))]
-        for (i, rec, stored), res in zip(staged, results, strict=True):
-            if stored is not rec:
-                self.tx.on_half_stored(stored, res)
-            out[i] = self._send_reply(conn, cmds[i], rec, res)
-        return [a for acts in out for a in acts]
+            return self.sender.handle_sends(conn, cmds, now_ms)
+        except Exception:  # not expected: handle_sends answers each failure in place
+            log.exception("unexpected error in a run of %d sends", len(cmds))
+            return [a for cmd in cmds if not cmd.is_response
+                    for a in self._error(conn, cmd, ResponseCode.SYSTEM_ERROR, "internal error")]
 
     def _error(self, conn: int, cmd: Command, code: ResponseCode, remark: str) -> list[Action]:
+        """The error response to ``cmd`` (none for a one-way request: logged instead)."""
         if cmd.is_oneway:
             log.warning("one-way request code %d failed: %s", cmd.code, remark)
             return []
         return [Reply(conn, cmd.response(code, remark))]
 
+    error_reply = _error
+
+    def peer(self, conn: int) -> str:
+        """The remote ``ip:port`` of connection ``conn`` ("" if unknown)."""
+        return self.peers.get(conn, "")
 
     def connection_opened(self, conn: int, peer: str) -> None:
         """Remember a connection's remote ``ip:port``: it is stored as the born host of the
         messages sent over it (RocketMQ ``bornHost``)."""
-        self._peers[conn] = peer
+        self.peers[conn] = peer
 
     def connection_closed(self, conn: int) -> list[Action]:
         """Forget a connection's client, release the orderly queue locks it holds over that
         connection, and notify the consumer groups it left."""
-        self._peers.pop(conn, None)
+        self.peers.pop(conn, None)
         self.groups.locks.release_conn(conn)
         return self._notify_groups(self.clients.remove(conn))
 
@@ -352,6 +283,7 @@ class Broker:
         self.health.run("schedule", now_ms, lambda: self.schedule.tick(now_ms))
         actions += self.health.run("clients", now_ms, lambda: self._expire_clients(now_ms)) or []
         actions += self.health.run("transaction", now_ms, lambda: self.tx.tick(now_ms)) or []
+        self.health.run("pop", now_ms, lambda: self.pop.tick(now_ms))
         return actions
 
     def _expire_clients(self, now_ms: int) -> list[Action]:
@@ -367,7 +299,8 @@ class Broker:
 
     def runtime_info(self, now_ms: int) -> BrokerRuntimeInfo:
         """The health check: each timer's last successful tick, failures, restarts, parked
-        messages (since start, and stored) and pending transactions."""
+        messages (since start, and stored), pending transactions, the commit log's bounds and
+        the disk's used ratio (measured now, as the store's disk check does)."""
         parked = dict.fromkeys(PARK_SOURCES, 0)
         parked.update(self.schedule.parked)
         parked["transaction"] += self.tx.stats["parked"]
@@ -375,38 +308,22 @@ class Broker:
         return BrokerRuntimeInfo(
             now_ms=now_ms, boot_ms=self.boot_ms, timers=dict(self.health.last_tick_ms),
             timer_errors=dict(self.health.errors), task_restarts=dict(self.health.restarts),
-            parked=parked, parked_stored=hi - lo, pending_transactions=len(self.tx.index.pending))
+            parked=parked, parked_stored=hi - lo, pending_transactions=len(self.tx.index.pending),
+            commit_log_min_offset=self.store.min_offset, commit_log_max_offset=self.store.write_offset,
+            commit_log_disk_ratio=self.store.check_disk().usage_ratio)
 
     def _runtime_info(self, conn: int, cmd: Command, now: int) -> list[Action]:
         return ok_reply(conn, cmd, body=self.runtime_info(now).encode())
 
     # -- topics -----------------------------------------------------------------------------------
-    def _queue_nums(self, topic: str) -> int:
-        check_topic(topic)
-        n = self.topics.get(topic)
-        if n is None:
-            if not self.config.auto_create_topic_enable or topic.startswith("%"):
-                raise _Fail(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
-            n = self.create_topic(topic, self.config.default_topic_queue_nums)
-        return n
-
     def queue_nums(self, topic: str) -> int:
         """Queue count of ``topic`` (created if auto-creation is on); raises the TOPIC_NOT_EXIST
-        failure inside a request handler otherwise."""
-        return self._queue_nums(topic)
+        failure inside a request handler otherwise (:meth:`TopicTable.queue_nums`)."""
+        return self.topics.queue_nums(topic)
 
     def create_topic(self, topic: str, queue_nums: int) -> int:
-        """Create (or widen) a topic; returns its queue count. The name must pass
-        :func:`~txmq.protocol.check_send_topic` (its charset has no ``@``, which separates the
-        parts of a consumer offset key, and no ``.`` or ``/``); broker topics are refused."""
-        check_send_topic(topic)
-        if not 0 < queue_nums <= limits.QUEUE_NUMS_MAX:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL,
-                        f"queue count {queue_nums} not in 1..{limits.QUEUE_NUMS_MAX}")
-        if self.topics.get(topic, 0) < queue_nums:
-            self.topics[topic] = queue_nums
-            self._save_topics()
-        return self.topics[topic]
+        """Create (or widen) a topic; returns its queue count (:meth:`TopicTable.create`)."""
+        return self.topics.create(topic, queue_nums)
 
     def _create_topic(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, CreateTopicRequestHeader)
@@ -426,7 +343,7 @@ class Broker:
         if topic == DEFAULT_TOPIC and c.auto_create_topic_enable:
             n, perm = AUTO_CREATE_TOPIC_QUEUE_NUMS, perm | PERM_INHERIT
         else:
-            n = self._queue_nums(topic)
+            n = self.topics.queue_nums(topic)
         route = broker_route(topic, n, c.broker_name, c.broker_cluster_name, self.store_host,
                              perm=perm)
         return encode_route(route, standard=standard_json)
@@ -436,135 +353,28 @@ class Broker:
         standard = wants_standard_json(cmd.version, h.accept_standard_json_only)
         try:
             return ok_reply(conn, cmd, body=self.route(h.topic, standard))
-        except _Fail as f:  # RocketMQ ClientRequestProcessor's answer and remark
-            if f.code != ResponseCode.TOPIC_NOT_EXIST:
+        except Fail as f:  # RocketMQ ClientRequestProcessor's answer and remark
+            if f.response_code != ResponseCode.TOPIC_NOT_EXIST:
                 raise
-            raise _Fail(f.code, topic_not_exist_remark(h.topic)) from f
+            raise Fail(f.response_code, topic_not_exist_remark(h.topic)) from f
 
     # -- send -------------------------------------------------------------------------------------
-    def _record(self, h: SendHeader, body: bytes, now: int, born_host: str = "",
-                props: dict[str, str] | None = None) -> Record:
-        """The record a client's send stores, after validating all it names: the topic (not a
-        broker topic), the properties (:func:`~txmq.protocol.check_send_properties`), the queue,
-        the producer group of a half message, the born timestamp and the body size. A body the
-        client compressed (``sysFlag`` COMPRESSED) is stored inflated. A send to a retry topic
-        past ``maxReconsumeTimes`` goes to the group's DLQ (RocketMQ
-        ``SendMessageProcessor.handleRetryAndDLQ``)."""
-        if h.sys_flag & COMPRESSED_FLAG:
-            body = inflate_body(body, h.sys_flag, self.config.max_message_size)
-        if len(body) > self.config.max_message_size:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "the message body size over max value, "
-                        f"MAX: {self.config.max_message_size} (body of {len(body)} bytes)")
-        props = decode_properties(h.properties or "") if props is None else props
-        tags, keys = props.pop(PROPERTY_TAGS, ""), props.pop(PROPERTY_KEYS, "")
-        check_send_topic(h.topic)
-        if check_send_properties(props) or h.producer_group:
-            check_group(h.producer_group)
-        check_timestamp(h.born_timestamp, "born timestamp")
-        topic, reconsumed = h.topic, h.reconsume_times or 0
-        max_times = limits.MAX_RECONSUME_TIMES if h.max_reconsume_times is None else h.max_reconsume_times
-        if topic.startswith(RETRY_PREFIX) and reconsumed > max_times:
-            topic = dlq_topic(topic[len(RETRY_PREFIX):])
-            self.create_topic(topic, 1)
-        n = self._queue_nums(topic)
-        qid = h.queue_id if h.queue_id >= 0 and topic == h.topic else next(self._rr) % n
-        if h.queue_id < -1 or qid >= n:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue {h.queue_id} not in topic {topic!r} ({n})")
-        return Record(topic=topic, queue_id=qid, body=body, tags=tags, keys=keys,
-                      properties=props, born_timestamp_ms=h.born_timestamp or now,
-                      store_timestamp_ms=now, reconsume_times=reconsumed, flag=h.flag,
-                      born_host=born_host)
-
-    def _half_or_plain(self, conn: int, rec: Record, producer_group: str) -> Record:
-        """What a send stores: ``rec`` itself, or for a ``TRAN_MSG`` send its half record."""
-        if rec.properties.get(PROPERTY_TRANSACTION_PREPARED) != "true":
-            return rec
-        if self.config.reject_transaction_message:
-            raise _Fail(ResponseCode.NO_PERMISSION, "this broker rejects transaction messages")
-        return self.tx.half_record(rec, producer_group, self.clients.client_id(conn))
-
-    def _send_reply(self, conn: int, cmd: Command, rec: Record, res: AppendResult) -> list[Action]:
-        half = rec.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
-        out = SendMessageResponseHeader(
-            msg_id=offset_msg_id(self.store_host, res.commit_log_offset), queue_id=rec.queue_id,
-            queue_offset=res.queue_offset,
-            transaction_id=rec.properties.get(PROPERTY_UNIQ_KEY) if half else None)
-        return ok_reply(conn, cmd, to_ext(out), durable_offset=res.commit_log_offset + res.size)
+    def send(self, conn: int, requests: list[SendRequest], now_ms: int) -> list[SendOutcome]:
+        """The one send path (:meth:`SendPath.send`): validate and stage each request, append
+        them with ONE store append, one :class:`SendOutcome` per request in order. ``conn``
+        names the producer's connection (its client id goes into half messages). Never raises."""
+        return self.sender.send(conn, requests, now_ms)
 
     def set_store_host(self, host: str) -> None:
         """The broker's ``ip:port`` once the shell knows the port it listens on."""
         self.store_host = host
         self.store.set_store_host(host)
 
-    def _send(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        return self._send_parsed(conn, cmd, send_header(cmd), None, now)
-
-    def _send_parsed(self, conn: int, cmd: Command, h: SendHeader, props: dict[str, str] | None,
-                     now: int) -> list[Action]:
-        """One send whose header (and maybe properties string) the caller decoded already."""
-        rec = self._record(h, cmd.body, now, self._peers.get(conn, ""), props)
-        stored = self._half_or_plain(conn, rec, h.producer_group)
-        if stored is not rec:
-            res = self.append([stored])[0]
-            self.tx.on_half_stored(stored, res)
-        elif (level := delay_level(rec.properties)) > 0:
-            res = self.append([self.schedule.schedule_record(rec, level)])[0]
-        else:
-            res = self.append([rec])[0]
-        return self._send_reply(conn, cmd, rec, res)
-
-    def _send_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        h = send_header(cmd)
-        try:
-            msgs = decode_batch(cmd.body)
-        except ProtocolError as exc:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"batch body does not decode: {exc}") from exc
-        if not 0 < len(msgs) <= limits.BATCH_MESSAGES_MAX:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL,
-                        f"batch of {len(msgs)} not in 1..{limits.BATCH_MESSAGES_MAX}")
-        tx = [m.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true" for m in msgs]
-        if any(tx) and not all(tx):
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "a batch is all half messages or all plain")
-        peer = self._peers.get(conn, "")
-        recs = [self._batch_record(h, m, now, peer) for m in msgs]
-        qid = recs[0].queue_id
-        for r in recs:
-            r.queue_id = qid
-        if tx[0]:  # half messages, contiguous in the half queue (the Spark sink sends these)
-            if self.config.reject_transaction_message:
-                raise _Fail(ResponseCode.NO_PERMISSION, "this broker rejects transaction messages")
-            client = self.clients.client_id(conn)
-            recs = [self.tx.half_record(r, h.producer_group, client) for r in recs]
-            results = self.append(recs)
-            for r, res in zip(recs, results, strict=True):
-                self.tx.on_half_stored(r, res)
-        else:
-            results = self.append(recs)
-        first, last = results[0], results[-1]
-        ids = ",".join(offset_msg_id(self.store_host, r.commit_log_offset) for r in results)
-        out = SendMessageResponseHeader(msg_id=ids, queue_id=qid, queue_offset=first.queue_offset)
-        return ok_reply(conn, cmd, to_ext(out), durable_offset=last.commit_log_offset + last.size)
-
-    def _batch_record(self, h: SendHeader, m: Message, now: int, born_host: str) -> Record:
-        """One message of a batch (RocketMQ ``MessageDecoder.decodeMessages``: body, flag and
-        properties per message; topic and the rest from the request header)."""
-        if m.topic and m.topic != h.topic:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "a batch holds messages of the request's topic only")
-        props = dict(m.properties)
-        if m.tags:
-            props[PROPERTY_TAGS] = m.tags
-        if m.keys:
-            props[PROPERTY_KEYS] = m.keys
-        if PROPERTY_DELAY_TIME_LEVEL in props:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "delay messages cannot be batched")
-        hh = msgspec.structs.replace(h, flag=m.flag, sys_flag=h.sys_flag & ~COMPRESSED_FLAG)
-        return self._record(hh, m.body, now, born_host, props)
-
     # -- pull -------------------------------------------------------------------------------------
     def _pull(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, PullMessageRequestHeader)
         check_group(h.consumer_group)
-        check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
+        check_queue_id(h.queue_id, self.topics.queue_nums(h.topic), h.topic)
         if h.sys_flag & PULL_FLAG_COMMIT_OFFSET:
             check_offset(h.commit_offset, "commit offset", none_ok=True)
             if h.commit_offset >= 0:
@@ -612,13 +422,13 @@ class Broker:
         check_timestamp(h.begin_timestamp, "begin timestamp")
         check_timestamp(h.end_timestamp, "end timestamp")
         if check_topic(h.topic) not in self.topics:
-            raise _Fail(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic!r} does not exist")
+            raise Fail(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic!r} does not exist")
         if h.begin_timestamp > h.end_timestamp or not h.key:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, "need a key and begin <= end timestamp")
+            raise Fail(ResponseCode.MESSAGE_ILLEGAL, "need a key and begin <= end timestamp")
         found = self.store.query_by_key(h.topic, h.key, h.begin_timestamp, h.end_timestamp,
                                         max(1, min(h.max_num, limits.QUERY_MESSAGE_MAX_NUM)))
         if not found:
-            raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"no message of {h.topic!r} with key {h.key!r}")
+            raise Fail(ResponseCode.QUERY_NOT_FOUND, f"no message of {h.topic!r} with key {h.key!r}")
         out = QueryMessageResponseHeader(index_last_update_timestamp=now,
                                          index_last_update_phyoffset=self.store.flushed_offset)
         return ok_reply(conn, cmd, to_ext(out), encode_message_exts(found))
@@ -627,11 +437,11 @@ class Broker:
         """VIEW_MESSAGE_BY_ID: the one durable record at a commit log offset."""
         h = from_ext(cmd.ext, ViewMessageRequestHeader)
         if not self.store.min_offset <= h.offset < self.store.flushed_offset:
-            raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"commit log offset {h.offset} is not stored")
+            raise Fail(ResponseCode.QUERY_NOT_FOUND, f"commit log offset {h.offset} is not stored")
         try:
             found = self.store.read_at(h.offset)
         except CorruptRecord as exc:  # not a record boundary, or damaged
-            raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"no message at commit log offset {h.offset}: "
+            raise Fail(ResponseCode.QUERY_NOT_FOUND, f"no message at commit log offset {h.offset}: "
                                                       f"{exc}") from exc
         return ok_reply(conn, cmd, body=encode_message_exts([found]))
 
@@ -640,50 +450,47 @@ class Broker:
         h = from_ext(cmd.ext, ViewMessageByUniqKeyRequestHeader)
         found = self.store.query_by_msg_id(h.msg_id, limits.QUERY_MESSAGE_MAX_NUM)
         if not found:
-            raise _Fail(ResponseCode.QUERY_NOT_FOUND, f"no message with id {h.msg_id!r}")
+            raise Fail(ResponseCode.QUERY_NOT_FOUND, f"no message with id {h.msg_id!r}")
         return ok_reply(conn, cmd, body=encode_message_exts(found))
 
     # -- offsets ----------------------------------------------------------------------------------
     def set_offset(self, group: str, topic: str, qid: int, offset: int) -> None:
         """Store a group's consumer offset of one queue (saved by :meth:`persist_offsets`)."""
-        key = f"{group}@{topic}@{qid}"
-        if self.offsets.get(key) != offset:
-            self.offsets[key] = offset
-            self._offsets_dirty = True
+        self.offsets.set(group, topic, qid, offset)
 
     def _query_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, QueryConsumerOffsetRequestHeader)
         check_group(h.consumer_group)
         if check_topic(h.topic) in self.topics:
             check_queue_id(h.queue_id, self.topics[h.topic], h.topic)
-        off = self.offsets.get(f"{h.consumer_group}@{h.topic}@{h.queue_id}")
+        off = self.offsets.get(h.consumer_group, h.topic, h.queue_id)
         if off is None and h.set_zero_if_not_found is not False and h.topic in self.topics:
             # RocketMQ ConsumerManageProcessor.queryConsumerOffset: a group with no offset reads
             # from 0 while the queue still holds offset 0 (for clients that do not ask otherwise)
             lo, hi = self.store.queue_bounds(h.topic, h.queue_id)
             off = 0 if lo == 0 and hi > 0 else None
         if off is None:
-            raise _Fail(ResponseCode.QUERY_NOT_FOUND,
+            raise Fail(ResponseCode.QUERY_NOT_FOUND,
                         "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
         return ok_reply(conn, cmd, to_ext(OffsetResponseHeader(offset=off)))
 
     def _update_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, UpdateConsumerOffsetRequestHeader)
         check_group(h.consumer_group)
-        check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
+        check_queue_id(h.queue_id, self.topics.queue_nums(h.topic), h.topic)
         check_offset(h.commit_offset, "commit offset")
         self.set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return ok_reply(conn, cmd)
 
     def _min_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, GetMinOffsetRequestHeader)
-        check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
+        check_queue_id(h.queue_id, self.topics.queue_nums(h.topic), h.topic)
         lo = self.store.queue_bounds(h.topic, h.queue_id)[0]
         return ok_reply(conn, cmd, to_ext(OffsetResponseHeader(offset=lo)))
 
     def _max_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, GetMaxOffsetRequestHeader)
-        check_queue_id(h.queue_id, self._queue_nums(h.topic), h.topic)
+        check_queue_id(h.queue_id, self.topics.queue_nums(h.topic), h.topic)
         hi = self.store.queue_bounds(h.topic, h.queue_id)[1]
         return ok_reply(conn, cmd, to_ext(OffsetResponseHeader(offset=hi)))
 
@@ -698,7 +505,7 @@ class Broker:
                 self.create_topic(retry_topic(cd.group_name), 1)
             for topic in cd.subscriptions:
                 if not topic.startswith(RETRY_PREFIX):
-                    self._queue_nums(topic)
+                    self.topics.queue_nums(topic)
         changed = self.clients.heartbeat(conn, data, now)
         return ok_reply(conn, cmd) + self._notify_groups(changed)
 
@@ -727,14 +534,9 @@ class Broker:
         check_group(h.group)
         msg = self._read_client_offset(h.offset)
         if is_broker_topic(msg.topic):
-            raise _Fail(ResponseCode.NO_PERMISSION, f"a message of {msg.topic!r} is not sent back")
-        props = dict(msg.properties)
-        props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
-        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or props.get(PROPERTY_UNIQ_KEY, ""))
+            raise Fail(ResponseCode.NO_PERMISSION, f"a message of {msg.topic!r} is not sent back")
         done = msg.reconsume_times
-        base = Record(topic=retry_topic(h.group), queue_id=0, body=msg.body, tags=msg.tags,
-                      keys=msg.keys, properties=props, born_timestamp_ms=msg.born_timestamp_ms,
-                      store_timestamp_ms=now, reconsume_times=done + 1)
+        base = retry_record(msg, retry_topic(h.group), now, h.origin_msg_id or "")
         max_times = limits.MAX_RECONSUME_TIMES if h.max_reconsume_times is None else h.max_reconsume_times
         if done >= max_times or h.delay_level < 0:
             base.topic = dlq_topic(h.group)  # RocketMQ: reconsumeTimes >= maxReconsumeTimes
@@ -749,11 +551,11 @@ class Broker:
     def _read_client_offset(self, offset: int) -> MessageExt:
         """The stored message at a commit log offset a client named; MESSAGE_ILLEGAL if none."""
         if not self.store.min_offset <= offset < self.store.flushed_offset:
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"commit log offset {offset} is not stored")
+            raise Fail(ResponseCode.MESSAGE_ILLEGAL, f"commit log offset {offset} is not stored")
         try:
             return self.store.read_at(offset)
         except CorruptRecord as exc:  # not a record boundary, or damaged
-            raise _Fail(ResponseCode.MESSAGE_ILLEGAL, f"no message at commit log offset {offset}: "
+            raise Fail(ResponseCode.MESSAGE_ILLEGAL, f"no message at commit log offset {offset}: "
                                                       f"{exc}") from exc
 
 

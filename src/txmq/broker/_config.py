@@ -13,7 +13,18 @@ from txmq.errors import ConfigError
 from txmq.protocol import is_broker_topic, is_valid_topic, parse_address
 from txmq.store import StoreConfig
 
-__all__ = ["BrokerConfig", "load_config", "parse_delay_levels"]
+__all__ = ["BrokerConfig", "SubscriptionGroupConfig", "load_config", "parse_delay_levels"]
+
+
+class SubscriptionGroupConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One consumer group's settings (RocketMQ ``SubscriptionGroupConfig``; a ``[groups.<name>]``
+    table in TOML). Groups not configured get the defaults."""
+
+    consume_message_orderly: bool = False
+    """A FIFO group: pop delivers a queue's messages in order, one in-flight run at a time
+    (RocketMQ ``consumeMessageOrderly``)."""
+    retry_max_times: int = limits.RETRY_MAX_TIMES
+    """Retries before the DLQ; max delivery attempts is this + 1 (RocketMQ ``retryMaxTimes`` 16)."""
 
 
 class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -43,6 +54,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_topic_queue_nums: int = limits.DEFAULT_QUEUE_NUMS
     topics: dict[str, int] = msgspec.field(default_factory=dict)
     """Topics (name to queue count) created at start."""
+    groups: dict[str, SubscriptionGroupConfig] = msgspec.field(default_factory=dict)
+    """Consumer group settings by group name (FIFO, retries); unknown groups get the defaults."""
     transaction_timeout_ms: int = limits.TRANSACTION_TIMEOUT_MS
     transaction_check_interval_ms: int = limits.TRANSACTION_CHECK_INTERVAL_MS
     transaction_check_max: int = limits.TRANSACTION_CHECK_MAX
@@ -55,6 +68,13 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     message_delay_level: str = limits.MESSAGE_DELAY_LEVELS
     metrics_port: int = 0
     """Prometheus endpoint port; 0 turns it off."""
+    grpc_port: int = 0
+    """Port of the gRPC door (RocketMQ 5's ``apache.rocketmq.v2.MessagingService``, the protocol
+    of the 5.x clients; the proxy's default is ``limits.GRPC_PORT_DEFAULT`` 8081) on ``host``;
+    0 turns it off."""
+    grpc_min_invisible_time_ms: int = limits.GRPC_INVISIBLE_MIN_RECV_MS
+    """Shortest invisible time a gRPC ReceiveMessage may ask for (RocketMQ
+    ``ProxyConfig.minInvisibleTimeMillsForRecv``, 10 s); shorter ones are ILLEGAL_INVISIBLE_TIME."""
     max_connections: int = 0
     """Most client connections at once; one more is answered SYSTEM_BUSY and closed. 0: the
     file-descriptor limit less ``limits.CONNECTION_FD_RESERVE``, at most
@@ -72,6 +92,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         """Check ranges. Raises ConfigError."""
         if not 0 <= self.port <= limits.PORT_MAX:
             raise ConfigError(f"port {self.port} out of range")
+        if not 0 <= self.grpc_port <= limits.PORT_MAX:
+            raise ConfigError(f"grpc_port {self.grpc_port} out of range")
+        if not 1 <= self.grpc_min_invisible_time_ms <= limits.GRPC_INVISIBLE_MAX_MS:
+            raise ConfigError(f"grpc_min_invisible_time_ms must be 1..{limits.GRPC_INVISIBLE_MAX_MS}")
         for addr in filter(None, (a.strip() for a in self.namesrv_addr.split(";"))):
             try:
                 parse_address(addr)
@@ -93,6 +117,11 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 raise ConfigError(f"topic {topic[:160]!r}: not a legal topic name, or a broker topic")
             if not 0 < n <= limits.QUEUE_NUMS_MAX:
                 raise ConfigError(f"topic {topic!r}: queue count {n} not in 1..{limits.QUEUE_NUMS_MAX}")
+        for group, gc in self.groups.items():
+            if not is_valid_topic(group) or len(group) > limits.GROUP_NAME_MAX_CHARS:
+                raise ConfigError(f"groups: {group[:160]!r} is not a legal group name")
+            if gc.retry_max_times < 0:
+                raise ConfigError(f"groups.{group}: retry_max_times must not be negative")
         parse_delay_levels(self.message_delay_level)
         if self.store.file_reserved_time_ms not in (limits.FILE_RESERVED_TIME_MS,
                                                     self.file_reserved_time_ms):

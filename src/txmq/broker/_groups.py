@@ -43,18 +43,11 @@ from txmq.protocol import (
 if TYPE_CHECKING:
     from txmq.broker._broker import Broker
 
-__all__ = ["GroupService", "QueueLocks", "split_offset_key"]
+__all__ = ["GroupService", "QueueLocks"]
 
 log = logging.getLogger("txmq.broker.groups")
 
 Handler = Callable[[int, Command, int], list[Action]]
-
-
-def split_offset_key(key: str) -> tuple[str, str, int]:
-    """``"<group>@<topic>@<queue id>"`` → ``(group, topic, queue id)``. Topic names hold no ``@``,
-    so a group name may."""
-    group, topic, qid = key.rsplit("@", 2)
-    return group, topic, int(qid)
 
 
 class _Lock(msgspec.Struct):
@@ -188,11 +181,9 @@ class GroupService:
                 group=group, message_model=str(data.message_model),
                 client_ids=sorted(self.b.clients.consumer_conns(group)),
                 subscriptions=dict(data.subscriptions))
-        for key in self.b.offsets:
-            group, topic, _ = split_offset_key(key)
+        for group, topics in self.b.offsets.group_topics().items():
             gi = info.setdefault(group, ConsumerGroupInfo(group=group))
-            if topic not in gi.offset_topics:
-                gi.offset_topics.append(topic)
+            gi.offset_topics += [t for t in topics if t not in gi.offset_topics]
         for gi in info.values():
             gi.offset_topics.sort()
         return [info[g] for g in sorted(info)]
@@ -211,7 +202,8 @@ class GroupService:
         for t in sorted(x for x in topics if x in self.b.topics):
             for qid in range(self.b.topics[t]):
                 lo, hi = self.b.store.queue_bounds(t, qid)
-                off = self.b.offsets.get(f"{group}@{t}@{qid}", -1)
+                stored = self.b.offsets.get(group, t, qid)
+                off = -1 if stored is None else stored
                 lag = max(0, hi - max(off, lo))
                 holder = self.locks.holder(group, MessageQueue(t, qid), now_ms)
                 out.append(QueueConsumeStats(topic=t, queue_id=qid, min_offset=lo, broker_offset=hi,
@@ -241,8 +233,8 @@ class GroupService:
             lo, hi = self.b.store.queue_bounds(h.topic, q)
             new = (self.search_offset(h.topic, q, h.timestamp_ms) if h.timestamp_ms >= 0
                    else max(lo, min(h.offset, hi)))
-            key = f"{h.consumer_group}@{h.topic}@{q}"
-            entries.append(ResetOffsetEntry(queue_id=q, old_offset=self.b.offsets.get(key, -1),
+            old = self.b.offsets.get(h.consumer_group, h.topic, q)
+            entries.append(ResetOffsetEntry(queue_id=q, old_offset=-1 if old is None else old,
                                             new_offset=new))
             self.b.set_offset(h.consumer_group, h.topic, q, new)
         log.info("offsets of %s on %s reset: %s", h.consumer_group, h.topic,

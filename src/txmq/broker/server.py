@@ -17,6 +17,9 @@ moves bytes, keeps time and runs blocking disk work in one thread:
 - **Timers never die**: each part of the ticker, upkeep and flusher runs guarded (a failure is
   logged, rate-limited, and counted in ``broker.health``); a task that ends anyway is restarted by
   a supervisor. Each part's last successful tick is the health check (``txmq broker status``).
+- **The gRPC door** (``grpc_port``; :mod:`txmq.broker.grpc`): a grpc.aio server on this loop over the
+  same broker. Its clients have connection ids the door owns: replies and check-backs for them go
+  to the door, and a long-polling receive is woken with the held pulls.
 - **Resources** (``limits.CONNECTIONS_MAX`` and the following): at most ``max_connections``
   connections (one more is answered SYSTEM_BUSY and closed), so the store keeps descriptors for its
   files. Should accept still fail at the descriptor limit, asyncio's loop retries it every second
@@ -50,7 +53,6 @@ from txmq.broker._actions import Action, Close, Hold, Reply, SendTo
 from txmq.broker._broker import Broker
 from txmq.broker._config import BrokerConfig
 from txmq.broker._registrar import Registrar
-from txmq.broker._schedule import SCHEDULE_TOPIC
 from txmq.errors import ProtocolError, ResponseCode, StoreError
 from txmq.namesrv import BrokerRegistration
 from txmq.protocol import FLAG_RESPONSE, Command, FrameDecoder, RequestCode, encode_command
@@ -232,6 +234,7 @@ class BrokerServer:
         self._budget = _BufferBudget(config.buffer_budget_bytes, self._unsent_bytes)
         self._refused = 0
         self._refusing = 0
+        self._grpc: Any = None  # txmq.broker.grpc.GrpcDoor when grpc_port is set
         self._accept_errors = 0
         self._accept_logged_s = float("-inf")
         self._register_retention_hooks()
@@ -256,10 +259,16 @@ class BrokerServer:
             reg = BrokerRegistration(c.broker_name, self.broker.store_host,
                                      cluster=c.broker_cluster_name,
                                      auto_create_topic_enable=c.auto_create_topic_enable)
-            self._registrar = Registrar(c.namesrv_addr, reg, lambda: dict(self.broker.topics),
+            self._registrar = Registrar(c.namesrv_addr, reg, self.broker.topics.snapshot,
                                         _now_ms)
             timers.append(("registrar", self._registrar.run))
         self._tasks = [asyncio.create_task(self._supervised(name, body)) for name, body in timers]
+        if self.config.grpc_port:  # the gRPC door (issue 13): same broker, its own port
+            from txmq.broker.grpc import GrpcDoor
+
+            self._grpc = GrpcDoor(self.broker, self.config.host, self.config.grpc_port,
+                                  ip_of(self.config.host), self._apply, _now_ms)
+            await self._grpc.start()
         if self.config.metrics_port:
             from txmq.broker._metrics import start_metrics
 
@@ -277,6 +286,8 @@ class BrokerServer:
         store."""
         if self._server is not None:
             self._server.close()
+        if self._grpc is not None:
+            await self._grpc.stop()
         if self._registrar is not None:
             await self._registrar.unregister()
         for t in self._tasks:
@@ -449,6 +460,9 @@ class BrokerServer:
     def _write(self, conn: int, cmd: Command) -> None:
         """Queue a frame; everything queued in one turn of the loop goes out in one write per
         connection (one syscall instead of one per reply)."""
+        if self._grpc is not None and self._grpc.owns(conn):  # a gRPC client: the door writes it
+            self._grpc.deliver(conn, cmd)
+            return
         if conn not in self._writers:
             return
         try:
@@ -526,7 +540,7 @@ class BrokerServer:
             self._dirty.clear()
             if not self._sync:
                 await asyncio.sleep(self.config.flush_interval_ms / 1000)
-            keys, self.broker.touched = self.broker.touched, set()
+            keys = self.broker.take_touched()
             try:
                 flushed = await loop.run_in_executor(self._flush_pool, self.store.flush)
             except StoreError as exc:
@@ -538,7 +552,7 @@ class BrokerServer:
             # The flush also covered records appended after the swap (their replies just went
             # out): wake their queues' held pulls now, not one flush later. A pull that still
             # finds nothing durable is held again.
-            self._wake(keys | self.broker.touched)
+            self._wake(keys | self.broker.touched_queues())
             if self.store.write_offset > flushed:
                 self._dirty.set()
             health.ok("flusher", _now_ms())
@@ -573,6 +587,8 @@ class BrokerServer:
             self._one_less(reply.conn)
 
     def _wake(self, keys: set[tuple[str, int]]) -> None:
+        if self._grpc is not None:
+            self._grpc.wake(keys)
         now = _now_ms()
         for key in keys:
             for h in self._holds.pop(key, []):
@@ -636,30 +652,11 @@ class BrokerServer:
     # -- retention hooks --------------------------------------------------------------------------
     def _register_retention_hooks(self) -> None:
         """Tell the store what must outlive retention: records a consumer group has not consumed,
-        pending half messages, and messages waiting in delay queues."""
+        pending half messages, and messages waiting in delay queues (``Broker.retention_floor_*``)."""
         broker, store = self.broker, self.store
-
-        def lowest(pairs: list[tuple[str, int, int]]) -> int | None:
-            found = [store.commit_log_offset_at(t, q, off) for t, q, off in pairs]
-            return min((c for c in found if c is not None), default=None)
-
-        def consumer_groups() -> int | None:
-            pairs = []
-            for key, off in broker.offsets.items():
-                _, topic, qid = key.rsplit("@", 2)
-                pairs.append((topic, int(qid), off))
-            return lowest(pairs)
-
-        def transactions() -> int | None:
-            return min((e.commit_log_offset for e in broker.tx.index.pending.values()), default=None)
-
-        def delay_queues() -> int | None:
-            return lowest([(SCHEDULE_TOPIC, lvl - 1, off)
-                           for lvl, off in broker.schedule.offsets.items()])
-
-        store.set_retention_hook("consumer groups", consumer_groups)
-        store.set_retention_hook("pending transactions", transactions)
-        store.set_retention_hook("delay queues", delay_queues)
+        store.set_retention_hook("consumer groups", broker.retention_floor_consumers)
+        store.set_retention_hook("pending transactions", broker.retention_floor_transactions)
+        store.set_retention_hook("delay queues", broker.retention_floor_delays)
 
 
 async def run_server(config: BrokerConfig, ready: asyncio.Event | None = None,

@@ -30,9 +30,10 @@ def register_commands() -> None:
     if _registered:
         return
     _registered = True
-    from txmq.cli import _bench_consume, _bench_outbox, _bench_send, _bench_spark, _bench_tx
+    from txmq.cli import _bench_consume, _bench_grpc, _bench_outbox, _bench_send, _bench_spark, _bench_tx
     from txmq.cli._bench import bench_app
     from txmq.cli._chaos import chaos
+    from txmq.cli._console import consume, send
     from txmq.cli._demo_cmd import demo
     from txmq.cli._fuzz import fuzz
     from txmq.cli._group import dlq_app, group_app
@@ -41,20 +42,22 @@ def register_commands() -> None:
     from txmq.cli._reconcile import reconcile
     from txmq.cli._status import parked_app, status
     from txmq.cli._store import store_app
+    from txmq.cli._topic import topic_app
     from txmq.cli._tx import tx_app
     from txmq.namesrv._main import namesrv
 
     broker_app.command("status")(status)
     for name, sub in (("tx", tx_app), ("outbox", outbox_app), ("store", store_app),
                       ("group", group_app), ("dlq", dlq_app), ("message", message_app),
-                      ("parked", parked_app), ("bench", bench_app)):
+                      ("parked", parked_app), ("bench", bench_app),
+                      ("topic", topic_app)):
         app.add_typer(sub, name=name)
     commands: list[tuple[typer.Typer, str, Callable[..., None]]] = [
         (app, "reconcile", reconcile), (app, "namesrv", namesrv), (app, "demo", demo),
-        (app, "chaos", chaos), (app, "fuzz", fuzz),
+        (app, "chaos", chaos), (app, "fuzz", fuzz), (app, "send", send), (app, "consume", consume),
         (bench_app, "consume", _bench_consume.consume), (bench_app, "outbox", _bench_outbox.outbox),
         (bench_app, "send", _bench_send.send), (bench_app, "spark", _bench_spark.spark),
-        (bench_app, "tx", _bench_tx.tx)]
+        (bench_app, "tx", _bench_tx.tx), (bench_app, "grpc", _bench_grpc.grpc_cmd)]
     for target, name, fn in commands:
         target.command(name)(fn)
 
@@ -68,6 +71,8 @@ def broker(
     data_dir: Annotated[Path | None, typer.Option(help="Where the commit log lives.")] = None,
     port_file: Annotated[Path | None, typer.Option(help="Write the bound port here.")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Prometheus /metrics port.")] = None,
+    grpc_port: Annotated[int | None, typer.Option(
+        help="Serve RocketMQ 5 gRPC clients on this port too (the proxy's default is 8081).")] = None,
     namesrv_addr: Annotated[str | None, typer.Option(
         help="Name servers to register with, host:port[;host:port] (RocketMQ namesrvAddr).")] = None,
     broker_name: Annotated[str | None, typer.Option(help="RocketMQ brokerName in routes.")] = None,
@@ -85,6 +90,7 @@ def broker(
     try:
         cfg = load_config(config, host=host, port=port,
                           data_dir=str(data_dir) if data_dir else None, metrics_port=metrics_port,
+                          grpc_port=grpc_port,
                           namesrv_addr=namesrv_addr, broker_name=broker_name)
     except TxmqError as exc:
         console.print(f"[red]error:[/red] {exc}")

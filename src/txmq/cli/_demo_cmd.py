@@ -11,11 +11,12 @@ from rich.table import Table
 
 from txmq.errors import TxmqError
 
-_KEYS = ("orders_total", "committed", "rolled_back", "unknown_resolved_by_check",
+_KEYS = ("outbox_transport", "rollback_topic",
+         "orders_total", "committed", "rolled_back", "unknown_resolved_by_check",
          "producer_crashes", "crash_orders_committed_by_check", "crash_orders_rolled_back_by_check",
          "resent_after_crash", "check_backs", "ledger_received_distinct", "ledger_duplicates",
          "ledger_rejected", "compensated", "lost", "phantom", "spark_orders", "q1_matches_oracle",
-         "revenue_matches_oracle", "elapsed_s")
+         "revenue_matches_oracle", "spark_skipped", "elapsed_s")
 
 
 def demo(
@@ -28,6 +29,13 @@ def demo(
     run_dir: Annotated[Path | None, typer.Option(help="Working directory of the run.")] = None,
     producers: Annotated[int, typer.Option(min=3, help="Order service processes.")] = 3,
     threads: Annotated[int, typer.Option(min=1, help="Sending threads per producer.")] = 2,
+    outbox_transport: Annotated[str, typer.Option(
+        help="Where the ledger's ROLLBACK events go: txmq, rabbitmq or nats (the transactional "
+             "orders always go through txmq).")] = "txmq",
+    outbox_url: Annotated[str | None, typer.Option(
+        help="URL of that broker (default amqp://guest:guest@127.0.0.1:5672/, "
+             "nats://127.0.0.1:4222).")] = None,
+    spark: Annotated[bool, typer.Option(help="Run the Spark stage.")] = True,
 ) -> None:
     """Run the main job: TPC-H orders as transactional messages into a ledger and Spark; verify."""
     from txmq.demo._run import DemoOptions, run_demo
@@ -35,7 +43,8 @@ def demo(
     console = Console()
     opts = DemoOptions(sf=sf, broker=broker, namesrv_addr=namesrv_addr, report=report,
                        producers=producers,
-                       producer_threads=threads)
+                       producer_threads=threads, outbox_transport=outbox_transport,
+                       outbox_url=outbox_url, spark=spark)
     if run_dir is not None:
         opts.run_dir = run_dir
     try:
@@ -43,7 +52,8 @@ def demo(
     except TxmqError as exc:
         console.print(f"[red]demo failed:[/red] {exc}")
         raise typer.Exit(1) from exc
-    table = Table("measure", "value", title=f"txmq demo, TPC-H SF {sf}")
+    table = Table("measure", "value",
+                  title=f"txmq demo, TPC-H SF {sf}, ROLLBACK events over {rep['outbox_transport']}")
     for k in _KEYS:
         table.add_row(k, str(rep[k]))
     for k, v in rep["stages"].items():

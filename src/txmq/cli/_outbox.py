@@ -16,7 +16,11 @@ from rich.table import Table
 from txmq.errors import ConfigError, TxmqError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import sqlalchemy as sa
+
+    from txmq.outbox import Sender
 
 outbox_app = typer.Typer(help="The local message table (outbox and inbox): init-db, status, purge, relay.",
                          no_args_is_help=True)
@@ -123,11 +127,38 @@ def purge_cmd(url: Url, prefix: Prefix = "txmq_",
     Console().print(f"purged {r.events} events and {r.inbox} inbox rows")
 
 
+def _relay_sender(transport: str | None, endpoints: str,
+                  group: str) -> tuple[Sender, Callable[[], None], str]:
+    """``(sender, close, where)``: the transport of ``--transport URL``, or a txmq Producer of
+    ``group`` at ``endpoints``. Raises ConfigError (bad URL)."""
+    from txmq import outbox
+    from txmq.client import Producer
+
+    if transport:
+        kw = {"producer_group": group} if outbox.parse_transport_url(transport)[0] == "txmq" else {}
+        t = outbox.open_transport(transport, **kw)
+        return t, t.close, _without_password(transport)
+    producer = Producer(group, endpoints)
+    producer.start()
+    return producer, producer.shutdown, endpoints
+
+
+def _without_password(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return url if parts.password is None else url.replace(f":{parts.password}@", ":***@", 1)
+
+
 @outbox_app.command("relay")
 def relay_cmd(
     url: Url,
-    endpoints: Annotated[str, typer.Option(help="Broker host:port.")] = "127.0.0.1:10911",
-    group: Annotated[str, typer.Option(help="Producer group of the relay.")] = "txmq-outbox-relay",
+    endpoints: Annotated[str, typer.Option(
+        help="Broker host:port (txmq; see --transport).")] = "127.0.0.1:10911",
+    transport: Annotated[str | None, typer.Option(
+        help="Send over this transport instead: txmq://host:port, amqp://user:pass@host:port/vhost "
+             "(RabbitMQ) or nats://host:port (JetStream).")] = None,
+    group: Annotated[str, typer.Option(help="Producer group of the relay (txmq).")] = "txmq-outbox-relay",
     prefix: Prefix = "txmq_",
     period_ms: Annotated[int, typer.Option(help="Idle poll period (tranMessageSendPeriod).")] = 1000,
     batch_size: Annotated[int, typer.Option(help="Events claimed per poll.")] = 50,
@@ -136,11 +167,11 @@ def relay_cmd(
     retention: Annotated[str | None, typer.Option(help="Purge processed rows older than this.")] = None,
     metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port; 0 = off.")] = 0,
 ) -> None:
-    """Run a relay until SIGINT/SIGTERM: send the outbox's events to the broker."""
+    """Run a relay until SIGINT/SIGTERM: send the outbox's events to the broker (txmq at
+    --endpoints, or RabbitMQ / NATS JetStream / txmq by --transport URL). A bad URL exits with 2."""
     from prometheus_client import start_http_server
 
     from txmq import outbox
-    from txmq.client import Producer
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -149,8 +180,7 @@ def relay_cmd(
                                  initial_delay_ms=initial_delay_ms,
                                  retention_ms=_duration_ms(retention) if retention else None)
         engine = _engine(url)
-        producer = Producer(group, endpoints)
-        producer.start()
+        sender, close, where = _relay_sender(transport, endpoints, group)
     except TxmqError as exc:
         raise _fail(exc) from exc
     if metrics_port:
@@ -158,12 +188,12 @@ def relay_cmd(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    relay = outbox.Relay(engine, producer, tables=outbox.make_tables(prefix), config=cfg)
+    relay = outbox.Relay(engine, sender, tables=outbox.make_tables(prefix), config=cfg)
     relay.start()
-    Console(stderr=True).print(f"relay {relay.relay_id}: {url} → {endpoints}")
+    Console(stderr=True).print(f"relay {relay.relay_id}: {url} → {where}")
     try:
         stop.wait()
     finally:
         relay.stop()
-        producer.shutdown()
+        close()
         engine.dispose()

@@ -26,7 +26,7 @@ from txmq.protocol import (
     park_source_kind,
 )
 
-__all__ = ["parked_app", "parked_id", "timer_rows"]
+__all__ = ["parked_app", "parked_id", "store_row", "timer_rows"]
 
 parked_app = typer.Typer(help="Messages the broker's schedulers could not deliver: list, show, resend.",
                          no_args_is_help=True)
@@ -37,9 +37,9 @@ _out = Console()
 _err = Console(stderr=True)
 
 
-def _admin_call(endpoints: str, fn: Any) -> Any:
+def _admin_call(endpoints: str, fn: Any, namesrv_addr: str = "") -> Any:
     try:
-        with Admin(endpoints) as adm:
+        with Admin(endpoints, namesrv_addr=namesrv_addr) as adm:
             return fn(adm)
     except TxmqError as exc:
         _err.print(f"[red]error:[/red] {exc}")
@@ -59,19 +59,33 @@ def timer_rows(info: BrokerRuntimeInfo, stale_ms: int) -> list[dict[str, Any]]:
     return rows
 
 
+def store_row(info: BrokerRuntimeInfo) -> dict[str, Any]:
+    """The store part of the status: commit log bounds (bytes), size held (max - min) and the disk's
+    used ratio."""
+    return {"commit_log_min_offset": info.commit_log_min_offset,
+            "commit_log_max_offset": info.commit_log_max_offset,
+            "store_size_bytes": info.commit_log_max_offset - info.commit_log_min_offset,
+            "disk_ratio": round(info.commit_log_disk_ratio, 4)}
+
+
 def status(
     endpoints: BrokerAddr = "127.0.0.1:10911",
+    namesrv_addr: Annotated[str, typer.Option(
+        help="Name servers host:port[;host:port]; asks the master broker found there.")] = "",
     stale_ms: Annotated[int, typer.Option(help="A timer is stale after this long without a "
                                                "successful tick (ms).")] = limits.BROKER_TIMER_STALE_MS,
     as_json: AsJson = False,
 ) -> None:
-    """Each timer's last tick (stale ones flagged), task restarts, parked messages and pending
-    transactions. Exits 1 when a timer is stale."""
-    info: BrokerRuntimeInfo = _admin_call(endpoints, lambda a: a.runtime_info())
+    """Each timer's last tick (stale ones flagged), task restarts, parked messages, pending
+    transactions, and the store: commit log bounds, size, disk ratio. Exits 1 when a timer is
+    stale."""
+    addr = "" if namesrv_addr and endpoints == "127.0.0.1:10911" else endpoints
+    info: BrokerRuntimeInfo = _admin_call(addr, lambda a: a.runtime_info(), namesrv_addr)
     rows = timer_rows(info, stale_ms)
     stale = [r["timer"] for r in rows if r["stale"]]
     if as_json:
-        print(json.dumps({**msgspec.to_builtins(info), "timer_rows": rows, "stale": stale}, indent=2))
+        print(json.dumps({**msgspec.to_builtins(info), "store": store_row(info), "timer_rows": rows,
+                          "stale": stale}, indent=2))
     else:
         table = Table("timer", "last tick", "age (s)", "errors", "stale",
                       title=f"broker {endpoints} (up {(info.now_ms - info.boot_ms) / 1000:.0f} s)")
@@ -88,6 +102,10 @@ def status(
         restarts = ", ".join(f"{k} {v}" for k, v in sorted(info.task_restarts.items())) or "none"
         _out.print(f"timer task restarts: {restarts}; pending transactions: "
                    f"{info.pending_transactions}")
+        st = store_row(info)
+        _out.print(f"store: {st['store_size_bytes']} bytes of commit log (offsets "
+                   f"{st['commit_log_min_offset']}..{st['commit_log_max_offset']}), disk "
+                   f"{st['disk_ratio']:.1%} used")
     if stale:
         _err.print(f"[red]stale timers (no tick for > {stale_ms} ms): {', '.join(stale)}[/red]")
         raise typer.Exit(1)

@@ -28,7 +28,12 @@ from txmq.protocol import (
     BrokerRuntimeInfo,
     ConsumerGroupInfo,
     ConsumeStatsRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
+    DeleteTopicRequestHeader,
     EndTransactionResponseHeader,
+    GetRouteInfoRequestHeader,
+    GetTopicStatsInfoRequestHeader,
     Message,
     MessageExt,
     PendingTransactionsRequestHeader,
@@ -42,11 +47,16 @@ from txmq.protocol import (
     ResumeResponseHeader,
     SendMessageResponseHeader,
     SinkBatchRequestHeader,
+    TopicConfigSerializeWrapper,
+    TopicList,
+    TopicRouteData,
+    TopicStatsTable,
     TransactionIdRequestHeader,
     ViewMessageByUniqKeyRequestHeader,
     ViewMessageRequestHeader,
     decode_body,
     decode_message_exts,
+    decode_route,
     dlq_topic,
     encode_body,
     from_ext,
@@ -219,6 +229,84 @@ class AsyncAdmin(TransactionAdmin):
             offset=-1 if offset is None else offset, queue_id=-1 if queue_id is None else queue_id)
         r = check_response(await self.call(RequestCode.RESET_OFFSET, to_ext(h)))
         return decode_body(r.body, list[ResetOffsetEntry])
+
+    # -- topics (mqadmin updateTopic, topicList, topicRoute, topicStatus, deleteTopic) ------------
+    async def topic_configs(self) -> TopicConfigSerializeWrapper:
+        """Every topic of the broker with its queue counts and perm (GET_ALL_TOPIC_CONFIG 21)."""
+        r = check_response(await self.call(RequestCode.GET_ALL_TOPIC_CONFIG))
+        return decode_body(r.body, TopicConfigSerializeWrapper)
+
+    async def update_topic(self, topic: str, queue_nums: int) -> int:
+        """Create ``topic`` or widen it to ``queue_nums`` queues on the broker
+        (UPDATE_AND_CREATE_TOPIC 17, mqadmin ``updateTopic``); returns its queue count as the
+        broker's topic table now says (not through a route: a name server learns it with the
+        broker's next registration, within ``limits.NAMESRV_REGISTER_CHECK_MS``).
+
+        Raises:
+            RemoteError: MESSAGE_ILLEGAL (name or queue count), NO_PERMISSION (broker topic).
+        """
+        h = CreateTopicRequestHeader(topic=topic, read_queue_nums=queue_nums,
+                                     write_queue_nums=queue_nums)
+        check_response(await self.call(RequestCode.UPDATE_AND_CREATE_TOPIC, to_ext(h)))
+        self._routes.pop(topic, None)
+        cfg = (await self.topic_configs()).topic_config_table.get(topic)
+        return queue_nums if cfg is None else cfg.write_queue_nums
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        """The full route of ``topic`` (GET_ROUTEINFO_BY_TOPIC 105), from the name server when one
+        is configured, else from the broker.
+
+        Raises:
+            RemoteError: TOPIC_NOT_EXIST for a topic with no route.
+        """
+        ext = to_ext(GetRouteInfoRequestHeader(topic=topic))
+        if self.namesrv_addr:
+            r = check_response(await self._namesrv_call(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext))
+        else:
+            r = check_response(await self.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext))
+        return decode_route(r.body)
+
+    async def topic_stats(self, topic: str) -> TopicStatsTable:
+        """Per queue: min and max queue offset and the newest message's store time (ms)
+        (GET_TOPIC_STATS_INFO 202).
+
+        Raises:
+            RemoteError: TOPIC_NOT_EXIST.
+        """
+        h = GetTopicStatsInfoRequestHeader(topic=topic)
+        r = check_response(await self.call(RequestCode.GET_TOPIC_STATS_INFO, to_ext(h)))
+        return decode_body(r.body, TopicStatsTable)
+
+    async def topic_names(self) -> list[str]:
+        """Every topic the name server has a route for (GET_ALL_TOPIC_LIST_FROM_NAMESERVER 206),
+        sorted.
+
+        Raises:
+            ConfigError: no name server configured.
+            RemoteError: the name server refuses (``enableAllTopicList`` off).
+        """
+        if not self.namesrv_addr:
+            raise ConfigError("topic_names needs a name server (namesrv_addr)")
+        r = check_response(await self._namesrv_call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+        return sorted(decode_body(r.body, TopicList).topic_list)
+
+    async def delete_topic(self, topic: str) -> str:
+        """Delete ``topic`` on the broker (DELETE_TOPIC_IN_BROKER 215), then its routes on the name
+        server when one is configured (DELETE_TOPIC_IN_NAMESRV 216), as mqadmin ``deleteTopic``;
+        returns the broker's account of it (queues, consumer offsets dropped, what happens to the
+        stored messages).
+
+        Raises:
+            RemoteError: TOPIC_NOT_EXIST, NO_PERMISSION (a broker, default or configured topic) or
+                MESSAGE_ILLEGAL (an illegal name).
+        """
+        h = DeleteTopicRequestHeader(topic=topic)
+        r = check_response(await self.call(RequestCode.DELETE_TOPIC_IN_BROKER, to_ext(h)))
+        if self.namesrv_addr:
+            n = DeleteTopicFromNamesrvRequestHeader(topic=topic)
+            check_response(await self._namesrv_call(RequestCode.DELETE_TOPIC_IN_NAMESRV, to_ext(n)))
+        self._routes.pop(topic, None)
+        return r.remark or f"topic {topic} deleted"
 
     async def dlq_messages(self, group: str, limit: int = 100_000) -> list[MessageExt]:
         """The messages in ``%DLQ%<group>`` (oldest first, at most ``limit``); [] if it has none.

@@ -38,6 +38,9 @@ from txmq.protocol import (
     QueueConsumeStats,
     RequestCode,
     ResetOffsetEntry,
+    TopicConfigSerializeWrapper,
+    TopicRouteData,
+    TopicStatsTable,
     decode_body,
 )
 
@@ -358,6 +361,30 @@ class Admin(_SyncClient):
     def resend_parked(self, m: MessageExt, topic: str, queue_id: int = -1) -> int:
         """See :meth:`AsyncAdmin.resend_parked`."""
         return self._run(self._a.resend_parked(m, topic, queue_id))
+
+    def topic_configs(self) -> TopicConfigSerializeWrapper:
+        """See :meth:`AsyncAdmin.topic_configs`."""
+        return self._run(self._a.topic_configs())
+
+    def update_topic(self, topic: str, queue_nums: int) -> int:
+        """See :meth:`AsyncAdmin.update_topic`."""
+        return self._run(self._a.update_topic(topic, queue_nums))
+
+    def topic_route(self, topic: str) -> TopicRouteData:
+        """See :meth:`AsyncAdmin.topic_route`."""
+        return self._run(self._a.topic_route(topic))
+
+    def topic_stats(self, topic: str) -> TopicStatsTable:
+        """See :meth:`AsyncAdmin.topic_stats`."""
+        return self._run(self._a.topic_stats(topic))
+
+    def topic_names(self) -> list[str]:
+        """See :meth:`AsyncAdmin.topic_names`."""
+        return self._run(self._a.topic_names())
+
+    def delete_topic(self, topic: str) -> str:
+        """See :meth:`AsyncAdmin.delete_topic`."""
+        return self._run(self._a.delete_topic(topic))
 
 
 async def _awaited(result: Awaitable[T]) -> T:

@@ -1,13 +1,16 @@
 """The demo's downstream ledger service: a push consumer of group ``ledger`` (clustering) behind the
 local message table's inbox (:class:`txmq.outbox.CommitListener`).
 
-Run as ``python -m txmq.demo.ledger --endpoints E --db ledger.db``. For each delivered order the
-inbox row and the ``received`` row commit in one SQLite transaction, so a redelivery is recognised by
+Run as ``python -m txmq.demo.ledger --endpoints E --db ledger.db [--outbox-url URL] [--rollback-topic
+T]``. For each delivered order the inbox row and the ``received`` row commit in one SQLite
+transaction, so a redelivery is recognised by
 the inbox's unique key and acknowledged without booking twice (counted in ``duplicates``). The
 ledger permanently rejects the orders :func:`txmq.demo._faults.fault_of` marks ``LEDGER_REJECT``:
 after 10 failed deliveries the inbox writes a ROLLBACK event into the ledger's own outbox, and this
-process's relay ships it to ``orders-rollback``, where the order service compensates. Stops cleanly
-on SIGTERM.
+process's relay ships it to ``orders-rollback``, where the order service compensates. With
+``--outbox-url`` (``amqp://…`` or ``nats://…``, see :func:`txmq.outbox.open_transport`) the relay
+ships the ROLLBACK events over that broker instead, to ``--rollback-topic``; the orders themselves
+still come from txmq. Stops cleanly on SIGTERM.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -112,21 +116,36 @@ def _duplicate_recorder(engine: sa.Engine):  # type: ignore[no-untyped-def]
     return record
 
 
+def _relay_sender(endpoints: str, outbox_url: str | None) -> tuple[outbox.Sender, Callable[[], None]]:
+    """What the ledger's relay sends through, and how to close it: txmq's Producer, or the
+    transport of ``outbox_url``. Raises ConfigError (bad URL)."""
+    if outbox_url:
+        transport = outbox.open_transport(outbox_url)
+        return transport, transport.close
+    producer = Producer("ledger-outbox", endpoints)
+    producer.start()
+    return producer, producer.shutdown
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--endpoints", required=True)
     p.add_argument("--db", type=Path, required=True)
+    p.add_argument("--outbox-url", help="send ROLLBACK events over this transport (amqp://, nats://)")
+    p.add_argument("--rollback-topic", help="where ROLLBACK events go (default <topic>-rollback)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(name)s: %(message)s")
     init_db(a.db)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     engine = _engine(a.db)
-    producer = Producer("ledger-outbox", a.endpoints)
-    producer.start()
-    relay = outbox.Relay(engine, producer, config=outbox.RelayConfig(period_ms=500))
+    sender, close_sender = _relay_sender(a.endpoints, a.outbox_url)
+    relay = outbox.Relay(engine, sender, config=outbox.RelayConfig(period_ms=500))
+    fixed_topic: str | None = a.rollback_topic
+    rollback_topic = ((lambda _t: fixed_topic) if fixed_topic else outbox.default_rollback_topic)
     listener = outbox.CommitListener(engine, book, app_id=APP_ID, on_rollback=relay.wake,
-                                     on_duplicate=_duplicate_recorder(engine))
+                                     on_duplicate=_duplicate_recorder(engine),
+                                     rollback_topic=rollback_topic)
     consumer = listener.consumer(LEDGER_GROUP, a.endpoints, "orders",
                                  consume_from_where="CONSUME_FROM_FIRST_OFFSET", consume_threads=2)
     relay.start()
@@ -136,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         consumer.shutdown()
         relay.stop()
-        producer.shutdown()
+        close_sender()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ order database. A progress file (append-only lines ``A <key>`` before the half m
 With ``--compensate`` instead, it runs the order service's compensation: a
 :class:`txmq.outbox.RollbackListener` on ``orders-rollback`` (group ``order-service-compensation``)
 that cancels the order a ROLLBACK event names (``orders.cancelled = 1``), in one transaction with
-the inbox row in the order database, so a redelivered rollback cancels once.
+the inbox row in the order database, so a redelivered rollback cancels once. ``--outbox-url`` (and
+``--rollback-topic``) consume the ROLLBACK events over RabbitMQ or NATS JetStream instead.
 """
 
 from __future__ import annotations
@@ -187,9 +188,15 @@ def cancel_order(conn: sa.Connection, ev: InboxEvent) -> None:
         raise LookupError(f"order {ev.biz_key} to cancel is not in the order database")
 
 
-def run_compensator(endpoints: str, db: Path) -> None:
-    """Consume ``orders-rollback`` and cancel each named order once, until SIGTERM."""
-    from txmq.outbox import RollbackListener, create_sqlite_engine
+def run_compensator(endpoints: str, db: Path, outbox_url: str | None = None,
+                    rollback_topic: str = ROLLBACK_TOPIC) -> None:
+    """Consume ``rollback_topic`` and cancel each named order once, until SIGTERM: on txmq at
+    ``endpoints``, or over the transport of ``outbox_url`` (``amqp://…``, ``nats://…``).
+
+    Raises:
+        ConfigError: a bad ``outbox_url`` or a topic name that transport cannot carry.
+    """
+    from txmq.outbox import RollbackListener, create_sqlite_engine, open_transport
     from txmq.outbox import init_db as init_outbox
 
     engine = create_sqlite_engine(db)
@@ -197,13 +204,17 @@ def run_compensator(endpoints: str, db: Path) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     listener = RollbackListener(engine, cancel_order, app_id=PRODUCER_GROUP)
-    consumer = listener.consumer(COMPENSATION_GROUP, endpoints, ROLLBACK_TOPIC,
-                                 consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    transport = open_transport(outbox_url) if outbox_url else None
+    consumer = (listener.subscribe(transport, COMPENSATION_GROUP, rollback_topic) if transport
+                else listener.consumer(COMPENSATION_GROUP, endpoints, rollback_topic,
+                                       consume_from_where="CONSUME_FROM_FIRST_OFFSET"))
     consumer.start()
     try:
         stop.wait()
     finally:
         consumer.shutdown()
+        if transport is not None:
+            transport.close()
         engine.dispose()
 
 
@@ -215,6 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--progress", type=Path)
     p.add_argument("--compensate", action="store_true",
                    help="run the compensation consumer of orders-rollback instead of sending")
+    p.add_argument("--outbox-url", help="with --compensate: consume over this transport (amqp://, nats://)")
+    p.add_argument("--rollback-topic", default=ROLLBACK_TOPIC, help="with --compensate: the topic")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument(
         "--linger",
@@ -224,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(name)s: %(message)s")
     if a.compensate:
-        run_compensator(a.endpoints, a.db)
+        run_compensator(a.endpoints, a.db, a.outbox_url, a.rollback_topic)
         return
     if a.work is None or a.progress is None:
         p.error("--work and --progress are required unless --compensate")

@@ -39,6 +39,7 @@ from txmq.protocol import (
     ClusterInfo,
     Command,
     DataVersion,
+    DeleteTopicFromNamesrvRequestHeader,
     GetRouteInfoRequestHeader,
     QueueData,
     RegisterBrokerBody,
@@ -110,6 +111,7 @@ class NameServerCore:
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self._on_route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self._on_cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._on_topic_list,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self._on_delete_topic,
         }
 
     # --- requests ---------------------------------------------------------------------------------
@@ -164,7 +166,23 @@ class NameServerCore:
             return request.response(ResponseCode.SYSTEM_ERROR, "disable")
         return request.response(ResponseCode.SUCCESS, body=encode_topic_list(self.topic_list()))
 
+    def _on_delete_topic(self, request: Command, now_ms: int, conn: Hashable | None) -> Command:
+        h = from_ext(request.ext, DeleteTopicFromNamesrvRequestHeader)
+        self.delete_topic(h.topic, h.cluster_name)
+        return request.response(ResponseCode.SUCCESS)
+
     # --- the tables -------------------------------------------------------------------------------
+    def delete_topic(self, topic: str, cluster: str | None = None) -> None:
+        """Forget ``topic``'s routes: on every broker, or only on ``cluster``'s brokers
+        (RocketMQ ``RouteInfoManager.deleteTopic``). An unknown topic is not an error."""
+        queues = self.topic_queue.get(topic)
+        if queues is None:
+            return
+        for name in list(queues) if cluster is None else list(self.cluster_addr.get(cluster, {})):
+            queues.pop(name, None)
+        if not queues:
+            del self.topic_queue[topic]
+
     def register_broker(self, header: RegisterBrokerRequestHeader, body: RegisterBrokerBody,
                         now_ms: int, conn: Hashable | None = None) -> RegisterBrokerResponseHeader | None:
         """Record a broker and its topics (RocketMQ ``RouteInfoManager.registerBroker``).

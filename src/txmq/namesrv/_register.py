@@ -15,7 +15,11 @@ from collections.abc import Mapping
 
 import msgspec
 
-from txmq.limits import AUTO_CREATE_TOPIC_QUEUE_NUMS, REGISTER_NAME_SERVER_PERIOD_MS
+from txmq.limits import (
+    AUTO_CREATE_TOPIC_QUEUE_NUMS,
+    CLUSTER_TOPIC_QUEUE_NUMS,
+    REGISTER_NAME_SERVER_PERIOD_MS,
+)
 from txmq.protocol import (
     DEFAULT_CLUSTER_NAME,
     MASTER_ID,
@@ -81,10 +85,15 @@ class BrokerRegistration:
         so the name server updates only then. Schedules the next registration."""
         table = topic_configs(topics, auto_create_topic_enable=self._auto_create,
                               default_topic_queue_nums=self._default_queues, perm=self._perm)
-        # Every RocketMQ broker also announces a topic named after itself, 1 queue, perm
-        # inherit|read|write (TopicConfigManager.init, ``brokerTopicEnable``). It also keeps a
-        # registration from ever listing a single topic, which RouteInfoManager takes for a
-        # single-topic update and refuses from a broker it does not know yet.
+        # Every RocketMQ broker also announces a topic named after its cluster (16 queues,
+        # ``clusterTopicEnable``) and one named after itself (1 queue, ``brokerTopicEnable``),
+        # perm inherit|read|write (TopicConfigManager.init). With them a registration never lists
+        # a single topic, which RouteInfoManager takes for a single-topic update and refuses from
+        # a broker it does not know yet (a broker with no topic of its own was refused).
+        table.setdefault(self.cluster, TopicConfig(
+            topic_name=self.cluster, read_queue_nums=CLUSTER_TOPIC_QUEUE_NUMS,
+            write_queue_nums=CLUSTER_TOPIC_QUEUE_NUMS,
+            perm=PERM_INHERIT | PERM_READ | PERM_WRITE))
         table.setdefault(self.broker_name, TopicConfig(
             topic_name=self.broker_name, read_queue_nums=1, write_queue_nums=1,
             perm=PERM_INHERIT | PERM_READ | PERM_WRITE))

@@ -25,6 +25,13 @@ Example (upstream)::
 See docs/outbox.md for the downstream and rollback sides.
 """
 
+from txmq.outbox._aio import AsyncCommitListener, AsyncHandler, AsyncRelay, AsyncRollbackListener, AsyncSender
+from txmq.outbox._aio_transport import (
+    AsyncSubscription,
+    AsyncTransport,
+    AsyncTxmqTransport,
+    open_async_transport,
+)
 from txmq.outbox._envelope import (
     PROPERTY_OUTBOX_APP_ID,
     PROPERTY_OUTBOX_BIZ_KEY,
@@ -39,6 +46,7 @@ from txmq.outbox._envelope import (
 )
 from txmq.outbox._inbox import CommitListener, Handler, RejectEvent, RollbackListener
 from txmq.outbox._metrics import OutboxMetrics, default_metrics
+from txmq.outbox._open import TxmqTransport, open_transport
 from txmq.outbox._ops import (
     Backlog,
     OutboxStatus,
@@ -61,10 +69,19 @@ from txmq.outbox._schema import (
     init_db,
     make_tables,
 )
+from txmq.outbox._transport import (
+    PROPERTY_DLQ_REASON,
+    Listener,
+    NotAnEnvelope,
+    Subscription,
+    Transport,
+    parse_transport_url,
+)
 
 __all__ = [
     "DEFAULT_PREFIX",
     "DEFAULT_TABLES",
+    "PROPERTY_DLQ_REASON",
     "PROPERTY_OUTBOX_APP_ID",
     "PROPERTY_OUTBOX_BIZ_KEY",
     "PROPERTY_OUTBOX_CREATED_MS",
@@ -72,11 +89,21 @@ __all__ = [
     "PROPERTY_OUTBOX_EVENT_TYPE",
     "PROPERTY_OUTBOX_ORIGIN_EVENT_ID",
     "PROPERTY_OUTBOX_TX_TYPE",
+    "AsyncCommitListener",
+    "AsyncHandler",
+    "AsyncRelay",
+    "AsyncRollbackListener",
+    "AsyncSender",
+    "AsyncSubscription",
+    "AsyncTransport",
+    "AsyncTxmqTransport",
     "Backlog",
     "CommitListener",
     "EventStatus",
     "Handler",
     "InboxEvent",
+    "Listener",
+    "NotAnEnvelope",
     "OutboxMetrics",
     "OutboxStatus",
     "OutboxTables",
@@ -87,7 +114,10 @@ __all__ = [
     "RollbackListener",
     "RoundResult",
     "Sender",
+    "Subscription",
+    "Transport",
     "TxType",
+    "TxmqTransport",
     "backlog",
     "create_sqlite_engine",
     "decode_event",
@@ -96,7 +126,10 @@ __all__ = [
     "drop_tables",
     "init_db",
     "make_tables",
+    "open_async_transport",
+    "open_transport",
     "outbox_status",
+    "parse_transport_url",
     "purge",
     "put_message",
 ]

@@ -29,19 +29,19 @@ from typing import Protocol, Self
 import sqlalchemy as sa
 
 from txmq import limits
-from txmq.outbox._claims import claim, mark_failed, mark_sent
-from txmq.outbox._envelope import OutboxRow, to_message
+from txmq.outbox._envelope import OutboxRow
 from txmq.outbox._metrics import OutboxMetrics, default_metrics
+from txmq.outbox._open import open_transport
 from txmq.outbox._ops import backlog, purge
-from txmq.outbox._policy import RelayConfig, RoundResult, backoff_ms, idle_wait_ms, plan_batches
+from txmq.outbox._policy import RelayConfig, RoundResult, idle_wait_ms
+from txmq.outbox._relay_core import FINISH_TRIES, RelayCore, Round, relay_isolation
 from txmq.outbox._schema import DEFAULT_TABLES, OutboxTables
+from txmq.outbox._transport import Transport
 from txmq.protocol import Message
 
-__all__ = ["Relay", "Sender"]
+__all__ = ["Relay", "Sender", "default_relay_id"]
 
 log = logging.getLogger("txmq.outbox.relay")
-
-_FINISH_TRIES = 3
 
 
 class Sender(Protocol):
@@ -54,7 +54,8 @@ class Sender(Protocol):
     def send_batch(self, msgs: list[Message]) -> object: ...
 
 
-def _default_relay_id() -> str:
+def default_relay_id() -> str:
+    """``host-pid-random``: a relay's default name in ``lease_owner``."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
@@ -63,7 +64,9 @@ class Relay:
 
     Args:
         engine: the database holding the outbox (any SQLAlchemy engine).
-        sender: usually a started :class:`txmq.client.Producer`.
+        sender: a :class:`~txmq.outbox.Transport`, a started :class:`txmq.client.Producer`, or a
+            transport URL (``txmq://host:port``, ``amqp://user:pass@host:port/``,
+            ``nats://host:port``), opened now and closed by :meth:`stop`.
         tables: which outbox (default ``txmq_outbox``).
         config: period, batch size, initial delay, pool size, lease, backoff (:class:`RelayConfig`).
         relay_id: this relay's name in ``lease_owner`` (default host-pid-random).
@@ -72,19 +75,22 @@ class Relay:
         rng: randomness for backoff jitter (seed it for reproducible tests).
     """
 
-    def __init__(self, engine: sa.Engine, sender: Sender, *, tables: OutboxTables = DEFAULT_TABLES,
+    def __init__(self, engine: sa.Engine, sender: Sender | str, *, tables: OutboxTables = DEFAULT_TABLES,
                  config: RelayConfig | None = None, relay_id: str | None = None,
                  metrics: OutboxMetrics | None = None, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None) -> None:
         self.engine = engine
-        self.sender = sender
+        self._owned: Transport | None = None
+        if isinstance(sender, str):  # a transport URL: checked now (ConfigError), closed by stop()
+            sender = self._owned = open_transport(sender)
+        self.sender: Sender = sender
         self.tables = tables
         self.config = config or RelayConfig()
-        self.relay_id = relay_id or _default_relay_id()
+        self.relay_id = relay_id or default_relay_id()
         self.metrics = metrics or default_metrics()
         self._clock = clock
-        self._rng = rng or random.Random()
-        self._rng_lock = threading.Lock()
+        self._core = RelayCore(tables, self.config, self.relay_id, self.metrics, clock,
+                               rng or random.Random())
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -98,8 +104,9 @@ class Relay:
     @contextlib.contextmanager
     def _begin(self) -> Iterator[sa.Connection]:
         with self.engine.connect() as conn:
-            if conn.dialect.name in ("mysql", "mariadb"):  # no gap locks that would block put_message
-                conn.execution_options(isolation_level="READ COMMITTED")
+            level = relay_isolation(conn.dialect.name)
+            if level:  # no gap locks that would block put_message
+                conn.execution_options(isolation_level=level)
             with conn.begin():
                 yield conn
 
@@ -112,55 +119,34 @@ class Relay:
                 retried by whoever claims them after the lease expires).
         """
         with self._begin() as conn:
-            rows = claim(conn, self.tables, f"{self.relay_id}/{worker}", self._now_ms(),
-                         self.config.batch_size, self.config.lease_ms)
-        if not rows:
+            rnd = self._core.claim(conn, worker)
+        if not rnd.rows:
             return RoundResult()
-        self.metrics.claimed.labels(self._label).inc(len(rows))
-        ok, failed = self._send(rows)
-        return self._finish(rows, ok, failed)
-
-    def _send(self, rows: list[OutboxRow]) -> tuple[list[OutboxRow], list[tuple[OutboxRow, str]]]:
-        ok: list[OutboxRow] = []
-        failed: list[tuple[OutboxRow, str]] = []
-        for batch in plan_batches(rows, limits.BATCH_MESSAGES_MAX, self.config.send_batch_bytes_max):
+        for batch, msgs in rnd.batches(self.config):
             try:
-                self.sender.send_batch([to_message(r) for r in batch])
+                self.sender.send_batch(msgs)
             except Exception as exc:  # any failure leaves these events unsent: retry them later
-                log.warning("relay %s: send of %d events to %s failed: %s", self.relay_id, len(batch),
-                            batch[0].topic, exc)
-                failed.extend((r, f"{type(exc).__name__}: {exc}") for r in batch)
+                rnd.send_failed(batch, exc, self.relay_id)
             else:
-                ok.extend(batch)
-        return ok, failed
+                rnd.sent(batch)
+        return self._finish_round(rnd)
 
     def _finish(self, rows: list[OutboxRow], ok: list[OutboxRow],
                 failed: list[tuple[OutboxRow, str]]) -> RoundResult:
-        with self._rng_lock:
-            due = [(r, backoff_ms(r.attempts, self.config, self._rng), err) for r, err in failed]
-        for attempt in range(_FINISH_TRIES):
-            now = self._now_ms()
+        return self._finish_round(Round(rows, list(ok), list(failed)))
+
+    def _finish_round(self, rnd: Round) -> RoundResult:
+        self._core.plan_backoff(rnd)
+        for attempt in range(FINISH_TRIES):
             try:
                 with self._begin() as conn:
-                    marked = mark_sent(conn, self.tables, ok, now)
-                    unsent = sum(mark_failed(conn, self.tables, [(r, now + d)], err, now)
-                                 for r, d, err in due)
+                    finished = self._core.finish(conn, rnd)
                 break
             except sa.exc.OperationalError:  # deadlock, lost connection: try again, then give up
-                if attempt == _FINISH_TRIES - 1:
+                if attempt == FINISH_TRIES - 1:
                     raise
                 time.sleep(0.05 * (attempt + 1))
-        stale = len(ok) - marked + len(failed) - unsent
-        lbl = self._label
-        if stale:
-            log.warning("relay %s: %d of %d events had lost their lease before they were finished "
-                        "(another relay re-claimed them)", self.relay_id, stale, len(rows))
-            self.metrics.stale_finishes.labels(lbl).inc(stale)
-        self.metrics.sent.labels(lbl).inc(marked)
-        self.metrics.send_failures.labels(lbl).inc(len(failed))
-        for r in ok:
-            self.metrics.relay_lag.labels(lbl).observe(max(0, now - r.created_at_ms) / 1000)
-        return RoundResult(claimed=len(rows), sent=marked, failed=unsent, stale=stale)
+        return self._core.account(rnd, finished)
 
     # -- background workers -----------------------------------------------------------------------
     def start(self) -> None:
@@ -185,6 +171,8 @@ class Relay:
         for t in self._threads:
             t.join(timeout_s)
         self._threads.clear()
+        if self._owned is not None:
+            self._owned.close()
 
     def __enter__(self) -> Self:
         self.start()

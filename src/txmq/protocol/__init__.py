@@ -19,6 +19,8 @@ from txmq.protocol._remoting import *  # noqa: F403
 from txmq.protocol._remoting import __all__ as _remoting_all
 from txmq.protocol._route import *  # noqa: F403
 from txmq.protocol._route import __all__ as _route_all
+from txmq.protocol._topic_admin import *  # noqa: F403
+from txmq.protocol._topic_admin import __all__ as _topic_admin_all
 from txmq.protocol._topics import *  # noqa: F403
 from txmq.protocol._topics import __all__ as _topics_all
 from txmq.protocol._validate import *  # noqa: F403
@@ -32,6 +34,7 @@ __all__ = [
     *_message_codec_all,
     *_message_id_all,
     *_parked_all,
+    *_topic_admin_all,
     *_remoting_all,
     *_topics_all,
     *_route_all,

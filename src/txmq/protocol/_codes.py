@@ -27,6 +27,8 @@ class RequestCode(IntEnum):
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
+    GET_ALL_TOPIC_CONFIG = 21
+    """Every topic of the broker; body: ``TopicConfigSerializeWrapper``."""
     GET_BROKER_RUNTIME_INFO = 28
     """The broker's health: each timer's last tick, parked messages, pending transactions (a
     ``KVTable`` JSON body, :class:`~txmq.protocol.BrokerRuntimeInfo`)."""
@@ -50,8 +52,11 @@ class RequestCode(IntEnum):
     UNREGISTER_BROKER = 104
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
+    GET_TOPIC_STATS_INFO = 202
+    """Per queue min/max offset and last update time of one topic; body: ``TopicStatsTable``."""
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     DELETE_TOPIC_IN_BROKER = 215
+    DELETE_TOPIC_IN_NAMESRV = 216
     SEND_MESSAGE_V2 = 310
     """SEND_MESSAGE with the short header field names ``a``...``n`` (what clients send)."""
     SEND_BATCH_MESSAGE = 320

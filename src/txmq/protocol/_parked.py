@@ -87,6 +87,11 @@ class BrokerRuntimeInfo(msgspec.Struct, kw_only=True):
         parked: park source kind (:data:`PARK_SOURCES`) → messages parked since boot.
         parked_stored: messages in :data:`PARKED_TOPIC` now.
         pending_transactions: unsettled half messages.
+        commit_log_min_offset: first commit log byte still held (RocketMQ ``commitLogMinOffset``).
+        commit_log_max_offset: next commit log byte to be written (``commitLogMaxOffset``); max -
+            min is the store's size in commit log bytes.
+        commit_log_disk_ratio: used fraction (0..1) of the disk holding the commit log
+            (``commitLogDiskRatio``); 0.0 for a memory store or an older broker.
     """
 
     now_ms: int
@@ -97,15 +102,21 @@ class BrokerRuntimeInfo(msgspec.Struct, kw_only=True):
     parked: dict[str, int] = msgspec.field(default_factory=dict)
     parked_stored: int = 0
     pending_transactions: int = 0
+    commit_log_min_offset: int = 0
+    commit_log_max_offset: int = 0
+    commit_log_disk_ratio: float = 0.0
 
     _MAPS = (("timers", "timerLastTick."), ("timer_errors", "timerErrors."),
              ("task_restarts", "taskRestarts."), ("parked", "parked."))
     _SCALARS = (("now_ms", "nowTimestamp"), ("boot_ms", "bootTimestamp"),
-                ("parked_stored", "parkedStored"), ("pending_transactions", "pendingTransactions"))
+                ("parked_stored", "parkedStored"), ("pending_transactions", "pendingTransactions"),
+                ("commit_log_min_offset", "commitLogMinOffset"),
+                ("commit_log_max_offset", "commitLogMaxOffset"))
 
     def encode(self) -> bytes:
         """The response body: RocketMQ ``KVTable`` JSON, every value a string."""
         table = {key: str(getattr(self, attr)) for attr, key in self._SCALARS}
+        table["commitLogDiskRatio"] = repr(self.commit_log_disk_ratio)
         for attr, prefix in self._MAPS:
             for name, value in getattr(self, attr).items():
                 table[prefix + name] = str(value)
@@ -122,6 +133,8 @@ class BrokerRuntimeInfo(msgspec.Struct, kw_only=True):
             table = msgspec.json.decode(body, type=dict[str, dict[str, str]])["table"]
             fields: dict[str, object] = {attr: int(table[key]) for attr, key in cls._SCALARS
                                          if key in table}
+            if "commitLogDiskRatio" in table:
+                fields["commit_log_disk_ratio"] = float(table["commitLogDiskRatio"])
             for attr, prefix in cls._MAPS:
                 fields[attr] = {k[len(prefix):]: int(v) for k, v in table.items()
                                 if k.startswith(prefix)}

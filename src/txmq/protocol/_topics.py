@@ -8,11 +8,13 @@ __all__ = [
     "HALF_TOPIC",
     "OP_TOPIC",
     "RETRY_PREFIX",
+    "REVIVE_TOPIC_PREFIX",
     "SCHEDULE_TOPIC",
     "SINK_BATCH_TOPIC",
     "TRANS_CHECK_MAX_TIME_TOPIC",
     "dlq_topic",
     "retry_topic",
+    "revive_topic",
 ]
 
 RETRY_PREFIX = "%RETRY%"
@@ -28,6 +30,9 @@ TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 """Half messages discarded after ``transactionCheckMax`` (RocketMQ ``TopicValidator``)."""
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 """Delay messages until their time (RocketMQ ``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``)."""
+REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
+"""Pop checkpoint and ack records: ``rmq_sys_REVIVE_LOG_<brokerClusterName>`` (RocketMQ
+``PopAckConstants.REVIVE_TOPIC``); a broker topic by its ``rmq_sys_`` prefix."""
 SINK_BATCH_TOPIC = "TXMQ_SINK_BATCH_TOPIC"
 """txmq: the Spark sink's batch markers."""
 
@@ -42,3 +47,9 @@ def dlq_topic(group: str) -> str:
     """``%DLQ%<group>``: where messages go after ``maxReconsumeTimes`` failures
     (RocketMQ ``MixAll.getDLQTopic``)."""
     return DLQ_PREFIX + group
+
+
+def revive_topic(cluster: str) -> str:
+    """``rmq_sys_REVIVE_LOG_<cluster>``: the pop checkpoint (CK) and ack records of a cluster's
+    brokers (RocketMQ ``PopAckConstants.buildClusterReviveTopic``)."""
+    return REVIVE_TOPIC_PREFIX + cluster

@@ -167,7 +167,7 @@ def broker_state(broker: Broker) -> dict[str, Any]:
             queues[f"{topic}/{qid}"] = (lo, hi, [(m.msg_id, m.body) for m in msgs])
     idx = broker.tx.index
     return {"topics": dict(sorted(broker.topics.items())), "queues": queues,
-            "offsets": dict(sorted(broker.offsets.items())),
+            "offsets": dict(sorted(broker.offsets.snapshot().items())),
             "pending": {o: e.check_count for o, e in sorted(idx.pending.items())},
             "settled": dict(sorted(idx.settled.items())),
             "discarded": sorted(idx.discarded)}

@@ -21,18 +21,15 @@ the environment's python, building it first if needed::
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 import platform
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from txmq.errors import LocalError
+from txmq.testing._venv import cache_root, locked, run_installer, venv_python
 
 __all__ = [
     "CLIENT_PACKAGE",
@@ -63,32 +60,14 @@ class CppClientUnavailable(LocalError):
     code = "CPP_CLIENT_UNAVAILABLE"
 
 
-def cache_root() -> Path:
-    """``$TXMQ_CACHE_DIR``, else ``$XDG_CACHE_HOME/txmq``, else ``~/.cache/txmq``."""
-    if os.environ.get("TXMQ_CACHE_DIR"):
-        return Path(os.environ["TXMQ_CACHE_DIR"])
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "txmq"
-
-
 def env_dir(root: Path | None = None) -> Path:
     """The environment's directory: one per pinned version pair and Python minor version."""
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
     return (root or cache_root()) / f"rocketmq-cpp-{CLIENT_VERSION}-core-{CORE_VERSION}-{py}"
 
 
-def _python(venv: Path) -> Path:
-    return venv / "bin" / "python"
-
-
 def _run(cmd: list[str], what: str) -> None:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise CppClientUnavailable(f"{what}: {e}") from e
-    if proc.returncode != 0:
-        out = (proc.stdout + proc.stderr).strip()[-2000:]
-        raise CppClientUnavailable(f"{what} failed ({' '.join(cmd)}):\n{out}")
+    run_installer(cmd, what, CppClientUnavailable, INSTALL_TIMEOUT_S)
 
 
 def _site_packages(python: Path) -> Path:
@@ -108,13 +87,13 @@ def _install(venv: Path, scratch: Path) -> None:
     uv = shutil.which("uv")
     if uv:
         _run([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], "uv venv")
-        py = str(_python(venv))
+        py = str(venv_python(venv))
         _run([uv, "pip", "install", "--quiet", "--python", py, client], f"installing {client}")
         _run([uv, "pip", "install", "--quiet", "--python", py, "--no-deps", "--target", str(scratch), core],
              f"unpacking {core}")
         return
     _run([sys.executable, "-m", "venv", str(venv)], "python -m venv")
-    pip = [str(_python(venv)), "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    pip = [str(venv_python(venv)), "-m", "pip", "--disable-pip-version-check", "--quiet"]
     _run([*pip, "install", client], f"installing {client}")
     _run([*pip, "install", "--no-deps", "--target", str(scratch), core], f"unpacking {core}")
 
@@ -124,18 +103,6 @@ def _check_platform() -> None:
         raise CppClientUnavailable(
             f"{CORE_PACKAGE} {CORE_VERSION} ships {LIBRARY_NAME} for x86-64 Linux only, "
             f"not {sys.platform}/{platform.machine()}")
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path``: parallel test sessions build the environment once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _verify(python: Path) -> None:
@@ -157,20 +124,20 @@ def ensure_env(root: Path | None = None) -> Path:
     """
     _check_platform()
     venv = env_dir(root)
-    with _locked(venv.with_name(venv.name + ".lock")):
+    with locked(venv.with_name(venv.name + ".lock")):
         if (venv / _READY_MARKER).exists():
-            return _python(venv)
+            return venv_python(venv)
         shutil.rmtree(venv, ignore_errors=True)  # a build interrupted earlier
         with tempfile.TemporaryDirectory(prefix="txmq-rocketmq-core-") as scratch:
             _install(venv, Path(scratch))
             lib = Path(scratch) / "rocketmq" / LIBRARY_NAME
             if not lib.is_file():
                 raise CppClientUnavailable(f"{CORE_PACKAGE} {CORE_VERSION} holds no rocketmq/{LIBRARY_NAME}")
-            shutil.copy2(lib, _site_packages(_python(venv)) / "rocketmq" / LIBRARY_NAME)
-        _verify(_python(venv))
+            shutil.copy2(lib, _site_packages(venv_python(venv)) / "rocketmq" / LIBRARY_NAME)
+        _verify(venv_python(venv))
         pins = f"{CLIENT_PACKAGE}=={CLIENT_VERSION}\n{CORE_PACKAGE}=={CORE_VERSION}\n"
         (venv / _READY_MARKER).write_text(pins)
-    return _python(venv)
+    return venv_python(venv)
 
 
 def main() -> int:

@@ -1,7 +1,8 @@
 """The demo's rollback flow over RabbitMQ and NATS JetStream (issue #14.6): the transactional orders
 go through a real txmq broker process, the ledger's ROLLBACK events through the machine's RabbitMQ
-(127.0.0.1:5672, guest/guest) or NATS with JetStream (127.0.0.1:4222); override with
-``TXMQ_TEST_AMQP_URL`` / ``TXMQ_TEST_NATS_URL``. A server that is down fails the test.
+(127.0.0.1:5672, guest/guest, vhost ``txmq-test``, which ``.ci/services`` makes) or NATS with
+JetStream (127.0.0.1:4222); override with ``TXMQ_TEST_AMQP_URL`` / ``TXMQ_TEST_NATS_URL``.
+A server that is down fails the test.
 
 TPC-H SF 0.001 (1,500 orders) without the Spark stage: about 20 s each on 2 cores.
 """
@@ -20,7 +21,7 @@ import sqlalchemy as sa
 from txmq import outbox
 
 URLS = {
-    "rabbitmq": os.environ.get("TXMQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+    "rabbitmq": os.environ.get("TXMQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/txmq-test"),
     "nats": os.environ.get("TXMQ_TEST_NATS_URL", "nats://127.0.0.1:4222"),
 }
 

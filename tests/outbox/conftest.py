@@ -7,8 +7,9 @@ gets tables with a fresh random prefix, dropped afterwards, so parallel and earl
 collide.
 
 The transport contract runs on every transport's real server: a txmq broker process, RabbitMQ at
-127.0.0.1:5672 (guest/guest) and NATS with JetStream at 127.0.0.1:4222 (``.ci/services`` starts
-them; override with ``TXMQ_TEST_AMQP_URL`` / ``TXMQ_TEST_NATS_URL``); a server that is down fails.
+127.0.0.1:5672 (guest/guest, vhost ``txmq-test``) and NATS with JetStream at 127.0.0.1:4222
+(``.ci/services`` starts them; override with ``TXMQ_TEST_AMQP_URL`` / ``TXMQ_TEST_NATS_URL``); a server
+that is down fails.
 """
 
 from __future__ import annotations

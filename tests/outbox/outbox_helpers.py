@@ -132,7 +132,10 @@ def sent_messages(engine: sa.Engine, tables: OutboxTables, n: int, clock: FakeCl
 TRANSPORTS = ("txmq", "rabbitmq", "nats")
 
 TRANSPORT_URLS = {
-    "rabbitmq": os.environ.get("TXMQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+    # the tests' own vhost, which .ci/services empties before each run and gives an expiry policy:
+    # every test declares fresh quorum queues, and RabbitMQ stops answering handshakes once a node
+    # holds more quorum queues than it has file handles (1,024 here; 1,500 of them wedged it)
+    "rabbitmq": os.environ.get("TXMQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/txmq-test"),
     "nats": os.environ.get("TXMQ_TEST_NATS_URL", "nats://127.0.0.1:4222"),
 }
 DOWN_URLS = {"txmq": "txmq://127.0.0.1:1", "rabbitmq": "amqp://guest:guest@127.0.0.1:1/",

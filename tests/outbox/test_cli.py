@@ -121,6 +121,7 @@ def test_bench_outbox_compares_the_three_transports_in_one_run(tmp_path: Path) -
     out = tmp_path / "b.json"
     proc = subprocess.run([sys.executable, "-m", "txmq", "bench", "outbox", "--no-databases",
                            "--events", "200", "--rounds", "1", "--transports", "txmq,rabbitmq,nats",
+                           "--amqp-url", TRANSPORT_URLS["rabbitmq"], "--nats-url", TRANSPORT_URLS["nats"],
                            "--json", str(out)],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

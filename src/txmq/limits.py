@@ -720,3 +720,9 @@ CONSOLE_PULL_BATCH = 32
 CLUSTER_TOPIC_QUEUE_NUMS = 16
 """Queues of the topic named after the broker's cluster that a broker registers with its name
 servers (RocketMQ ``TopicConfig`` default read/write queue numbers, ``TopicConfigManager.init``)."""
+
+# -- metrics (issue 15 item 3: RocketMQ-named /metrics) ------------------------------------------
+
+METRICS_SCRAPE_TIMEOUT_MS = 10_000
+"""Longest a ``/metrics`` scrape waits for the broker's event loop to build the metric families
+before it fails (Prometheus' default ``scrape_timeout`` is 10 s) (txmq)."""

@@ -13,13 +13,16 @@ from txmq.broker._pop import Popped, PopService
 from txmq.broker._send import SendOutcome, SendRequest
 from txmq.broker._topic_admin import TopicAdmin
 from txmq.broker._topic_table import TopicTable
+from txmq.broker._traffic import MESSAGE_TYPES, GroupLag, TrafficStats, consumer_lag
 from txmq.protocol import dlq_topic, retry_topic
 
 __all__ = [
+    "MESSAGE_TYPES",
     "Action",
     "Broker",
     "BrokerConfig",
     "Close",
+    "GroupLag",
     "Hold",
     "OffsetTable",
     "PopService",
@@ -31,6 +34,8 @@ __all__ = [
     "SubscriptionGroupConfig",
     "TopicAdmin",
     "TopicTable",
+    "TrafficStats",
+    "consumer_lag",
     "dlq_topic",
     "load_config",
     "parse_delay_levels",

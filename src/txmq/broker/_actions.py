@@ -54,6 +54,8 @@ class Hold(msgspec.Struct):
     topic: str
     queue_id: int
     deadline_ms: int
+    held_at_ms: int = 0
+    """When the pull arrived (its latency, ``rocketmq_rpc_latency{is_long_polling="true"}``)."""
 
 
 class Close(msgspec.Struct):

@@ -24,6 +24,7 @@ from txmq.broker._schedule import SCHEDULE_TOPIC, ScheduleService
 from txmq.broker._send import SendOutcome, SendPath, SendRequest
 from txmq.broker._topic_admin import TopicAdmin
 from txmq.broker._topic_table import TopicTable
+from txmq.broker._traffic import TrafficStats
 from txmq.broker._tx_requests import TransactionRequests
 from txmq.broker.transaction import (
     HALF_TOPIC,
@@ -47,6 +48,7 @@ from txmq.protocol import (
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
+    PROPERTY_RETRY_TOPIC,
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUSPEND,
     RETRY_PREFIX,
@@ -120,6 +122,8 @@ class Broker:
         """Consumer offsets per (group, topic, queue) (``consumerOffset.json``)."""
         self.boot_ms = now_ms
         self.health = TimerHealth()
+        self.traffic = TrafficStats()
+        """Messages and bytes in and out, pull offsets, request latencies (``/metrics``)."""
         self.store_host = config.store.store_host or f"{config.host}:{config.port}"
         """``ip:port`` of this broker as stored in its records (and in offset message ids)."""
         self.tx = TransactionService(config, store, self.append, self.clients,
@@ -392,15 +396,18 @@ class Broker:
                 # be stale by then, e.g. after an operator reset the group's offsets).
                 again = msgspec.structs.replace(h, sys_flag=h.sys_flag & ~PULL_FLAG_COMMIT_OFFSET)
                 held = msgspec.structs.replace(cmd, ext=to_ext(again))
-                return [Hold(conn, held, h.topic, h.queue_id, now + h.suspend_timeout_millis)]
+                return [Hold(conn, held, h.topic, h.queue_id, now + h.suspend_timeout_millis,
+                             held_at_ms=now)]
             return self._pull_reply(conn, cmd, ResponseCode.PULL_NOT_FOUND, h.queue_offset, lo, hi)
         nxt = msgs[-1].queue_offset + 1
+        self.traffic.pulled(h.consumer_group, h.topic, h.queue_id, nxt)
         tags = _parse_subscription(h.subscription or "*")
         if tags is not None:
             msgs = [m for m in msgs if m.tags in tags]
             if not msgs:
                 return self._pull_reply(conn, cmd, ResponseCode.PULL_NOT_FOUND, nxt, lo, hi)
         body = encode_message_exts(msgs)
+        self.traffic.delivered(h.consumer_group, h.topic, len(msgs), len(body))
         return self._pull_reply(conn, cmd, ResponseCode.SUCCESS, nxt, lo, hi, body)
 
     def expire_hold(self, conn: int, cmd: Command) -> list[Action]:
@@ -542,6 +549,7 @@ class Broker:
             base.topic = dlq_topic(h.group)  # RocketMQ: reconsumeTimes >= maxReconsumeTimes
             self.create_topic(base.topic, 1)
             res = self.append([base])[0]
+            self.traffic.sent_to_dlq(h.group, base.properties.get(PROPERTY_RETRY_TOPIC, msg.topic))
         else:
             self.create_topic(base.topic, 1)
             level = h.delay_level or limits.RETRY_DELAY_LEVEL_BASE + done

@@ -164,8 +164,10 @@ class PopService:
 
     def __init__(self, *, store: PopStore, append: Append, offsets: PopOffsets, topics: PopTopics,
                  groups: dict[str, SubscriptionGroupConfig], broker_name: str,
-                 cluster: str) -> None:
+                 cluster: str, delivered: Callable[[str, str, int, int], None] | None = None) -> None:
         self.store, self._append, self.offsets, self.topics = store, append, offsets, topics
+        self._delivered = delivered
+        """``(group, topic, messages, bytes)`` of each pop that returned messages (metrics)."""
         self.groups = groups
         self.broker_name = broker_name
         self.revive_topic = revive_topic(cluster)
@@ -231,7 +233,10 @@ class PopService:
                    else self._plain_run(group, t, q, left, tags))
             runs += got
             left -= sum(len(r.msgs) for r in got)
-        return self._commit_runs(group, topic, runs, invisible_ms, now_ms)
+        popped = self._commit_runs(group, topic, runs, invisible_ms, now_ms)
+        if popped and self._delivered is not None:
+            self._delivered(group, topic, len(popped), sum(p.message.store_size for p in popped))
+        return popped
 
     def _queue_order(self, group: str, topic: str, queue_id: int | None, n: int,
                      fifo: bool) -> list[tuple[str, int]]:
@@ -608,4 +613,4 @@ def build_pop_service(broker: Broker) -> PopService:
     c = broker.config
     return PopService(store=broker.store, append=broker.append, offsets=broker.offsets,
                       topics=broker.topics, groups=c.groups, broker_name=c.broker_name,
-                      cluster=c.broker_cluster_name)
+                      cluster=c.broker_cluster_name, delivered=broker.traffic.delivered)

@@ -17,6 +17,14 @@ import msgspec
 
 from txmq import limits
 from txmq.broker._actions import Action, Fail, failure, ok_reply
+from txmq.broker._traffic import (
+    DELAY,
+    FIFO,
+    MESSAGE_SIZE_BUCKETS_BYTES,
+    NORMAL,
+    TRANSACTION,
+    size_bucket,
+)
 from txmq.broker.transaction import HALF_TOPIC
 from txmq.errors import ProtocolError, ResponseCode
 from txmq.protocol import (
@@ -113,6 +121,7 @@ class SendOutcome(msgspec.Struct, kw_only=True, gc=False):
 
 
 _SUCCESS = ResponseCode.SUCCESS  # (a module constant: enum attribute lookups cost, per send)
+_SIZE_1, _SIZE_2 = MESSAGE_SIZE_BUCKETS_BYTES[:2]  # the usual message sizes' buckets, compared inline
 _Staged = tuple[int, Record, Record]
 """(request index, the record the client sent, the record stored: itself, a half or a delay copy)"""
 
@@ -128,6 +137,8 @@ class SendPath:
         self.b = broker
         self._rr = count()
         self._peer = broker.peers.get
+        self._in = broker.traffic.messages_in
+        self._topic_in = broker.traffic.topic_in
 
     # -- the one path -----------------------------------------------------------------------------
     def send(self, conn: int, requests: list[SendRequest], now_ms: int, *,
@@ -164,8 +175,7 @@ class SendPath:
             fail = _failed(exc)
             return [fail if o is None else o for o in out]
         for (i, rec, stored), res in zip(staged, results, strict=True):
-            if stored is not rec and stored.topic == HALF_TOPIC:
-                self._index_half(stored, res)
+            self._stored_one(rec, stored, res)
             out[i] = self._outcome(rec, res)
         return out  # type: ignore[return-value]  # every slot is filled
 
@@ -178,9 +188,26 @@ class SendPath:
             res = self.b.append([stored])[0]
         except Exception as exc:
             return _failed(exc)
-        if stored is not rec and stored.topic == HALF_TOPIC:
-            self._index_half(stored, res)
+        self._stored_one(rec, stored, res)
         return self._outcome(rec, res)
+
+    def _stored_one(self, rec: Record, stored: Record, res: AppendResult) -> None:
+        """After a record is stored: index a half message; count it in ``traffic.messages_in``
+        under the topic the producer named, as a transaction, delay, FIFO (``__SHARDINGKEY``) or
+        normal message (RocketMQ ``TopicMessageType.parseFromMessageProperty``)."""
+        if stored is rec:
+            kind = FIFO if PROPERTY_SHARDING_KEY in rec.properties else NORMAL
+        elif stored.topic == HALF_TOPIC:
+            self._index_half(stored, res)
+            kind = TRANSACTION
+        else:
+            kind = DELAY
+        # TrafficStats.sent, inlined: this runs once per message stored
+        c = (self._in.get(rec.topic) or self._topic_in(rec.topic))[kind]
+        size = res.size
+        c[0] += 1
+        c[1] += size
+        c[2 if size <= _SIZE_1 else 3 if size <= _SIZE_2 else 2 + size_bucket(size)] += 1
 
     def _index_half(self, stored: Record, res: AppendResult) -> None:
         """Index a stored half message. It is stored whatever happens here, so a failure is

@@ -98,6 +98,11 @@ def _runs(cmds: list[Command]) -> list[list[Command]]:
     return out
 
 
+def _held_since(h: Hold, now_ms: int) -> tuple[int, float, bool]:
+    """``_apply``'s timing arguments for a held (long-polling) pull answered at ``now_ms``."""
+    return h.request.code, time.perf_counter() - max(0, now_ms - h.held_at_ms) / 1000, True
+
+
 def store_config(config: BrokerConfig) -> StoreConfig:
     """The store settings of a broker: its ``[store]`` table, with the top-level
     ``file_reserved_time_ms`` and, unless the table sets one, the listen address as store host."""
@@ -216,7 +221,9 @@ class BrokerServer:
         self._sync = config.flush_disk_type == "SYNC_FLUSH"
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._ids = count(1)
-        self._waiting: deque[tuple[int, Reply]] = deque()
+        self._waiting: deque[tuple[int, Reply, int, float]] = deque()
+        """Replies waiting for fsync: (durable offset, reply, request code, arrival time)."""
+        self._answered = self.broker.traffic.answered
         self._waiting_per_conn: dict[int, int] = {}
         self._resume: dict[int, asyncio.Event] = {}
         self._out: dict[int, list[bytes]] = {}
@@ -314,6 +321,7 @@ class BrokerServer:
         decoder = FrameDecoder()
         try:
             while data := await reader.read(_READ_BYTES):
+                t0 = time.perf_counter()  # the requests' arrival (rocketmq_rpc_latency)
                 try:
                     cmds = decoder.feed(data)
                 except ProtocolError as exc:
@@ -324,9 +332,9 @@ class BrokerServer:
                     break
                 for run in _runs(cmds):
                     if len(run) > 1:  # SEND_MESSAGE requests that came together: one append
-                        self._apply(self.broker.handle_sends(conn, run, _now_ms()))
+                        self._apply(self.broker.handle_sends(conn, run, _now_ms()), run[0].code, t0)
                     elif not run[0].is_response:
-                        self._apply(self.broker.handle(conn, run[0], _now_ms()))
+                        self._apply(self.broker.handle(conn, run[0], _now_ms()), run[0].code, t0)
                         if self._out_bytes.get(conn, 0) > limits.WRITE_BUFFER_HIGH_BYTES:
                             self._send_out()  # a chunk of requests with big replies (pulls)
                             await writer.drain()
@@ -490,14 +498,21 @@ class BrokerServer:
                 w.write(b"".join(frames))
                 self._conns[conn].seen = self._clock_s  # a reply is traffic too (Netty's all-idle)
 
-    def _apply(self, actions: list[Action]) -> None:
+    def _apply(self, actions: list[Action], code: int = 0, t0: float = 0.0,
+               long_polling: bool = False) -> None:
+        """Carry out the broker's actions. ``code``: the request they answer (0: none, or not
+        timed), which arrived at ``t0`` (``time.perf_counter``): each reply's latency is counted
+        when it is written (``broker.traffic.answered``)."""
         for a in actions:
             if isinstance(a, Reply):
                 if self._sync and a.durable_offset > self.store.flushed_offset:
-                    self._waiting.append((a.durable_offset, a))
+                    self._waiting.append((a.durable_offset, a, code, t0))
                     self._waiting_per_conn[a.conn] = self._waiting_per_conn.get(a.conn, 0) + 1
                 else:
                     self._write(a.conn, a.command)
+                    if code:
+                        self._answered(code, a.command.code, (time.perf_counter() - t0) * 1000,
+                                       long_polling)
             elif isinstance(a, SendTo):
                 self._write(a.conn, a.command)
             elif isinstance(a, Hold):
@@ -558,11 +573,24 @@ class BrokerServer:
             health.ok("flusher", _now_ms())
 
     def _release(self, flushed: int) -> None:
-        """Send the replies whose records are now durable; resume paused connections."""
+        """Send the replies whose records are now durable; resume paused connections. Their
+        latencies are counted once per run of replies to requests that arrived together."""
+        now = time.perf_counter()
+        code = resp = n = 0
+        since = 0.0
         while self._waiting and self._waiting[0][0] <= flushed:
-            _, reply = self._waiting.popleft()
+            _, reply, c, t0 = self._waiting.popleft()
             self._write(reply.conn, reply.command)
             self._one_less(reply.conn)
+            r = reply.command.code
+            if c == code and t0 == since and r == resp:
+                n += 1
+                continue
+            if n and code:
+                self._answered(code, resp, (now - since) * 1000, False, n)
+            code, since, resp, n = c, t0, r, 1
+        if n and code:
+            self._answered(code, resp, (now - since) * 1000, False, n)
 
     def _one_less(self, conn: int) -> None:
         n = self._waiting_per_conn.get(conn, 1) - 1
@@ -579,11 +607,14 @@ class BrokerServer:
         """fsync failed: nothing waiting is durable, so every waiting request gets an error."""
         log.critical("fsync failed: %s; %d waiting requests answered SYSTEM_ERROR", remark,
                      len(self._waiting))
+        now = time.perf_counter()
         while self._waiting:
-            _, reply = self._waiting.popleft()
+            _, reply, code, t0 = self._waiting.popleft()
             self._write(reply.conn, Command(code=ResponseCode.SYSTEM_ERROR, remark=remark,
                                             opaque=reply.command.opaque, flag=FLAG_RESPONSE,
                                             serialize_type=reply.command.serialize_type))
+            if code:
+                self._answered(code, ResponseCode.SYSTEM_ERROR, (now - t0) * 1000)
             self._one_less(reply.conn)
 
     def _wake(self, keys: set[tuple[str, int]]) -> None:
@@ -593,7 +624,7 @@ class BrokerServer:
         for key in keys:
             for h in self._holds.pop(key, []):
                 if h.conn in self._writers:
-                    self._apply(self.broker.handle(h.conn, h.request, now))
+                    self._apply(self.broker.handle(h.conn, h.request, now), *_held_since(h, now))
 
     # -- timers -----------------------------------------------------------------------------------
     async def _ticker(self) -> None:
@@ -641,7 +672,7 @@ class BrokerServer:
                 if h.conn not in self._writers:
                     continue
                 if h.deadline_ms <= now:
-                    self._apply(self.broker.expire_hold(h.conn, h.request))
+                    self._apply(self.broker.expire_hold(h.conn, h.request), *_held_since(h, now))
                 else:
                     keep.append(h)
             if keep:

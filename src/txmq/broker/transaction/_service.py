@@ -157,6 +157,9 @@ class TransactionService:
         self._last_tick_ms = 0
         self.finish_latency = LatencyHistogram()
         """Prepare-to-finish latency of settled transactions, seconds."""
+        self.settled_by_topic: dict[str, dict[str, int]] = {}
+        """Real topic → outcome (``stats`` key: commits, rollbacks, discards) → transactions
+        settled since start (``rocketmq_commit_messages_total`` and the like)."""
 
     # -- prepare ----------------------------------------------------------------------------------
     def half_record(self, rec: Record, producer_group: str, client_id: str) -> Record:
@@ -373,6 +376,8 @@ class TransactionService:
         key = {Outcome.COMMIT: "commits", Outcome.ROLLBACK: "rollbacks",
                Outcome.DISCARD: "discards"}[outcome]
         self.stats[key] += 1
+        by_outcome = self.settled_by_topic.setdefault(entry.real_topic, {})
+        by_outcome[key] = by_outcome.get(key, 0) + 1
         self.finish_latency.observe(max(0, now_ms - entry.born_ms) / 1000)
 
     def _real_or_discard_record(self, half: MessageExt | Record, entry: HalfEntry, outcome: Outcome,

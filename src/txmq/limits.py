@@ -726,3 +726,26 @@ servers (RocketMQ ``TopicConfig`` default read/write queue numbers, ``TopicConfi
 METRICS_SCRAPE_TIMEOUT_MS = 10_000
 """Longest a ``/metrics`` scrape waits for the broker's event loop to build the metric families
 before it fails (Prometheus' default ``scrape_timeout`` is 10 s) (txmq)."""
+
+# -- security (issue 16: ACL) ----------------------------------------------------------------------
+
+ACL_GRPC_DATE_TIME_SKEW_MAX_MS = 15 * 60 * 1000
+"""Largest difference between a gRPC call's signed ``x-mq-date-time`` and the broker's clock (beyond
+the time zone allowance below) before the call is refused UNAUTHORIZED as stale or replayed.
+RocketMQ's proxy does not bound it; 15 minutes is AWS Signature Version 4's limit
+(``RequestTimeTooSkewed``), the scheme RocketMQ's ``MQv2-HMAC-SHA1`` header copies."""
+
+ACL_GRPC_ZONE_OFFSET_MIN_MS = -12 * 3600 * 1000
+"""Most negative time zone offset allowed in ``x-mq-date-time``: the official clients sign their
+*local* time with a ``Z`` suffix (rocketmq-clients python ``signature.py``: ``datetime.now()``), so a
+header may be off UTC by the client's zone offset; UTC−12:00 is the westmost zone (IANA tz
+``Etc/GMT+12``)."""
+
+ACL_GRPC_ZONE_OFFSET_MAX_MS = 14 * 3600 * 1000
+"""Most positive time zone offset allowed in ``x-mq-date-time``: UTC+14:00 is the eastmost zone
+(IANA tz ``Pacific/Kiritimati``)."""
+
+ACL_RELOAD_POLL_MS = 1_000
+"""How often the broker looks at the accounts file's modification time, size and inode to reload
+it (txmq: an edit is in force within a second; ACL 2.0 keeps users in its metadata store instead of
+a file)."""

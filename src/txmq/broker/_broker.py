@@ -228,6 +228,10 @@ class Broker:
         self.tx.save_snapshot()
 
     # -- dispatch ---------------------------------------------------------------------------------
+    def request_codes(self) -> frozenset[int]:
+        """Every request code :meth:`handle` dispatches (the ACL table must decide each one)."""
+        return frozenset(self._handlers)
+
     def handle(self, conn: int, cmd: Command, now_ms: int) -> list[Action]:
         """Process one request. Never raises: every failure becomes an error response."""
         handler = self._handlers.get(cmd.code)

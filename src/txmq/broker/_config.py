@@ -83,6 +83,12 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Bytes of partial frames and unsent replies over all connections (back-pressure above)."""
     channel_idle_max_ms: int = limits.CHANNEL_IDLE_MAX_MS
     """Close a connection idle this long (RocketMQ ``serverChannelMaxIdleTimeSeconds``); 0: never."""
+    acl_enable: bool = False
+    """Authenticate and authorize every request on both doors (RocketMQ ``authenticationEnabled``
+    and ``authorizationEnabled``) against the users and policies of ``acl_file``
+    (docs/security.md). Off by default, like RocketMQ's."""
+    acl_file: str = ""
+    """The accounts file (TOML: users, secret keys, policies); re-read when it changes."""
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     """The ``[store]`` table: :class:`~txmq.store.StoreConfig` (RocketMQ MessageStoreConfig names:
     segment size, retention hour, disk ratios, index). ``file_reserved_time_ms`` is set at the top
@@ -123,6 +129,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             if gc.retry_max_times < 0:
                 raise ConfigError(f"groups.{group}: retry_max_times must not be negative")
         parse_delay_levels(self.message_delay_level)
+        if self.acl_enable and not self.acl_file:
+            raise ConfigError("acl_enable needs acl_file, the accounts file (see docs/security.md)")
         if self.store.file_reserved_time_ms not in (limits.FILE_RESERVED_TIME_MS,
                                                     self.file_reserved_time_ms):
             raise ConfigError("set file_reserved_time_ms at the top level, not in [store]: the "

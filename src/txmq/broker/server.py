@@ -38,12 +38,14 @@ import logging
 import os
 import resource
 import socket
+import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from itertools import count
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -53,6 +55,7 @@ from txmq.broker._actions import Action, Close, Hold, Reply, SendTo
 from txmq.broker._broker import Broker
 from txmq.broker._config import BrokerConfig
 from txmq.broker._registrar import Registrar
+from txmq.broker.acl import AccountsWatcher, AclGuard, source_ip
 from txmq.errors import ProtocolError, ResponseCode, StoreError
 from txmq.namesrv import BrokerRegistration
 from txmq.protocol import FLAG_RESPONSE, Command, FrameDecoder, RequestCode, encode_command
@@ -244,6 +247,11 @@ class BrokerServer:
         self._grpc: Any = None  # txmq.broker.grpc.GrpcDoor when grpc_port is set
         self._accept_errors = 0
         self._accept_logged_s = float("-inf")
+        self._acl_watch = AccountsWatcher(Path(config.acl_file)) if config.acl_enable else None
+        self.acl = (AclGuard(self._acl_watch.accounts, config.broker_cluster_name)
+                    if self._acl_watch is not None else None)
+        """The ACL check of both doors (docs/security.md); None when ``acl_enable`` is off."""
+        self._acl_refused = 0
         self._register_retention_hooks()
 
     async def start(self) -> None:
@@ -274,7 +282,7 @@ class BrokerServer:
             from txmq.broker.grpc import GrpcDoor
 
             self._grpc = GrpcDoor(self.broker, self.config.host, self.config.grpc_port,
-                                  ip_of(self.config.host), self._apply, _now_ms)
+                                  ip_of(self.config.host), self._apply, _now_ms, acl=self.acl)
             await self._grpc.start()
         if self.config.metrics_port:
             from txmq.broker._metrics import start_metrics
@@ -282,11 +290,50 @@ class BrokerServer:
             start_metrics(self.broker, self.config.metrics_port)
         log.info("txmq broker listening on %s:%d (data %s, %s)", self.config.host, self.port,
                  self.config.data_dir, self.config.flush_disk_type)
+        self._warn_open_without_acl()
         fd_cap = _max_connections(msgspec.structs.replace(self.config, max_connections=0))
         if self.config.max_connections > fd_cap:
             log.warning("max_connections %d is above %d, the file-descriptor limit less the "
                         "store's reserve: at the limit new connections are reset and writes that "
                         "need a new file are refused", self.config.max_connections, fd_cap)
+
+    def _warn_open_without_acl(self) -> None:
+        """Bound beyond loopback with ACL off: anyone who reaches the port may do everything."""
+        host = self.config.host
+        if self.acl is None and host not in ("127.0.0.1", "localhost", "::1"):
+            msg = (f"WARNING: the broker listens on {host} with ACL off: anyone who can reach the "
+                   f"port may send, consume, reset offsets and settle transactions. Set acl_enable "
+                   f"and acl_file (docs/security.md), or bind 127.0.0.1.")
+            log.warning("%s", msg)
+            print(msg, file=sys.stderr, flush=True)
+
+    def _admit(self, conn: int, cmds: list[Command]) -> list[Command]:
+        """The requests of ``cmds`` the ACL admits; the others are answered NO_PERMISSION (a
+        one-way request is dropped) and never reach the broker. Refusals are logged (the first,
+        then every 1000th, with the count)."""
+        assert self.acl is not None
+        ip = source_ip(self.broker.peer(conn))
+        admitted = []
+        for cmd in cmds:
+            refusal = None if cmd.is_response else self.acl.check_remoting(cmd, ip)
+            if refusal is None:
+                admitted.append(cmd)
+                continue
+            self._acl_refused += 1
+            if self._acl_refused == 1 or self._acl_refused % 1000 == 0:  # not a log flood
+                log.warning("ACL refused request code %d from %s: %s (%d refused so far)",
+                            cmd.code, ip, refusal.reason, self._acl_refused)
+            if not cmd.is_oneway:
+                self._write(conn, self.acl.refuse_remoting(cmd, refusal))
+        return admitted
+
+    def _reload_acl(self) -> None:
+        """Swap in the accounts file's users and policies if it changed (a bad file is logged
+        and the old ones stay)."""
+        if self._acl_watch is not None and self.acl is not None:
+            accounts = self._acl_watch.poll()
+            if accounts is not None:
+                self.acl.accounts = accounts
 
     async def close(self) -> None:
         """Stop listening, unregister from name servers, flush, persist offsets and close the
@@ -324,6 +371,8 @@ class BrokerServer:
                 t0 = time.perf_counter()  # the requests' arrival (rocketmq_rpc_latency)
                 try:
                     cmds = decoder.feed(data)
+                    if self.acl is not None:
+                        cmds = self._admit(conn, cmds)
                 except ProtocolError as exc:
                     log.warning("connection %d: %s; closing", conn, exc)
                     bad = Command(code=ResponseCode.SYSTEM_ERROR, flag=FLAG_RESPONSE,
@@ -632,10 +681,16 @@ class BrokerServer:
         each part guarded in :meth:`Broker.tick`), held pulls past their deadline, and every
         ``CONSUMER_OFFSET_FLUSH_INTERVAL_MS`` the consumer offsets, each guarded on its own."""
         health = self.broker.health
-        last_persist = _now_ms()
+        last_persist = last_acl = _now_ms()
         while True:
             await asyncio.sleep(limits.SCHEDULE_TICK_MS / 1000)
             now = _now_ms()
+            if self._acl_watch is not None and now - last_acl >= limits.ACL_RELOAD_POLL_MS:
+                last_acl = now
+                try:
+                    self._reload_acl()
+                except Exception:  # never stops the ticker; the old policies stay
+                    log.exception("ACL file reload failed")
             self._apply(self.broker.tick(now))
             health.run("holds", now, partial(self._expire_holds, now))
             if now - last_persist >= limits.CONSUMER_OFFSET_FLUSH_INTERVAL_MS:
@@ -694,7 +749,6 @@ async def run_server(config: BrokerConfig, ready: asyncio.Event | None = None,
                      port_file: str | None = None, store: Store | None = None) -> None:
     """Run a broker until cancelled or sent SIGINT/SIGTERM (``store`` as for BrokerServer)."""
     import signal
-    from pathlib import Path
 
     server = BrokerServer(config, store)
     await server.start()

@@ -31,6 +31,7 @@ def register_commands() -> None:
         return
     _registered = True
     from txmq.cli import _bench_consume, _bench_grpc, _bench_outbox, _bench_send, _bench_spark, _bench_tx
+    from txmq.cli._acl import acl_app
     from txmq.cli._bench import bench_app
     from txmq.cli._chaos import chaos
     from txmq.cli._console import consume, send
@@ -50,7 +51,7 @@ def register_commands() -> None:
     for name, sub in (("tx", tx_app), ("outbox", outbox_app), ("store", store_app),
                       ("group", group_app), ("dlq", dlq_app), ("message", message_app),
                       ("parked", parked_app), ("bench", bench_app),
-                      ("topic", topic_app)):
+                      ("topic", topic_app), ("acl", acl_app)):
         app.add_typer(sub, name=name)
     commands: list[tuple[typer.Typer, str, Callable[..., None]]] = [
         (app, "reconcile", reconcile), (app, "namesrv", namesrv), (app, "demo", demo),

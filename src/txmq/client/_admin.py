@@ -155,11 +155,14 @@ class AsyncAdmin(TransactionAdmin):
     Args:
         endpoints: broker address ``host:port``.
         timeout_ms: request timeout.
+        access_key, secret_key: ACL credentials; every request is signed (docs/security.md).
     """
 
     def __init__(self, endpoints: str = "", *, timeout_ms: int = limits.REQUEST_TIMEOUT_MS,
-                 namesrv_addr: str = "") -> None:
-        super().__init__(endpoints, timeout_ms, namesrv_addr)
+                 namesrv_addr: str = "", access_key: str = "",
+                 secret_key: str = "") -> None:
+        super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
+                         secret_key=secret_key)
         self.group = ADMIN_GROUP
 
     async def groups(self) -> list[ConsumerGroupInfo]:

@@ -88,14 +88,16 @@ class AsyncConnection:
         endpoint: ``host:port``.
         on_request: called with each broker-initiated request (check-back, notifications).
         timeout_ms: default request timeout.
+        access_key, secret_key: sign every request (RocketMQ ACL; see ``RemotingCore``).
     """
 
     def __init__(self, endpoint: str, on_request: Callable[[Command], None] | None = None,
-                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS) -> None:
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, *, access_key: str = "",
+                 secret_key: str = "") -> None:
         self.host, self.port = parse_endpoint(endpoint)
         self._on_request = on_request
         self._timeout_s = timeout_ms / 1000
-        self._core = RemotingCore()
+        self._core = RemotingCore(access_key=access_key, secret_key=secret_key)
         self._pending: dict[int, asyncio.Future[Command]] = {}
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
@@ -197,9 +199,12 @@ class _Client:
         timeout_ms: request timeout.
         namesrv_addr: name servers ``host:port;host:port`` (RocketMQ ``namesrvAddr``): routes
             come from there, and the broker is the master the routes name.
+        access_key, secret_key: RocketMQ ACL credentials: every request is signed with them
+            (RocketMQ ``AclClientRPCHook``); needed by brokers with ACL on (docs/security.md).
     """
 
-    def __init__(self, endpoints: str, timeout_ms: int, namesrv_addr: str = "") -> None:
+    def __init__(self, endpoints: str, timeout_ms: int, namesrv_addr: str = "", *,
+                 access_key: str = "", secret_key: str = "") -> None:
         if not endpoints and not namesrv_addr:
             raise ConfigError("give a broker address (endpoints) or a name server (namesrv_addr)")
         if endpoints:
@@ -209,6 +214,9 @@ class _Client:
         self.endpoints = endpoints
         self.namesrv_addr = namesrv_addr
         self._timeout_ms = timeout_ms
+        if bool(access_key) != bool(secret_key):
+            raise ConfigError("give both access_key and secret_key, or neither")
+        self._credentials = {"access_key": access_key, "secret_key": secret_key}
         salt = os.urandom(4)
         self.client_id = f"{socket.gethostname()}@{os.getpid()}@{salt.hex()}"
         self._ids = MessageIdGenerator(os.getpid(), salt, _now_ms)
@@ -245,7 +253,8 @@ class _Client:
 
     async def _namesrv_call(self, code: int, ext: dict[str, str] | None = None) -> Command:
         if self._namesrv is None or self._namesrv.closed:
-            self._namesrv = AsyncConnection(self.namesrv_addr, None, self._timeout_ms)
+            self._namesrv = AsyncConnection(self.namesrv_addr, None, self._timeout_ms,
+                                            **self._credentials)
             await self._namesrv.connect()
         return await self._namesrv.request(code, ext)
 
@@ -258,10 +267,14 @@ class _Client:
         async with self._conn_lock:
             if self._conn is None or self._conn.closed:
                 addr = await self._broker_endpoint()
-                conn = AsyncConnection(addr, self._on_request, self._timeout_ms)
+                conn = AsyncConnection(addr, self._on_request, self._timeout_ms, **self._credentials)
                 await conn.connect()
                 self._conn = conn
-                await self._heartbeat(conn)
+                try:
+                    await self._heartbeat(conn)
+                except BaseException:  # e.g. refused by ACL: do not leave its reader running
+                    await conn.close()
+                    raise
         return self._conn
 
     async def _heartbeat(self, conn: AsyncConnection) -> None:
@@ -342,12 +355,15 @@ class AsyncProducer(_Client):
         max_message_size: refuse bodies larger than this locally (bytes).
         timeout_ms: request timeout.
         namesrv_addr: name server address(es), as RocketMQ clients take them.
+        access_key, secret_key: ACL credentials; every request is signed (docs/security.md).
     """
 
     def __init__(self, group: str, endpoints: str = "", *,
                  max_message_size: int = limits.MESSAGE_SIZE_MAX_BYTES,
-                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "") -> None:
-        super().__init__(endpoints, timeout_ms, namesrv_addr)
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
+                 access_key: str = "", secret_key: str = "") -> None:
+        super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
+                         secret_key=secret_key)
         if not group:
             raise ConfigError("producer group must not be empty")
         self.group = group

@@ -142,6 +142,7 @@ class AsyncPushConsumer(_PullMixin):
             (``<dir>/<host>@<instance_name>/<group>/offsets.json``; default ``~/.txmq_offsets``).
         instance_name: broadcasting: tells consumers of one group on one host apart.
         timeout_ms: request timeout.
+        access_key, secret_key: ACL credentials; every request is signed (docs/security.md).
 
     Raises:
         ConfigError: a bad argument.
@@ -164,8 +165,10 @@ class AsyncPushConsumer(_PullMixin):
                  suspend_ms: int = limits.PULL_SUSPEND_MS,
                  offset_store_dir: str | os.PathLike[str] | None = None,
                  instance_name: str = "DEFAULT",
-                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "") -> None:
-        super().__init__(endpoints, timeout_ms, namesrv_addr)
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
+                 access_key: str = "", secret_key: str = "") -> None:
+        super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
+                         secret_key=secret_key)
         validate_group(group)
         if message_model not in ("CLUSTERING", "BROADCASTING"):
             raise ConfigError(f"message_model {message_model!r} is not CLUSTERING or BROADCASTING")

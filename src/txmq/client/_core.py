@@ -46,6 +46,7 @@ from txmq.protocol import (
     encode_properties,
     from_ext,
     retry_topic,
+    sign_remoting,
     to_ext,
 )
 
@@ -203,17 +204,28 @@ class MessageIdGenerator:
 
 class RemotingCore:
     """Frames in, commands out; opaque numbering for requests. Requests go out in
-    ``serialize_type`` (JSON: what measures faster here, see docs/benchmarks.md)."""
+    ``serialize_type`` (JSON: what measures faster here, see docs/benchmarks.md).
 
-    def __init__(self, serialize_type: int = SERIALIZE_JSON) -> None:
+    With ``access_key`` and ``secret_key`` every request is signed as RocketMQ's
+    ``AclClientRPCHook`` signs it (:func:`~txmq.protocol.sign_remoting`: ``AccessKey`` and
+    ``Signature`` ext fields), for brokers with ACL on.
+    """
+
+    def __init__(self, serialize_type: int = SERIALIZE_JSON, *, access_key: str = "",
+                 secret_key: str = "") -> None:
+        if bool(access_key) != bool(secret_key):
+            raise ConfigError("give both access_key and secret_key, or neither")
         self._decoder = FrameDecoder()
         self._opaque = count(1)
         self.serialize_type = serialize_type
+        self._credentials = (access_key, secret_key)
 
     def request(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
                 oneway: bool = False) -> tuple[int, bytes]:
         """Encode a request; returns ``(opaque, frame bytes)``. Raises FrameTooLarge."""
         opaque = next(self._opaque)
+        if self._credentials[0]:
+            ext = sign_remoting(ext or {}, body, *self._credentials)
         cmd = Command(int(code), opaque, FLAG_ONEWAY if oneway else 0, ext=ext or {}, body=body,
                       serialize_type=self.serialize_type)
         return opaque, encode_command(cmd)

@@ -170,14 +170,17 @@ class AsyncPullConsumer(_PullMixin):
         consume_timestamp_ms: start time for ``CONSUME_FROM_TIMESTAMP`` (default: 30 min ago).
         pull_batch_size: most messages per queue per poll.
         timeout_ms: request timeout.
+        access_key, secret_key: ACL credentials; every request is signed (docs/security.md).
     """
 
     def __init__(self, endpoints: str = "", consumer_group: str = "txmq-pull", *,
                  consume_from_where: ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
                  consume_timestamp_ms: int | None = None,
                  pull_batch_size: int = limits.PULL_BATCH_SIZE,
-                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "") -> None:
-        super().__init__(endpoints, timeout_ms, namesrv_addr)
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
+                 access_key: str = "", secret_key: str = "") -> None:
+        super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
+                         secret_key=secret_key)
         validate_group(consumer_group)
         self.group = consumer_group
         self.consume_from_where = consume_from_where

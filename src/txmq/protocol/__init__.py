@@ -1,6 +1,8 @@
 """The wire protocol: RocketMQ's remoting protocol as a sans-IO codec of frames, commands, typed
 headers, bodies and messages."""
 
+from txmq.protocol._acl_sign import *  # noqa: F403
+from txmq.protocol._acl_sign import __all__ as _acl_sign_all
 from txmq.protocol._codes import *  # noqa: F403
 from txmq.protocol._codes import __all__ as _codes_all
 from txmq.protocol._consume import *  # noqa: F403
@@ -27,6 +29,7 @@ from txmq.protocol._validate import *  # noqa: F403
 from txmq.protocol._validate import __all__ as _validate_all
 
 __all__ = [
+    *_acl_sign_all,
     *_codes_all,
     *_consume_all,
     *_headers_all,

@@ -22,6 +22,7 @@ import grpc
 
 from txmq import limits
 from txmq.broker import Action
+from txmq.broker.acl import source_ip
 from txmq.broker.grpc._convert import GrpcError, Result, status
 from txmq.broker.grpc._core import GRPC_CONN_BASE, GrpcCore, is_grpc_conn
 from txmq.broker.grpc.pb import definition_pb2 as pd
@@ -31,6 +32,7 @@ from txmq.protocol import Command
 
 if TYPE_CHECKING:
     from txmq.broker import Broker
+    from txmq.broker.acl import AclGuard
 
 __all__ = ["GrpcDoor"]
 
@@ -68,11 +70,14 @@ class GrpcDoor:
         advertise_host: the host routes name (the door's own address as clients reach it).
         apply: the broker shell's action runner (replies wait for fsync there).
         now_ms: the broker shell's clock.
+        acl: the ACL check (docs/security.md), or None when ACL is off.
     """
 
     def __init__(self, broker: Broker, host: str, port: int, advertise_host: str,
-                 apply: Callable[[list[Action]], None], now_ms: Callable[[], int]) -> None:
+                 apply: Callable[[list[Action]], None], now_ms: Callable[[], int],
+                 acl: AclGuard | None = None) -> None:
         self.broker, self.host, self.port = broker, host, port
+        self.acl = acl
         self.advertise_host = advertise_host
         self._apply, self._now = apply, now_ms
         self.core = GrpcCore(broker, endpoints_of(advertise_host, port))
@@ -164,6 +169,18 @@ class GrpcDoor:
                 ev.set()
 
     # -- helpers for the servicer -----------------------------------------------------------------
+    def refused(self, rpc: str, request: object, context: _Context) -> pd.Status | None:
+        """The status refusing this call under ACL (UNAUTHORIZED: no or bad credentials;
+        FORBIDDEN: denied by the policies), or None to serve it."""
+        if self.acl is None:
+            return None
+        md = {k: v if isinstance(v, str) else v.decode(errors="replace")
+              for k, v in context.invocation_metadata() or ()}
+        r = self.acl.check_grpc(rpc, request, md, source_ip(context.peer() or ""), self._now())
+        if r is None:
+            return None
+        return status(pd.FORBIDDEN if r.denied else pd.UNAUTHORIZED, f"ACL: {r.reason}")
+
     async def durable(self, offset: int) -> bool:
         """Wait until the store is durable up to ``offset``; False if the fsync failed."""
         if offset <= 0:
@@ -356,10 +373,13 @@ def _handlers(door: GrpcDoor) -> grpc.GenericRpcHandler:
     are parsed here (see :func:`_parse`)."""
     core = door.core
 
-    def unary(fn: Callable[[str, Any, int], Result], req_cls: Callable[[], Any],
+    def unary(name: str, fn: Callable[[str, Any, int], Result], req_cls: Callable[[], Any],
               resp_cls: Callable[..., Any]) -> grpc.RpcMethodHandler:
         async def rpc(data: bytes, context: _Context) -> Any:
-            return await door.unary(fn, await _parse(req_cls, data, context), context, resp_cls)
+            req = await _parse(req_cls, data, context)
+            if (no := door.refused(name, req, context)) is not None:
+                return resp_cls(status=no)
+            return await door.unary(fn, req, context, resp_cls)
         return grpc.unary_unary_rpc_method_handler(rpc, response_serializer=_serialize)
 
     def unsupported(resp_cls: Callable[..., Any]) -> grpc.RpcMethodHandler:
@@ -369,16 +389,26 @@ def _handlers(door: GrpcDoor) -> grpc.GenericRpcHandler:
 
     async def send(data: bytes, context: _Context) -> Any:
         req = await _parse(ps.SendMessageRequest, data, context)
+        if (no := door.refused("SendMessage", req, context)) is not None:
+            return ps.SendMessageResponse(status=no)
         return await door.send(req, context)
 
     async def telemetry(requests: AsyncIterator[bytes], context: _Context) -> None:
         async def parsed() -> AsyncIterator[ps.TelemetryCommand]:
             async for data in requests:
-                yield await _parse(ps.TelemetryCommand, data, context)
+                cmd = await _parse(ps.TelemetryCommand, data, context)
+                if (no := door.refused("Telemetry", cmd, context)) is not None:
+                    code = (grpc.StatusCode.PERMISSION_DENIED if no.code == pd.FORBIDDEN
+                            else grpc.StatusCode.UNAUTHENTICATED)
+                    await context.abort(code, no.message)
+                yield cmd
         await door.telemetry(parsed(), context)
 
     async def receive(data: bytes, context: _Context) -> AsyncIterator[Any]:
         req = await _parse(ps.ReceiveMessageRequest, data, context)
+        if (no := door.refused("ReceiveMessage", req, context)) is not None:
+            yield ps.ReceiveMessageResponse(status=no)
+            return
         async for frame in door.receive(req, context):
             yield frame
 
@@ -387,26 +417,31 @@ def _handlers(door: GrpcDoor) -> grpc.GenericRpcHandler:
                                                    "PullMessage is not supported by txmq's gRPC door"))
 
     table: dict[str, grpc.RpcMethodHandler] = {
-        "QueryRoute": unary(core.query_route, ps.QueryRouteRequest, ps.QueryRouteResponse),
-        "Heartbeat": unary(core.heartbeat, ps.HeartbeatRequest, ps.HeartbeatResponse),
+        "QueryRoute": unary("QueryRoute", core.query_route, ps.QueryRouteRequest,
+                            ps.QueryRouteResponse),
+        "Heartbeat": unary("Heartbeat", core.heartbeat, ps.HeartbeatRequest,
+                           ps.HeartbeatResponse),
         "SendMessage": grpc.unary_unary_rpc_method_handler(send, response_serializer=_serialize),
-        "EndTransaction": unary(core.end_transaction, ps.EndTransactionRequest,
+        "EndTransaction": unary("EndTransaction", core.end_transaction, ps.EndTransactionRequest,
                                 ps.EndTransactionResponse),
-        "NotifyClientTermination": unary(core.terminate, ps.NotifyClientTerminationRequest,
+        "NotifyClientTermination": unary("NotifyClientTermination", core.terminate,
+                                         ps.NotifyClientTerminationRequest,
                                          ps.NotifyClientTerminationResponse),
         "Telemetry": grpc.stream_stream_rpc_method_handler(telemetry, response_serializer=_serialize),
         "PullMessage": grpc.unary_stream_rpc_method_handler(pull, response_serializer=_serialize),
         "ReceiveMessage": grpc.unary_stream_rpc_method_handler(receive,
                                                                response_serializer=_serialize),
-        "AckMessage": unary(core.consume.ack, ps.AckMessageRequest, ps.AckMessageResponse),
-        "ChangeInvisibleDuration": unary(core.consume.change_invisible,
+        "AckMessage": unary("AckMessage", core.consume.ack, ps.AckMessageRequest,
+                            ps.AckMessageResponse),
+        "ChangeInvisibleDuration": unary("ChangeInvisibleDuration", core.consume.change_invisible,
                                          ps.ChangeInvisibleDurationRequest,
                                          ps.ChangeInvisibleDurationResponse),
-        "ForwardMessageToDeadLetterQueue": unary(core.consume.forward_to_dlq,
+        "ForwardMessageToDeadLetterQueue": unary("ForwardMessageToDeadLetterQueue",
+                                                 core.consume.forward_to_dlq,
                                                  ps.ForwardMessageToDeadLetterQueueRequest,
                                                  ps.ForwardMessageToDeadLetterQueueResponse),
-        "QueryAssignment": unary(core.consume.query_assignment, ps.QueryAssignmentRequest,
-                                 ps.QueryAssignmentResponse),
+        "QueryAssignment": unary("QueryAssignment", core.consume.query_assignment,
+                                 ps.QueryAssignmentRequest, ps.QueryAssignmentResponse),
         "UpdateOffset": unsupported(ps.UpdateOffsetResponse),
         "GetOffset": unsupported(ps.GetOffsetResponse),
         "QueryOffset": unsupported(ps.QueryOffsetResponse),

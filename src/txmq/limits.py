@@ -749,3 +749,70 @@ ACL_RELOAD_POLL_MS = 1_000
 """How often the broker looks at the accounts file's modification time, size and inode to reload
 it (txmq: an edit is in force within a second; ACL 2.0 keeps users in its metadata store instead of
 a file)."""
+
+# --- Console browser tests, screenshots and benchmark (issue 15, browser helper) -----------------
+
+BROWSER_INSTALL_TIMEOUT_S = 600
+"""Longest one ``apt-get`` step of installing Debian's ``chromium`` may take (about 100 MB of
+packages on a slow mirror) (txmq)."""
+
+BROWSER_LAUNCH_TIMEOUT_S = 60
+"""Longest Chromium may take to start under Playwright (Playwright's default is 180 s; a cold start
+on a loaded 2-core machine takes a few seconds) (txmq)."""
+
+BENCH_CONSOLE_PAGE_BUDGET_MS = 500
+"""A console page's load-time goal at 100 topics, 50 groups and 100,000 pending transactions
+(issue 15)."""
+
+BROWSER_CONSOLE_START_TIMEOUT_S = 60
+"""Longest a ``txmq console`` process may take to answer its first request (imports of FastAPI and
+plotly take seconds on a loaded machine) (txmq)."""
+
+# -- web console: API and backend (issue #15, helper "api") ------------------------------------------
+CONSOLE_SAMPLE_INTERVAL_MS = 2_000
+"""How often the console's History sampler reads rates and backlogs (the lag chart's step; RocketMQ
+Dashboard polls its dashboard every few seconds) (txmq)."""
+
+CONSOLE_HISTORY_SAMPLES = 300
+"""Samples the console's History keeps: 300 × 2 s = the last 10 minutes (txmq)."""
+
+CONSOLE_PAGE_SIZE_MAX = 1_000
+"""Most rows one console API page answers (``limit``, ``size``) (txmq)."""
+
+CONSOLE_PENDING_WINDOW_MAX = 10_000
+"""Deepest row (``offset + limit``) of the console's pending-transactions list: the broker sorts
+every pending half message per request and answers the oldest ones (txmq)."""
+
+CONSOLE_PARKED_READ_MAX = 10_000
+"""Most discarded half messages (``TRANS_CHECK_MAX_TIME_TOPIC``) the console reads for its parked
+list (txmq)."""
+
+CONSOLE_EXPORT_MESSAGES_MAX = 100_000
+"""Most messages one DLQ export holds (as ``txmq dlq export``'s default) (txmq)."""
+
+CONSOLE_TRACE_OP_SCAN_MAX = 2_048
+"""Op records the trace reads, from the decision's time on, to find which one settled a message
+that was not decided by an operator (an operator's decision is found through the key index)
+(txmq)."""
+
+CONSOLE_BODY_PREVIEW_CHARS = 120
+"""Characters of a body shown in the console's message lists (txmq)."""
+
+CONSOLE_SAMPLE_GROUPS_MAX = 200
+"""Most consumer groups the History sampler reads the lag of per sample (txmq)."""
+
+# -- web console: pages (issue #15, helper "pages") ------------------------------------------------
+CONSOLE_PAGE_ROWS = 100
+"""Rows a console page shows of a long list by default (pending and parked transactions): a page,
+never the whole list, so 100,000 pending transactions render as fast as 100 (txmq; the API's
+``limit`` default)."""
+
+CONSOLE_DLQ_PAGE_ROWS = 50
+"""Dead letters per page of ``/dlq/{group}`` (the API's ``size`` default) (txmq)."""
+
+CONSOLE_AUDIT_PAGE_ROWS = 50
+"""Newest operator decisions the transactions page shows in its audit log (txmq)."""
+
+CONSOLE_STATIC_MAX_AGE_S = 3_600
+"""``Cache-Control: max-age`` of ``/static/plotly.min.js`` (4.8 MB): a browser fetches it once an
+hour, not on every page (txmq)."""

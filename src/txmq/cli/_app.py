@@ -33,8 +33,10 @@ def register_commands() -> None:
     from txmq.cli import _bench_consume, _bench_grpc, _bench_outbox, _bench_send, _bench_spark, _bench_tx
     from txmq.cli._acl import acl_app
     from txmq.cli._bench import bench_app
+    from txmq.cli._bench_console import console as bench_console
     from txmq.cli._chaos import chaos
     from txmq.cli._console import consume, send
+    from txmq.cli._console_app import console_cmd
     from txmq.cli._demo_cmd import demo
     from txmq.cli._fuzz import fuzz
     from txmq.cli._group import dlq_app, group_app
@@ -56,9 +58,11 @@ def register_commands() -> None:
     commands: list[tuple[typer.Typer, str, Callable[..., None]]] = [
         (app, "reconcile", reconcile), (app, "namesrv", namesrv), (app, "demo", demo),
         (app, "chaos", chaos), (app, "fuzz", fuzz), (app, "send", send), (app, "consume", consume),
+        (app, "console", console_cmd),
         (bench_app, "consume", _bench_consume.consume), (bench_app, "outbox", _bench_outbox.outbox),
         (bench_app, "send", _bench_send.send), (bench_app, "spark", _bench_spark.spark),
-        (bench_app, "tx", _bench_tx.tx), (bench_app, "grpc", _bench_grpc.grpc_cmd)]
+        (bench_app, "tx", _bench_tx.tx), (bench_app, "grpc", _bench_grpc.grpc_cmd),
+        (bench_app, "console", bench_console)]
     for target, name, fn in commands:
         target.command(name)(fn)
 

@@ -12,6 +12,7 @@ import msgspec
 from txmq.protocol._message_id import offset_msg_id
 
 __all__ = [
+    "OPERATOR_DECISION_KEY",
     "PROPERTY_BORN_HOST",
     "PROPERTY_BORN_TIMESTAMP",
     "PROPERTY_BUYER_ID",
@@ -57,9 +58,15 @@ __all__ = [
     "PROPERTY_TRANSACTION_PREPARED",
     "PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET",
     "PROPERTY_TRANSFER_FLAG",
+    "PROPERTY_TXMQ_DECIDED_BY",
+    "PROPERTY_TXMQ_HALF_OFFSET",
+    "PROPERTY_TXMQ_OPERATOR",
     "PROPERTY_TXMQ_OUTCOME",
+    "PROPERTY_TXMQ_REASON",
     "PROPERTY_TXMQ_RESUMED_FROM",
     "PROPERTY_TXMQ_SENDER_CLIENT_ID",
+    "PROPERTY_TXMQ_TX_ID",
+    "PROPERTY_TXMQ_TX_TOPIC",
     "PROPERTY_UNIQ_KEY",
     "PROPERTY_WAIT_STORE_MSG_OK",
     "SYSTEM_PROPERTIES",
@@ -87,6 +94,20 @@ PROPERTY_TXMQ_OUTCOME = "TXMQ_OUTCOME"
 """txmq: on an op message, the decided outcome (COMMIT, ROLLBACK, DISCARD)."""
 PROPERTY_TXMQ_RESUMED_FROM = "TXMQ_RESUMED_FROM"
 """txmq: on a half message put back by an operator, the half offset it was discarded at."""
+PROPERTY_TXMQ_DECIDED_BY = "TXMQ_DECIDED_BY"
+"""txmq: on an op message, who decided: ``producer``, ``check-back`` or ``operator``."""
+PROPERTY_TXMQ_OPERATOR = "TXMQ_OPERATOR"
+"""txmq: on an operator's op message, the operator's name."""
+PROPERTY_TXMQ_REASON = "TXMQ_REASON"
+"""txmq: on an operator's op message, the reason given."""
+PROPERTY_TXMQ_TX_ID = "TXMQ_TX_ID"
+"""txmq: on an operator's op message, the decided transaction's message id (UNIQ_KEY)."""
+PROPERTY_TXMQ_TX_TOPIC = "TXMQ_TX_TOPIC"
+"""txmq: on an operator's op message, the decided transaction's real topic."""
+PROPERTY_TXMQ_HALF_OFFSET = "TXMQ_HALF_OFFSET"
+"""txmq: on a discarded half message's copy, its half queue offset."""
+OPERATOR_DECISION_KEY = "TXMQ_OPERATOR_DECISION"
+"""txmq: a KEYS value of every operator decision's op message (the audit log's index key)."""
 
 # RocketMQ MessageConst names txmq meets on the wire (the values are RocketMQ's).
 PROPERTY_KEYS = "KEYS"

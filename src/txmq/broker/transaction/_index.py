@@ -190,9 +190,11 @@ class TransactionIndex:
         return out
 
     def counts(self) -> dict[str, int]:
-        """Number of transactions per state."""
+        """Number of transactions per state, and ``PARKED``: those discarded after
+        transactionCheckMax that no operator has resumed yet."""
         out = {o.value: self.settled.counts.get(o, 0) for o in Outcome}
         out[Outcome.PENDING.value] = len(self.pending)
+        out["PARKED"] = max(0, out[Outcome.DISCARD.value] - len(self.resumed))
         return out
 
 

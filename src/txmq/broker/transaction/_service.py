@@ -21,6 +21,7 @@ from txmq.broker._config import BrokerConfig
 from txmq.broker._health import PARK_PROPERTIES, park_properties
 from txmq.broker._meta import load_json_meta
 from txmq.broker.transaction._index import HalfEntry, LatencyHistogram, Outcome, TransactionIndex
+from txmq.broker.transaction._op import REMOVE_TAG, op_records
 from txmq.broker.transaction._sink import (
     PROPERTY_TXMQ_SINK_BATCH,
     PROPERTY_TXMQ_SINK_TASK,
@@ -45,6 +46,7 @@ from txmq.protocol import (
     PROPERTY_TRANSACTION_ID,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+    PROPERTY_TXMQ_HALF_OFFSET,
     PROPERTY_TXMQ_OUTCOME,
     PROPERTY_TXMQ_RESUMED_FROM,
     PROPERTY_TXMQ_SENDER_CLIENT_ID,
@@ -74,10 +76,6 @@ __all__ = [
 
 log = logging.getLogger("txmq.broker.transaction")
 
-REMOVE_TAG = "d"
-PROPERTY_TXMQ_OPERATOR = "TXMQ_OPERATOR"
-PROPERTY_TXMQ_REASON = "TXMQ_REASON"
-PROPERTY_TXMQ_HALF_OFFSET = "TXMQ_HALF_OFFSET"
 _SNAPSHOT_META = "transactionIndex.snapshot"
 _LEGACY_SNAPSHOT_META = "transactionIndex.json"
 _STATE_TABLE = "transactionState"
@@ -233,7 +231,9 @@ class TransactionService:
                 first[h.tran_state_table_offset] = r[1]
                 results.append(None)
         parked: dict[int, str] = {}  # commits that cannot be: discarded instead, with the reason
-        durable = self._finish_many(decided, now_ms, parked=parked).durable_offset if decided else 0
+        checked = frozenset(h.tran_state_table_offset for h in headers if h.from_transaction_check)
+        durable = self._finish_many(decided, now_ms, parked=parked,
+                                    checked=checked).durable_offset if decided else 0
         return [_end_result(first[h.tran_state_table_offset], durable,
                             parked.get(h.tran_state_table_offset)) if r is None else r
                 for h, r in zip(headers, results, strict=True)]
@@ -289,7 +289,8 @@ class TransactionService:
 
     def _finish_many(self, items: list[tuple[HalfEntry, Outcome]], now_ms: int,
                      operator: str = "", reason: str = "",
-                     parked: dict[int, str] | None = None) -> EndResult:
+                     parked: dict[int, str] | None = None,
+                     checked: frozenset[int] = frozenset()) -> EndResult:
         """Settle pending transactions with one append: a real (or discard) record per committed
         (or discarded) message, then op records whose bodies list the settled half offsets per
         outcome, at most ``limits.TRANSACTION_OP_MSG_MAX_SIZE`` characters each (RocketMQ 5.1
@@ -297,6 +298,7 @@ class TransactionService:
 
         ``parked`` (half offset → reason) names discards to mark with a park reason; a commit
         whose half message has no valid real topic or queue is discarded instead and added there.
+        ``checked``: half offsets decided by a check-back answer (recorded in the op records).
         """
         parked = {} if parked is None else parked
         records: list[Record] = []
@@ -315,7 +317,7 @@ class TransactionService:
                 records.append(self._real_or_discard_record(half, entry, outcome, now_ms,
                                                             parked.get(entry.half_offset)))
             settled.append((entry, outcome))
-        records += self._op_records(settled, now_ms, operator, reason)
+        records += op_records(settled, now_ms, operator, reason, checked)
         results = self._append(records)
         for entry, outcome in settled:
             if entry.half_offset in discard_at:
@@ -342,30 +344,6 @@ class TransactionService:
         if rec is not None:
             self._half_cache_bytes -= len(rec.body)
         return rec
-
-    @staticmethod
-    def _op_records(items: list[tuple[HalfEntry, Outcome]], now_ms: int, operator: str,
-                    reason: str) -> list[Record]:
-        by_outcome: dict[Outcome, list[str]] = {}
-        for entry, outcome in items:
-            by_outcome.setdefault(outcome, []).append(f"{entry.half_offset},")
-        out: list[Record] = []
-        for outcome, offsets in by_outcome.items():
-            props = {PROPERTY_TXMQ_OUTCOME: outcome.value}
-            if operator:
-                props[PROPERTY_TXMQ_OPERATOR] = operator
-                props[PROPERTY_TXMQ_REASON] = reason
-            body: list[str] = []
-            size = 0
-            for i, tok in enumerate(offsets):
-                body.append(tok)
-                size += len(tok)
-                if size >= limits.TRANSACTION_OP_MSG_MAX_SIZE or i == len(offsets) - 1:
-                    out.append(Record(topic=OP_TOPIC, queue_id=0, body="".join(body).encode(),
-                                      tags=REMOVE_TAG, properties=dict(props),
-                                      born_timestamp_ms=now_ms, store_timestamp_ms=now_ms))
-                    body, size = [], 0
-        return out
 
     def _settled(self, entry: HalfEntry, outcome: Outcome, now_ms: int) -> None:
         settled = self.index.settle(entry.half_offset, outcome)

@@ -1,0 +1,9 @@
+"""The web console: a FastAPI app (JSON API under ``/api``, server-rendered pages) over the brokers'
+admin requests. ``txmq console`` serves it; :func:`create_app` builds it.
+"""
+
+from txmq.console._app import create_app
+from txmq.console._backend import Backend, ConsoleConfig
+from txmq.console._history import History, Sample
+
+__all__ = ["Backend", "ConsoleConfig", "History", "Sample", "create_app"]

@@ -1,0 +1,759 @@
+"""The console's one entry to the brokers: :class:`Backend`, over ``txmq.client.AsyncAdmin``.
+
+Every page and every API endpoint calls it. It validates input before it asks a broker (so a bad
+request changes nothing) and raises the ``txmq.errors`` tree: ``InvalidRequest`` for bad input
+(``response_code`` says which: MESSAGE_ILLEGAL / INVALID_PARAMETER → 400, QUERY_NOT_FOUND /
+TOPIC_NOT_EXIST / TRANSACTION_NOT_FOUND / SUBSCRIPTION_GROUP_NOT_EXIST → 404, TOPIC_EXIST_ALREADY /
+ILLEGAL_OPERATION → 409), ``RemoteError`` for the broker's refusals (same codes),
+``BrokerUnavailable`` / ``RequestTimeout`` when a broker cannot be reached.
+
+With several brokers, lists are merged (topics and groups by name, queues tagged with their
+broker) and an id is looked up on each broker in turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import msgspec
+
+from txmq import limits
+from txmq.client import AsyncAdmin, AsyncConnection, AsyncPullConsumer
+from txmq.console import _convert, _trace
+from txmq.console._history import History, Sample
+from txmq.console._models import (
+    AuditEntry,
+    AuditPage,
+    BrokerInfo,
+    ConsumerMember,
+    DlqPage,
+    DlqSummary,
+    EndTransactionResult,
+    GroupDetail,
+    GroupQueue,
+    GroupSummary,
+    MessageDetail,
+    MessageList,
+    MessageTrace,
+    OutboxSummary,
+    Overview,
+    ParkedPage,
+    ParkedTransaction,
+    PendingPage,
+    PendingTransaction,
+    ResendPage,
+    ResendResultModel,
+    ResetOffsetResult,
+    ResetQueue,
+    ResumeResult,
+    Subscription,
+    TopicDeleted,
+    TopicDetail,
+    TopicQueue,
+    TopicQueues,
+    TopicSummary,
+)
+from txmq.console._trace import read_queue, read_topic
+from txmq.errors import ConfigError, InvalidRequest, RemoteError, ResponseCode
+from txmq.protocol import (
+    DEFAULT_TOPIC,
+    DLQ_PREFIX,
+    HALF_TOPIC,
+    OP_TOPIC,
+    OPERATOR_DECISION_KEY,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TXMQ_HALF_OFFSET,
+    PROPERTY_TXMQ_OPERATOR,
+    PROPERTY_TXMQ_OUTCOME,
+    PROPERTY_TXMQ_PARK_REASON,
+    PROPERTY_TXMQ_REASON,
+    PROPERTY_TXMQ_TX_ID,
+    PROPERTY_TXMQ_TX_TOPIC,
+    PROPERTY_UNIQ_KEY,
+    RETRY_PREFIX,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    BrokerRuntimeInfo,
+    ConsumerGroupInfo,
+    MessageExt,
+    QueueConsumeStats,
+    RequestCode,
+    check_group,
+    check_send_topic,
+    check_timestamp,
+    check_topic,
+    decode_cluster_info,
+    dlq_topic,
+    is_broker_topic,
+    retry_topic,
+)
+
+__all__ = ["Backend", "BrokerClients", "ConsoleConfig"]
+
+T = TypeVar("T")
+READER_GROUP = "TXMQ_CONSOLE"
+"""The group the console reads system and DLQ topics as (it never commits an offset)."""
+_NOT_FOUND = (ResponseCode.TOPIC_NOT_EXIST, ResponseCode.QUERY_NOT_FOUND,
+              ResponseCode.TRANSACTION_NOT_FOUND)
+
+
+@dataclass
+class ConsoleConfig:
+    """What the console talks to.
+
+    Attributes:
+        brokers: broker addresses ``host:port``; found on the name servers when empty.
+        namesrv_addr: name servers ``host:port[;host:port]``.
+        outbox_url: SQLAlchemy URL of an outbox database ("" = the outbox page answers 404).
+        outbox_prefix: the outbox tables' name prefix.
+        sample_interval_ms: History sampling period (ms).
+        history_samples: points the History keeps.
+    """
+
+    brokers: list[str] = field(default_factory=list)
+    namesrv_addr: str = ""
+    outbox_url: str = ""
+    outbox_prefix: str = "txmq_"
+    sample_interval_ms: int = limits.CONSOLE_SAMPLE_INTERVAL_MS
+    history_samples: int = limits.CONSOLE_HISTORY_SAMPLES
+
+
+@dataclass
+class BrokerClients:
+    """One broker: its address, an admin client and a reader (pulls without committing)."""
+
+    addr: str
+    admin: AsyncAdmin
+    reader: AsyncPullConsumer
+    name: str = ""
+
+    async def close(self) -> None:
+        await self.admin.shutdown()
+        await self.reader.shutdown()
+
+
+def bad(reason: str, code: ResponseCode = ResponseCode.INVALID_PARAMETER) -> InvalidRequest:
+    """The error for bad input (400 unless ``code`` says not found or conflict)."""
+    return InvalidRequest(code, reason)
+
+
+def is_system_topic(topic: str) -> bool:
+    """Broker, retry and DLQ topics: hidden from the topic list unless asked for."""
+    return is_broker_topic(topic) or topic.startswith((RETRY_PREFIX, DLQ_PREFIX)) or topic == DEFAULT_TOPIC
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _check_page(limit: int, what: str = "limit") -> None:
+    if not 1 <= limit <= limits.CONSOLE_PAGE_SIZE_MAX:
+        raise bad(f"{what} {limit} not in 1..{limits.CONSOLE_PAGE_SIZE_MAX}")
+
+
+def _check_queues(queues: int) -> None:
+    if not 0 < queues <= limits.QUEUE_NUMS_MAX:
+        raise bad(f"queue count {queues} not in 1..{limits.QUEUE_NUMS_MAX}", ResponseCode.MESSAGE_ILLEGAL)
+
+
+def _check_send_topic(topic: str) -> None:
+    check_send_topic(topic)
+    if topic == DEFAULT_TOPIC:
+        raise bad(f"{DEFAULT_TOPIC} is the broker's default topic", ResponseCode.NO_PERMISSION)
+
+
+async def _or_empty(call: Awaitable[list[T]]) -> list[T]:
+    """``call``'s answer, or [] when the broker says there is no such topic or message."""
+    try:
+        return await call
+    except RemoteError as exc:
+        if exc.response_code in _NOT_FOUND:
+            return []
+        raise
+
+
+class Backend:
+    """Every operation of the console (see the module docstring for errors).
+
+    Args:
+        config: brokers, name servers, outbox database, sampling.
+
+    Raises:
+        ConfigError: neither brokers nor name servers given.
+    """
+
+    def __init__(self, config: ConsoleConfig) -> None:
+        if not config.brokers and not config.namesrv_addr:
+            raise ConfigError("give broker addresses or a name server address")
+        self.config = config
+        self.history = History(self.sample, config.sample_interval_ms, config.history_samples)
+        self._brokers: list[BrokerClients] = []
+        self._lock = asyncio.Lock()
+        self._outbox: Any = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Create the clients (they connect on first use: a broker that is down answers 502 then,
+        not here) and the outbox engine."""
+        for addr in self.config.brokers:
+            self._add(addr)
+        if self.config.outbox_url and self._outbox is None:
+            from txmq.console._outbox import OutboxReader
+
+            self._outbox = OutboxReader(self.config.outbox_url, self.config.outbox_prefix)
+
+    def _add(self, addr: str) -> None:
+        if any(b.addr == addr for b in self._brokers):
+            return
+        ns = self.config.namesrv_addr
+        self._brokers.append(BrokerClients(
+            addr, AsyncAdmin(addr, namesrv_addr=ns),
+            AsyncPullConsumer(addr, READER_GROUP, namesrv_addr=ns)))
+
+    async def close(self) -> None:
+        """Close every client and the outbox engine."""
+        brokers, self._brokers = self._brokers, []
+        for b in brokers:
+            await b.close()
+        if self._outbox is not None:
+            self._outbox.close()
+            self._outbox = None
+
+    async def brokers(self) -> list[BrokerClients]:
+        """The brokers, found on the name servers (masters) the first time when none was given.
+
+        Raises:
+            BrokerUnavailable: no name server answers, or it knows no master.
+        """
+        if self._brokers:
+            return self._brokers
+        async with self._lock:
+            if not self._brokers:
+                for addr in await self._discover():
+                    self._add(addr)
+        return self._brokers
+
+    async def _discover(self) -> list[str]:
+        last: Exception | None = None
+        for ns in self.config.namesrv_addr.split(";"):
+            conn = AsyncConnection(ns.strip(), None, limits.REQUEST_TIMEOUT_MS)
+            try:
+                await conn.connect()
+                r = await conn.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+                if r.code != ResponseCode.SUCCESS:
+                    raise RemoteError(r.code, r.remark or "")
+                info = decode_cluster_info(r.body)
+                return [a for _, b in sorted(info.broker_addr_table.items())
+                        if (a := b.broker_addrs.get(0))]
+            except Exception as exc:
+                last = exc
+            finally:
+                await conn.close()
+        from txmq.errors import BrokerUnavailable
+
+        raise BrokerUnavailable(f"no master broker found on {self.config.namesrv_addr}: {last}")
+
+    async def each(self, fn: Callable[[BrokerClients], Awaitable[T]]) -> list[T]:
+        """``fn`` on every broker, concurrently; answers in broker order."""
+        return list(await asyncio.gather(*(fn(b) for b in await self.brokers())))
+
+    # -- overview -------------------------------------------------------------------------------
+    async def overview(self) -> Overview:
+        """Brokers, current rates and backlogs, and the History."""
+        infos = await self.each(self._broker_info)
+        tx_counts = await self.each(lambda b: b.admin.transaction_stats())
+        last = self.history.latest()
+        return Overview(brokers=[i for i, _ in infos],
+                        in_per_s=last.in_per_s if last else 0.0,
+                        out_per_s=last.out_per_s if last else 0.0,
+                        half_backlog=sum(r.pending_transactions for _, r in infos),
+                        discarded=sum(c.get("PARKED", 0) for c in tx_counts),
+                        parked=sum(r.parked_stored for _, r in infos),
+                        history=self.history.snapshot())
+
+    async def _broker_info(self, b: BrokerClients) -> tuple[BrokerInfo, BrokerRuntimeInfo]:
+        r = await b.admin.call(RequestCode.GET_BROKER_RUNTIME_INFO)
+        if r.code != ResponseCode.SUCCESS:
+            raise RemoteError(r.code, r.remark or "")
+        info = BrokerRuntimeInfo.decode(r.body)
+        table = msgspec.json.decode(r.body, type=dict[str, dict[str, str]]).get("table", {})
+        version = table.get("brokerVersionDesc") or f"remoting v{r.version}"
+        if not b.name:
+            b.name = await self._broker_name(b)
+        return BrokerInfo(name=b.name, addr=b.addr, version=version,
+                          store_bytes=info.commit_log_max_offset - info.commit_log_min_offset,
+                          disk_ratio=round(info.commit_log_disk_ratio, 4),
+                          commitlog_max_offset=info.commit_log_max_offset,
+                          uptime_ms=max(0, info.now_ms - info.boot_ms)), info
+
+    async def _broker_name(self, b: BrokerClients) -> str:
+        """The broker's name as its routes give it (its address when it has no topic)."""
+        for topic in sorted((await b.admin.topic_configs()).topic_config_table):
+            try:
+                route = await b.admin.topic_route(topic)
+            except RemoteError:
+                continue
+            for bd in route.broker_datas:
+                if b.addr in bd.broker_addrs.values() or len(route.broker_datas) == 1:
+                    return bd.broker_name
+        return b.addr
+
+    async def sample(self) -> Sample:
+        """One History sample over every broker (the History calls it)."""
+        parts = await self.each(self._sample_one)
+        lag: dict[str, int] = {}
+        for _, _, _, per_group in parts:
+            for g, n in per_group.items():
+                lag[g] = lag.get(g, 0) + n
+        return Sample(t_ms=_now_ms(), produced={k: v for p in parts for k, v in p[0].items()},
+                      consumed={k: v for p in parts for k, v in p[1].items()},
+                      half_backlog=sum(p[2] for p in parts), lag=lag)
+
+    async def _sample_one(self, b: BrokerClients
+                          ) -> tuple[dict[Any, int], dict[Any, int], int, dict[str, int]]:
+        cfgs = (await b.admin.topic_configs()).topic_config_table
+        topics = [t for t in sorted(cfgs) if not is_system_topic(t)]
+        stats = await asyncio.gather(*(_or_empty(self._queue_stats(b, t)) for t in topics))
+        produced = {(b.addr, t, q.queue_id): q.max_offset
+                    for t, qs in zip(topics, stats, strict=True) for q in qs}
+        groups = (await b.admin.groups())[: limits.CONSOLE_SAMPLE_GROUPS_MAX]
+        per_group = await asyncio.gather(*(_or_empty(b.admin.consume_stats(g.group)) for g in groups))
+        consumed: dict[Any, int] = {}
+        lag: dict[str, int] = {}
+        for g, qs in zip(groups, per_group, strict=True):
+            lag[g.group] = sum(q.lag for q in qs)
+            for q in qs:
+                if q.consumer_offset >= 0 and not q.topic.startswith(RETRY_PREFIX):
+                    consumed[(b.addr, g.group, q.topic, q.queue_id)] = q.consumer_offset
+        half = (await b.admin.runtime_info()).pending_transactions
+        return produced, consumed, half, lag
+
+    async def _queue_stats(self, b: BrokerClients, topic: str) -> list[TopicQueue]:
+        table = await b.admin.topic_stats(topic)
+        return [TopicQueue(queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset,
+                           last_update_ms=q.last_update_timestamp, broker=b.name or b.addr)
+                for q in table.offset_table]
+
+    # -- topics ---------------------------------------------------------------------------------
+    async def topics(self, system: bool = False) -> list[TopicSummary]:
+        """Every topic (system, retry and DLQ topics only with ``system``), offsets summed."""
+        merged: dict[str, TopicSummary] = {}
+        for rows in await self.each(lambda b: self._topic_rows(b, system)):
+            for r in rows:
+                cur = merged.get(r.topic)
+                merged[r.topic] = r if cur is None else TopicSummary(
+                    topic=r.topic, queues=cur.queues + r.queues, perm=cur.perm | r.perm,
+                    min_offset=cur.min_offset + r.min_offset, max_offset=cur.max_offset + r.max_offset,
+                    messages=cur.messages + r.messages)
+        return [merged[t] for t in sorted(merged)]
+
+    async def _topic_rows(self, b: BrokerClients, system: bool) -> list[TopicSummary]:
+        cfgs = (await b.admin.topic_configs()).topic_config_table
+        names = [t for t in sorted(cfgs) if system or not is_system_topic(t)]
+        stats = await asyncio.gather(*(_or_empty(self._queue_stats(b, t)) for t in names))
+        out = []
+        for t, qs in zip(names, stats, strict=True):
+            lo, hi = sum(q.min_offset for q in qs), sum(q.max_offset for q in qs)
+            out.append(TopicSummary(topic=t, queues=cfgs[t].write_queue_nums, perm=cfgs[t].perm,
+                                    min_offset=lo, max_offset=hi, messages=hi - lo))
+        return out
+
+    async def _queue_counts(self, topic: str) -> dict[str, int]:
+        """Broker address → queue count of ``topic``, for the brokers that have it."""
+        cfgs = await self.each(lambda b: b.admin.topic_configs())
+        return {b.addr: c.topic_config_table[topic].write_queue_nums
+                for b, c in zip(await self.brokers(), cfgs, strict=True) if topic in c.topic_config_table}
+
+    async def topic(self, topic: str) -> TopicDetail:
+        """One topic's queues and route. Raises InvalidRequest (bad name), TOPIC_NOT_EXIST."""
+        check_topic(topic)
+        have = await self._queue_counts(topic)
+        if not have:
+            raise bad(f"topic {topic!r} does not exist", ResponseCode.TOPIC_NOT_EXIST)
+        queues = [q for qs in await self.each(lambda b: _or_empty(self._queue_stats(b, topic)))
+                  for q in qs]
+        brokers = await self.brokers()
+        try:
+            route: dict[str, Any] = msgspec.to_builtins(await brokers[0].admin.topic_route(topic))
+        except RemoteError as exc:
+            route = {"error": str(exc)}
+        return TopicDetail(topic=topic, queues=queues, route=route)
+
+    async def create_topic(self, topic: str, queues: int) -> TopicQueues:
+        """Create ``topic`` with ``queues`` queues on every broker. Raises InvalidRequest: an
+        illegal or reserved name, a queue count out of range, TOPIC_EXIST_ALREADY."""
+        _check_send_topic(topic)
+        _check_queues(queues)
+        if have := await self._queue_counts(topic):
+            raise bad(f"topic {topic} exists ({max(have.values())} queues); update it instead",
+                      ResponseCode.TOPIC_EXIST_ALREADY)
+        made = await self.each(lambda b: b.admin.update_topic(topic, queues))
+        return TopicQueues(topic=topic, queues=min(made))
+
+    async def update_topic(self, topic: str, queues: int) -> TopicQueues:
+        """Widen ``topic`` to ``queues`` queues (txmq never takes queues away: fewer is refused).
+        Raises InvalidRequest: bad name or count, TOPIC_NOT_EXIST, fewer queues than now."""
+        _check_send_topic(topic)
+        _check_queues(queues)
+        have = await self._queue_counts(topic)
+        if not have:
+            raise bad(f"topic {topic} does not exist; create it first", ResponseCode.TOPIC_NOT_EXIST)
+        if queues < max(have.values()):
+            raise bad(f"topic {topic} has {max(have.values())} queues; txmq cannot shrink a topic",
+                      ResponseCode.MESSAGE_ILLEGAL)
+        made = await asyncio.gather(*(b.admin.update_topic(topic, queues)
+                                      for b in await self.brokers() if b.addr in have))
+        return TopicQueues(topic=topic, queues=min(made))
+
+    async def delete_topic(self, topic: str) -> TopicDeleted:
+        """Delete ``topic`` from every broker that has it (and the name servers' routes)."""
+        _check_send_topic(topic)
+        have = await self._queue_counts(topic)
+        if not have:
+            raise bad(f"topic {topic} does not exist", ResponseCode.TOPIC_NOT_EXIST)
+        remarks = await asyncio.gather(*(b.admin.delete_topic(topic)
+                                         for b in await self.brokers() if b.addr in have))
+        return TopicDeleted(topic=topic, deleted=True, detail="; ".join(remarks))
+
+    # -- groups ---------------------------------------------------------------------------------
+    async def _group_infos(self) -> dict[str, ConsumerGroupInfo]:
+        merged: dict[str, ConsumerGroupInfo] = {}
+        for infos in await self.each(lambda b: b.admin.groups()):
+            for g in infos:
+                cur = merged.setdefault(g.group, ConsumerGroupInfo(group=g.group))
+                cur.message_model = cur.message_model or g.message_model
+                cur.client_ids = sorted(set(cur.client_ids) | set(g.client_ids))
+                cur.subscriptions = cur.subscriptions | g.subscriptions
+                cur.offset_topics = sorted(set(cur.offset_topics) | set(g.offset_topics))
+        return merged
+
+    async def _consume_stats(self, group: str, topic: str = "") -> list[GroupQueue]:
+        async def one(b: BrokerClients) -> list[GroupQueue]:
+            stats: list[QueueConsumeStats] = await _or_empty(b.admin.consume_stats(group, topic))
+            return [GroupQueue(topic=s.topic, queue_id=s.queue_id, broker_offset=s.broker_offset,
+                               consumer_offset=s.consumer_offset, lag=s.lag, broker=b.name or b.addr)
+                    for s in stats]
+        return [q for qs in await self.each(one) for q in qs]
+
+    async def groups(self) -> list[GroupSummary]:
+        """Every consumer group with its lag. ``inflight`` is 0: the broker does not report
+        messages pulled but not yet acknowledged."""
+        infos = await self._group_infos()
+        stats = await asyncio.gather(*(self._consume_stats(g) for g in infos))
+        return [GroupSummary(group=g.group, model=g.message_model, members=len(g.client_ids),
+                             subscriptions=_user_topics(g),
+                             lag=sum(q.lag for q in qs), inflight=0)
+                for g, qs in zip(infos.values(), stats, strict=True)]
+
+    async def group(self, group: str) -> GroupDetail:
+        """One group: members, subscriptions, per-queue lag and its lag history. Raises
+        InvalidRequest: bad name, SUBSCRIPTION_GROUP_NOT_EXIST."""
+        check_group(group)
+        info = (await self._group_infos()).get(group)
+        if info is None:
+            raise bad(f"consumer group {group} is neither online nor has offsets",
+                      ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
+        queues = await self._consume_stats(group)
+        members = [ConsumerMember(client_id=c, addr=c.split("@", 1)[0], language="", version="")
+                   for c in info.client_ids]
+        subs = [Subscription(topic=t, expression=info.subscriptions.get(t, "")) for t in _user_topics(info)]
+        return GroupDetail(group=group, model=info.message_model, members=members, subscriptions=subs,
+                           queues=queues, lag=sum(q.lag for q in queues),
+                           lag_history=self.history.lag_history(group))
+
+    async def reset_offset(self, group: str, topic: str, timestamp_ms: int) -> ResetOffsetResult:
+        """Move ``group``'s offsets of ``topic`` to the first message stored at or after
+        ``timestamp_ms``. Raises InvalidRequest: bad names or time, unknown group or topic."""
+        check_group(group)
+        check_topic(topic)
+        check_timestamp(timestamp_ms)
+        if group not in await self._group_infos():
+            raise bad(f"consumer group {group} is neither online nor has offsets",
+                      ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
+        have = await self._queue_counts(topic)
+        if not have:
+            raise bad(f"topic {topic} does not exist", ResponseCode.TOPIC_NOT_EXIST)
+        entries = await asyncio.gather(*(b.admin.reset_offset(group, topic, timestamp_ms=timestamp_ms)
+                                         for b in await self.brokers() if b.addr in have))
+        return ResetOffsetResult(group=group, topic=topic, queues=[
+            ResetQueue(queue_id=e.queue_id, offset=e.new_offset) for es in entries for e in es])
+
+    # -- transactions ---------------------------------------------------------------------------
+    async def transactions(self, limit: int = 100, offset: int = 0) -> PendingPage:
+        """Pending transactions, oldest first: rows ``offset .. offset + limit``."""
+        _check_page(limit)
+        if offset < 0 or offset + limit > limits.CONSOLE_PENDING_WINDOW_MAX:
+            raise bad(f"offset + limit must be in 0..{limits.CONSOLE_PENDING_WINDOW_MAX}")
+        answers = await self.each(lambda b: b.admin.pending_transactions(offset + limit))
+        rows = sorted((r for _, rs in answers for r in rs), key=lambda r: -int(r.get("age_ms", 0)))
+        items = [PendingTransaction(
+            id=str(r.get("msg_id") or f"half:{r['half_offset']}"), half_offset=int(r["half_offset"]),
+            topic=str(r.get("topic", "")), producer_group=str(r.get("producer_group", "")),
+            keys=str(r.get("keys", "")), age_ms=int(r.get("age_ms", 0)),
+            check_count=int(r.get("check_count", 0)), born_host=str(r.get("sender", "")))
+            for r in rows[offset: offset + limit]]
+        return PendingPage(pending_total=sum(n for n, _ in answers), items=items)
+
+    async def parked(self, limit: int = 100) -> ParkedPage:
+        """Half messages discarded (after ``transactionCheckMax`` check-backs, or because they
+        could never be committed) and not resumed yet, oldest first."""
+        _check_page(limit)
+        found = [p for ps in await self.each(self._parked_one) for p in ps]
+        found.sort(key=lambda p: p.parked_at_ms)
+        return ParkedPage(total=len(found), items=found[:limit])
+
+    async def _parked_one(self, b: BrokerClients) -> list[ParkedTransaction]:
+        msgs = await read_topic(b.reader, TRANS_CHECK_MAX_TIME_TOPIC, 0, limits.CONSOLE_PARKED_READ_MAX)
+        offs = [m.properties.get(PROPERTY_TXMQ_HALF_OFFSET, "") for m in msgs]
+        states = await asyncio.gather(*(_or_empty_dict(b.admin.query_transaction(f"half:{o}"))
+                                        for o in offs))
+        out = []
+        for m, off, st in zip(msgs, offs, states, strict=True):
+            if st.get("resumed") or st.get("state") not in ("DISCARD", None):
+                continue
+            p = m.properties
+            checks = int(p.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0)
+            out.append(ParkedTransaction(
+                id=p.get(PROPERTY_UNIQ_KEY) or f"half:{off}", topic=p.get(PROPERTY_REAL_TOPIC, ""),
+                producer_group=p.get(PROPERTY_PRODUCER_GROUP, ""), keys=m.keys, check_count=checks,
+                parked_at_ms=m.store_timestamp_ms,
+                reason=p.get(PROPERTY_TXMQ_PARK_REASON) or f"no decision after {checks} check-backs"))
+        return out
+
+    async def _on_first(self, fn: Callable[[BrokerClients], Awaitable[T]]) -> T:
+        """``fn`` on each broker until one does not answer not-found; raises the last not-found."""
+        last: RemoteError | None = None
+        for b in await self.brokers():
+            try:
+                return await fn(b)
+            except RemoteError as exc:
+                if exc.response_code not in _NOT_FOUND:
+                    raise
+                last = exc
+        assert last is not None
+        raise last
+
+    async def transaction(self, ident: str) -> dict[str, Any]:
+        """One transaction's state (``query_transaction``): by message id or ``half:<offset>``."""
+        _check_ident(ident)
+        st = await self._on_first(lambda b: self._state(b, ident))
+        return {"id": ident, **st}
+
+    async def _state(self, b: BrokerClients, ident: str) -> dict[str, Any]:
+        """The broker knows pending and discarded transactions by id; a decided one is found by
+        its half message's offset (the newest half copy of the id)."""
+        try:
+            return await _known(b.admin.query_transaction(ident), ident)
+        except RemoteError as exc:
+            if exc.response_code != ResponseCode.TRANSACTION_NOT_FOUND or ident.startswith("half:"):
+                raise
+            halves = [m for m in await _or_empty(b.admin.view_message(ident)) if m.topic == HALF_TOPIC]
+            if not halves:
+                raise
+            half = max(halves, key=lambda m: m.queue_offset)
+            return {"msg_id": ident, **await _known(b.admin.query_transaction(f"half:{half.queue_offset}"),
+                                                    ident)}
+
+    async def resume(self, ident: str) -> ResumeResult:
+        """Put a discarded half message back to be checked again; its new half offset."""
+        _check_ident(ident)
+        off = await self._on_first(lambda b: b.admin.resume_transaction(ident))
+        return ResumeResult(id=ident, half_offset=off)
+
+    async def end_transaction(self, ident: str, outcome: str, operator: str,
+                              reason: str = "") -> EndTransactionResult:
+        """Commit or roll back (``outcome`` COMMIT / ROLLBACK) a pending transaction as
+        ``operator`` (required) for ``reason``. Raises InvalidRequest: no operator, an unknown
+        outcome, TRANSACTION_NOT_FOUND, ILLEGAL_OPERATION (already decided: nothing changed)."""
+        _check_ident(ident)
+        if outcome not in ("COMMIT", "ROLLBACK"):
+            raise bad(f"outcome {outcome!r} is not COMMIT or ROLLBACK")
+        if not operator.strip():
+            raise bad("an operator name is required")
+        st = await self.transaction(ident)
+        if st.get("state") != "PENDING":
+            raise bad(f"transaction {ident} is not pending (state {st.get('state')})",
+                      ResponseCode.ILLEGAL_OPERATION)
+        r = await self._on_first(lambda b: b.admin.operator_end(ident, outcome, operator.strip(), reason))
+        if r.duplicate:
+            raise bad(f"transaction {ident} was already decided: {r.outcome}", ResponseCode.ILLEGAL_OPERATION)
+        return EndTransactionResult(id=ident, outcome="COMMIT" if r.outcome == "COMMIT" else "ROLLBACK",
+                                    operator=operator.strip(), reason=reason)
+
+    async def audit(self, limit: int = 100) -> AuditPage:
+        """Operators' decisions, newest first, through the key index of the op topic."""
+        _check_page(limit)
+        found = [e for es in await self.each(lambda b: self._audit_one(b, limit)) for e in es]
+        found.sort(key=lambda e: -e.time_ms)
+        return AuditPage(items=found[:limit])
+
+    async def _audit_one(self, b: BrokerClients, limit: int) -> list[AuditEntry]:
+        seen: dict[int, MessageExt] = {}
+        end_ms = 2**63 - 1
+        while len(seen) < limit:
+            page = await _or_empty(b.admin.query_messages(OP_TOPIC, OPERATOR_DECISION_KEY, end_ms=end_ms,
+                                                          max_num=limits.QUERY_MESSAGE_MAX_NUM))
+            fresh = [m for m in page if m.commit_log_offset not in seen]
+            if not fresh:
+                break
+            seen.update((m.commit_log_offset, m) for m in fresh)
+            end_ms = min(m.store_timestamp_ms for m in fresh)
+        out = []
+        for m in sorted(seen.values(), key=lambda m: -m.commit_log_offset)[:limit]:
+            p = m.properties
+            out.append(AuditEntry(time_ms=m.store_timestamp_ms, id=p.get(PROPERTY_TXMQ_TX_ID, ""),
+                                  topic=p.get(PROPERTY_TXMQ_TX_TOPIC, ""),
+                                  outcome=p.get(PROPERTY_TXMQ_OUTCOME, ""),
+                                  operator=p.get(PROPERTY_TXMQ_OPERATOR, ""),
+                                  reason=p.get(PROPERTY_TXMQ_REASON, "")))
+        return out
+
+    # -- dead-letter queues ---------------------------------------------------------------------
+    async def dlqs(self) -> list[DlqSummary]:
+        """Every group's DLQ that exists, with its message count."""
+        counts: dict[str, int] = {}
+        for rows in await self.each(lambda b: self._topic_rows(b, True)):
+            for r in rows:
+                if r.topic.startswith(DLQ_PREFIX):
+                    counts[r.topic] = counts.get(r.topic, 0) + r.messages
+        return [DlqSummary(group=t[len(DLQ_PREFIX):], topic=t, messages=n) for t, n in sorted(counts.items())]
+
+    async def dlq(self, group: str, page: int = 0, size: int = 50) -> DlqPage:
+        """Page ``page`` (``size`` messages, oldest first) of ``%DLQ%<group>``; empty when the
+        group has no DLQ."""
+        check_group(group)
+        _check_page(size, "size")
+        if page < 0:
+            raise bad(f"page {page} is negative")
+        topic = dlq_topic(group)
+        ranges = [(b, q) for b, qs in zip(await self.brokers(),
+                                          await self.each(lambda b: _or_empty(self._queue_stats(b, topic))),
+                                          strict=True) for q in qs]
+        total = sum(q.max_offset - q.min_offset for _, q in ranges)
+        skip, items = page * size, list[MessageExt]()
+        for b, q in ranges:
+            n = q.max_offset - q.min_offset
+            if skip >= n:
+                skip -= n
+                continue
+            want = size - len(items)
+            items += await read_queue(b.reader, topic, q.queue_id, q.min_offset + skip, want)
+            skip = 0
+            if len(items) >= size:
+                break
+        return DlqPage(group=group, total=total, items=[_convert.message_summary(m) for m in items])
+
+    async def dlq_message(self, group: str, msg_id: str) -> MessageDetail:
+        """The newest DLQ entry of ``msg_id`` in ``%DLQ%<group>``. Raises QUERY_NOT_FOUND."""
+        check_group(group)
+        _check_ident(msg_id)
+        found = [m for ms in await self.each(lambda b: _or_empty(b.admin.view_message(msg_id)))
+                 for m in ms if m.topic == dlq_topic(group)]
+        if not found:
+            raise bad(f"{msg_id} is not in {dlq_topic(group)}", ResponseCode.QUERY_NOT_FOUND)
+        return _convert.message_detail(max(found, key=lambda m: m.store_timestamp_ms))
+
+    async def resend_dlq(self, group: str, msg_ids: list[str]) -> ResendPage:
+        """Put DLQ messages back in ``%RETRY%<group>`` (retry count reset); ``msg_ids`` empty =
+        every id. Raises QUERY_NOT_FOUND (nothing resent) when an id is not in the DLQ. The resent
+        copy keeps its message id (``new_msg_id``)."""
+        check_group(group)
+        held = await self.each(lambda b: b.admin.dlq_messages(group, limits.CONSOLE_EXPORT_MESSAGES_MAX))
+        ids_at = [{m.msg_id for m in ms} for ms in held]
+        wanted = list(dict.fromkeys(msg_ids)) or list(dict.fromkeys(m.msg_id for ms in held for m in ms))
+        unknown = [i for i in wanted if not any(i in ids for ids in ids_at)]
+        if unknown:
+            raise bad(f"not in {dlq_topic(group)}: {', '.join(unknown[:10])}", ResponseCode.QUERY_NOT_FOUND)
+        results: dict[str, ResendResultModel] = {}
+        for b, ids in zip(await self.brokers(), ids_at, strict=True):
+            mine = [i for i in wanted if i in ids and i not in results]
+            if mine:
+                for r in await b.admin.resend_dlq(group, mine):
+                    results[r.msg_id] = ResendResultModel(
+                        msg_id=r.msg_id, ok=r.status == "OK", error="" if r.status == "OK" else
+                        (r.detail or r.status), new_msg_id=r.msg_id if r.status == "OK" else "")
+        return ResendPage(results=[results[i] for i in wanted])
+
+    async def export_dlq(self, group: str, fmt: str = "json") -> tuple[str, bytes]:
+        """The whole DLQ (at most ``CONSOLE_EXPORT_MESSAGES_MAX``) as ``(media type, bytes)``:
+        JSON (a list of records) or CSV (properties as a JSON column)."""
+        check_group(group)
+        if fmt not in ("json", "csv"):
+            raise bad(f"format {fmt!r} is not json or csv")
+        msgs = [m for ms in await self.each(
+            lambda b: b.admin.dlq_messages(group, limits.CONSOLE_EXPORT_MESSAGES_MAX)) for m in ms]
+        if fmt == "csv":
+            return "text/csv", _convert.export_csv(msgs)
+        return "application/json", _convert.export_json(msgs)
+
+    # -- messages -------------------------------------------------------------------------------
+    async def messages(self, topic: str = "", key: str = "", begin_ms: int = 0,
+                       end_ms: int = 0, msg_id: str = "") -> MessageList:
+        """By ``msg_id`` (the message and its half, retry and DLQ copies) or by ``topic`` and
+        ``key`` stored in ``[begin_ms, end_ms]`` (``end_ms`` 0 = now), newest first, at most
+        ``QUERY_MESSAGE_MAX_NUM`` per broker."""
+        if msg_id:
+            _check_ident(msg_id)
+            found = [m for ms in await self.each(lambda b: _or_empty(b.admin.view_message(msg_id)))
+                     for m in ms]
+        else:
+            if not topic or not key:
+                raise bad("give msg_id, or topic and key")
+            check_topic(topic)
+            end = end_ms or _now_ms()
+            check_timestamp(begin_ms, "begin_ms")
+            check_timestamp(end, "end_ms")
+            if begin_ms > end:
+                raise bad(f"begin_ms {begin_ms} is after end_ms {end}")
+            if not await self._queue_counts(topic):
+                raise bad(f"topic {topic} does not exist", ResponseCode.TOPIC_NOT_EXIST)
+            found = [m for ms in await self.each(lambda b: _or_empty(b.admin.query_messages(
+                topic, key, begin_ms=begin_ms, end_ms=end, max_num=limits.QUERY_MESSAGE_MAX_NUM)))
+                for m in ms]
+        found.sort(key=lambda m: -m.store_timestamp_ms)
+        return MessageList(items=[_convert.message_summary(m) for m in found])
+
+    async def message(self, msg_id: str) -> MessageTrace:
+        """``msg_id`` and its trace (see :func:`txmq.console._trace.message_trace`). Raises
+        QUERY_NOT_FOUND."""
+        _check_ident(msg_id)
+        return await _trace.message_trace(await self.brokers(), msg_id)
+
+    # -- outbox ---------------------------------------------------------------------------------
+    async def outbox(self) -> OutboxSummary:
+        """The outbox tables' counts. Raises QUERY_NOT_FOUND when no ``outbox_url`` was given."""
+        if self._outbox is None:
+            raise bad("no outbox database: start the console with --outbox-url", ResponseCode.QUERY_NOT_FOUND)
+        summary: OutboxSummary = await asyncio.to_thread(self._outbox.summary, _now_ms())
+        return summary
+
+
+def _user_topics(g: ConsumerGroupInfo) -> list[str]:
+    """The topics a group subscribes to or has offsets of, without its own retry topic."""
+    return sorted(t for t in set(g.subscriptions) | set(g.offset_topics) if t != retry_topic(g.group))
+
+
+def _check_ident(ident: str) -> None:
+    if not ident or len(ident) > limits.TOPIC_NAME_MAX_CHARS or not ident.isprintable():
+        raise bad(f"{ident[:40]!r} is not a message id or half:<offset>")
+
+
+async def _known(call: Awaitable[dict[str, Any]], ident: str) -> dict[str, Any]:
+    st = await call
+    if st.get("state") == "UNKNOWN_OFFSET":
+        raise RemoteError(ResponseCode.TRANSACTION_NOT_FOUND, f"no transaction {ident}")
+    return st
+
+
+async def _or_empty_dict(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return await call
+    except RemoteError as exc:
+        if exc.response_code in _NOT_FOUND:
+            return {}
+        raise

@@ -816,3 +816,21 @@ CONSOLE_AUDIT_PAGE_ROWS = 50
 CONSOLE_STATIC_MAX_AGE_S = 3_600
 """``Cache-Control: max-age`` of ``/static/plotly.min.js`` (4.8 MB): a browser fetches it once an
 hour, not on every page (txmq)."""
+
+# -- web console: login (issue #16 item 4, helper "login") ----------------------------------------
+CONSOLE_SESSION_TTL_MS = 8 * 3_600_000
+"""How long a console login lasts (ms): a working day, then the login page again (txmq; OWASP's
+session guidance asks for an absolute timeout, and 8 h is Grafana's and RocketMQ Dashboard's order
+of magnitude)."""
+
+CONSOLE_SESSIONS_MAX = 1_000
+"""Most console sessions held at once; beyond it the oldest is logged out (txmq: a bound on the
+memory a flood of logins can take)."""
+
+CONSOLE_USER_CLIENTS_MAX = 32
+"""Logged-in users whose broker clients the console keeps open; the least recently active user's
+are closed beyond it and opened again on its next request (txmq)."""
+
+CONSOLE_BASIC_AUTH_CACHE_MS = 60_000
+"""How long the console trusts HTTP Basic credentials the broker accepted before asking it again
+(ms); the broker still authorizes every request they sign (txmq)."""

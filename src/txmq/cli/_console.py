@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from txmq import limits
+from txmq.cli._credentials import with_credentials
 from txmq.cli._group import parse_timestamp_ms
 from txmq.cli._topic import AsJson, Endpoints, NamesrvAddr, bad_input, connect_kw
 from txmq.client import Message, Producer, PullConsumer
@@ -55,6 +56,7 @@ def _body(body: str | None, body_file: Path | None) -> bytes:
     return data
 
 
+@with_credentials
 def send(
     topic: TopicArg,
     body: Annotated[str | None, typer.Option(help="Body text (UTF-8).")] = None,
@@ -166,6 +168,7 @@ def _drain(pc: PullConsumer, topic: str, pos: dict[int, int], count: int, idle_m
             time.sleep(0.1)
 
 
+@with_credentials
 def consume(
     topic: TopicArg,
     group: Annotated[str, typer.Option(help="Consumer group (offsets committed with --commit).")

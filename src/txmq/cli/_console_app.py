@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from txmq.cli._credentials import AccessKey, SecretKey
 from txmq.errors import TxmqError
 
 __all__ = ["console_cmd"]
@@ -17,7 +19,8 @@ _err = Console(stderr=True)
 def console_cmd(
     port: Annotated[int, typer.Option(help="HTTP port (0 picks a free one).")] = 8080,
     host: Annotated[str, typer.Option(
-        help="Listen address; 127.0.0.1 keeps the console local (it has no login).")] = "127.0.0.1",
+        help="Listen address; 127.0.0.1 keeps the console local (without --acl it has no "
+             "login).")] = "127.0.0.1",
     broker: Annotated[list[str] | None, typer.Option(
         "--broker", "--endpoints", help="Broker host:port (repeatable). Default 127.0.0.1:10911 "
                                         "unless --namesrv-addr is given.")] = None,
@@ -27,19 +30,37 @@ def console_cmd(
         help="SQLAlchemy URL of an outbox database, for the outbox page.")] = "",
     outbox_prefix: Annotated[str, typer.Option(help="The outbox tables' name prefix.")] = "txmq_",
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    acl: Annotated[bool, typer.Option(
+        "--acl", help="Require a login as a user of the brokers' ACL; every action is then made "
+                      "with that user's keys and authorized by the brokers.")] = False,
+    access_key: AccessKey = "",
+    secret_key: SecretKey = "",
+    tls_cert: Annotated[Path | None, typer.Option(
+        help="Serve HTTPS with this PEM certificate (chain) file; needs --tls-key.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="The PEM private key of --tls-cert.")] = None,
 ) -> None:
     """Serve the web console: overview, topics, groups and lag, transactions (pending, parked,
     operator commit/rollback, audit log), dead-letter queues, message search and trace, outbox.
-    The API is documented at /api/docs."""
+    The API is documented at /api/docs. --access-key/--secret-key are the console's own keys (the
+    charts' background sampling; without --acl, every request)."""
     import uvicorn
 
     from txmq.console import ConsoleConfig, create_app
 
+    if (tls_cert is None) != (tls_key is None):
+        _err.print("[red]error:[/red] give both --tls-cert and --tls-key, or neither")
+        raise typer.Exit(2)
     brokers = list(broker or ([] if namesrv_addr else ["127.0.0.1:10911"]))
     try:
         app = create_app(ConsoleConfig(brokers=brokers, namesrv_addr=namesrv_addr,
-                                       outbox_url=outbox_url, outbox_prefix=outbox_prefix))
+                                       outbox_url=outbox_url, outbox_prefix=outbox_prefix, acl=acl,
+                                       access_key=access_key, secret_key=secret_key))
     except TxmqError as exc:
         _err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
-    uvicorn.run(app, host=host, port=port, log_level=log_level.lower())
+    if not acl and host not in ("127.0.0.1", "localhost", "::1"):
+        _err.print(f"[yellow]warning:[/yellow] the console listens on {host} without --acl: anyone "
+                   "who reaches it can do everything it offers")
+    uvicorn.run(app, host=host, port=port, log_level=log_level.lower(),
+                ssl_certfile=str(tls_cert) if tls_cert else None,
+                ssl_keyfile=str(tls_key) if tls_key else None)

@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from txmq.cli._credentials import credential_kw, with_credentials
 from txmq.client import Admin
 from txmq.errors import TxmqError
 from txmq.protocol import PROPERTY_RETRY_TOPIC, MessageExt, dlq_topic
@@ -41,7 +42,7 @@ T = TypeVar("T")
 @contextmanager
 def _admin(endpoints: str) -> Iterator[Admin]:
     try:
-        with Admin(endpoints) as adm:
+        with Admin(endpoints, **credential_kw()) as adm:
             yield adm
     except TxmqError as exc:
         _err.print(f"[red]error:[/red] {exc}")
@@ -82,6 +83,7 @@ def parse_timestamp_ms(text: str) -> int:
 
 # -- group ------------------------------------------------------------------------------------------
 @group_app.command("list")
+@with_credentials
 def group_list(endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
     """Every consumer group the broker knows: model, online members, topics."""
     groups = _run(endpoints, lambda a: a.groups())
@@ -94,6 +96,7 @@ def group_list(endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False
 
 
 @group_app.command("lag")
+@with_credentials
 def group_lag(group: Group, topic: Annotated[str, typer.Option(help="Only this topic.")] = "",
               endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
     """Per queue: broker offset, consumer offset, lag (and the orderly lock holder)."""
@@ -105,6 +108,7 @@ def group_lag(group: Group, topic: Annotated[str, typer.Option(help="Only this t
 
 
 @group_app.command("reset-offset")
+@with_credentials
 def group_reset_offset(
     group: Group,
     topic: Annotated[str, typer.Option(help="Topic whose offsets move.")],
@@ -139,6 +143,7 @@ def dlq_row(m: MessageExt) -> dict[str, Any]:
 
 
 @dlq_app.command("list")
+@with_credentials
 def dlq_list(group: Group, limit: Annotated[int, typer.Option(help="Most messages shown.")] = 1000,
              endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
     """Messages in the group's DLQ, oldest first (the DLQ is append-only)."""
@@ -155,6 +160,7 @@ def dlq_list(group: Group, limit: Annotated[int, typer.Option(help="Most message
 
 
 @dlq_app.command("show")
+@with_credentials
 def dlq_show(group: Group, msg_id: Annotated[str, typer.Argument(help="Message id (UNIQ_KEY).")],
              endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
     """Every DLQ entry of one message id, with properties and body."""
@@ -173,6 +179,7 @@ def dlq_show(group: Group, msg_id: Annotated[str, typer.Argument(help="Message i
 
 
 @dlq_app.command("resend")
+@with_credentials
 def dlq_resend(
     group: Group,
     msg_id: Annotated[list[str] | None, typer.Option("--msg-id", help="Resend this id (repeatable).")] = None,
@@ -195,6 +202,7 @@ class ExportFormat(StrEnum):
 
 
 @dlq_app.command("export")
+@with_credentials
 def dlq_export(
     group: Group,
     fmt: Annotated[ExportFormat, typer.Option("--format", help="json or csv.")] = ExportFormat.json,

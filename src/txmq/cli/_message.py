@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from txmq.cli._credentials import with_credentials
 from txmq.cli._group import AsJson, Endpoints, _run, _table, dlq_row, parse_timestamp_ms
 from txmq.protocol import MessageExt
 
@@ -30,6 +31,7 @@ def _rows(msgs: list[MessageExt], as_json: bool) -> list[dict[str, Any]]:
 
 
 @message_app.command("query")
+@with_credentials
 def message_query(
     topic: Annotated[str, typer.Argument(help="Topic.")],
     key: Annotated[str, typer.Argument(help="One of the message's keys.")],
@@ -46,6 +48,7 @@ def message_query(
 
 
 @message_app.command("show")
+@with_credentials
 def message_show(
     msg_id: Annotated[str | None, typer.Argument(help="Message id (UNIQ_KEY).")] = None,
     offset: Annotated[int | None, typer.Option(help="Commit log offset instead of an id.")] = None,

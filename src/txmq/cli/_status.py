@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from txmq import limits
+from txmq.cli._credentials import credential_kw, with_credentials
 from txmq.cli._group import dlq_row
 from txmq.client import Admin
 from txmq.errors import TxmqError
@@ -39,7 +40,7 @@ _err = Console(stderr=True)
 
 def _admin_call(endpoints: str, fn: Any, namesrv_addr: str = "") -> Any:
     try:
-        with Admin(endpoints, namesrv_addr=namesrv_addr) as adm:
+        with Admin(endpoints, namesrv_addr=namesrv_addr, **credential_kw()) as adm:
             return fn(adm)
     except TxmqError as exc:
         _err.print(f"[red]error:[/red] {exc}")
@@ -68,6 +69,7 @@ def store_row(info: BrokerRuntimeInfo) -> dict[str, Any]:
             "disk_ratio": round(info.commit_log_disk_ratio, 4)}
 
 
+@with_credentials
 def status(
     endpoints: BrokerAddr = "127.0.0.1:10911",
     namesrv_addr: Annotated[str, typer.Option(
@@ -132,6 +134,7 @@ def _find(endpoints: str, ident: str) -> MessageExt:
 
 
 @parked_app.command("list")
+@with_credentials
 def parked_list(
     endpoints: BrokerAddr = "127.0.0.1:10911",
     source: Annotated[str | None, typer.Option(help="Only schedule, retry or transaction.")] = None,
@@ -160,6 +163,7 @@ def parked_list(
 
 
 @parked_app.command("show")
+@with_credentials
 def parked_show(ident: Annotated[str, typer.Argument(help="parked:<n>, discarded:<n> or a msg id.")],
                 endpoints: BrokerAddr = "127.0.0.1:10911", as_json: AsJson = False) -> None:
     """One parked message with its properties and body."""
@@ -175,6 +179,7 @@ def parked_show(ident: Annotated[str, typer.Argument(help="parked:<n>, discarded
 
 
 @parked_app.command("resend")
+@with_credentials
 def parked_resend(
     ident: Annotated[str, typer.Argument(help="parked:<n>, discarded:<n> or a msg id.")],
     topic: Annotated[str, typer.Option(help="Valid topic to send it to.")],

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from txmq import limits
+from txmq.cli._credentials import credential_kw, with_credentials
 from txmq.client import Admin
 from txmq.errors import InvalidRequest, TxmqError
 from txmq.protocol import DEFAULT_TOPIC, TopicConfig, check_send_topic, check_topic, is_broker_topic
@@ -48,9 +49,10 @@ def bad_input(reason: str) -> typer.Exit:
 
 def connect_kw(endpoints: str | None, namesrv_addr: str) -> dict[str, Any]:
     """Client keyword arguments: ``endpoints`` (the broker; 127.0.0.1:10911 when neither it nor a
-    name server is given) and ``namesrv_addr``."""
+    name server is given), ``namesrv_addr``, and the running command's ACL credentials
+    (``access_key``, ``secret_key``; see :func:`txmq.cli._credentials.with_credentials`)."""
     return {"endpoints": endpoints or ("" if namesrv_addr else "127.0.0.1:10911"),
-            "namesrv_addr": namesrv_addr}
+            "namesrv_addr": namesrv_addr, **credential_kw()}
 
 
 @contextmanager
@@ -95,6 +97,7 @@ def _existing(adm: Admin, topic: str) -> int | None:
 
 
 @topic_app.command("create")
+@with_credentials
 def topic_create(topic: TopicArg, queues: Queues = limits.DEFAULT_QUEUE_NUMS,
                  endpoints: Endpoints = None, namesrv_addr: NamesrvAddr = "") -> None:
     """Create TOPIC with QUEUES queues (UPDATE_AND_CREATE_TOPIC). Exit 1 if it exists."""
@@ -112,6 +115,7 @@ def topic_create(topic: TopicArg, queues: Queues = limits.DEFAULT_QUEUE_NUMS,
 
 
 @topic_app.command("update")
+@with_credentials
 def topic_update(topic: TopicArg, queues: Queues, endpoints: Endpoints = None,
                  namesrv_addr: NamesrvAddr = "") -> None:
     """Widen TOPIC to QUEUES queues (UPDATE_AND_CREATE_TOPIC). txmq cannot take queues away (their
@@ -134,6 +138,7 @@ def topic_update(topic: TopicArg, queues: Queues, endpoints: Endpoints = None,
 
 
 @topic_app.command("delete")
+@with_credentials
 def topic_delete(topic: TopicArg,
                  yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
                  endpoints: Endpoints = None, namesrv_addr: NamesrvAddr = "") -> None:
@@ -151,6 +156,7 @@ def topic_delete(topic: TopicArg,
 
 
 @topic_app.command("list")
+@with_credentials
 def topic_list(
     all_: Annotated[bool, typer.Option("--all", help="Include broker and system topics.")] = False,
     endpoints: Endpoints = None, namesrv_addr: NamesrvAddr = "", as_json: AsJson = False,
@@ -181,6 +187,7 @@ def _perm(perm: int) -> str:
 
 
 @topic_app.command("route")
+@with_credentials
 def topic_route(topic: TopicArg, endpoints: Endpoints = None, namesrv_addr: NamesrvAddr = "",
                 as_json: AsJson = False) -> None:
     """TOPIC's route (GET_ROUTEINFO_BY_TOPIC): brokers, addresses, queue counts, perm."""
@@ -202,6 +209,7 @@ def topic_route(topic: TopicArg, endpoints: Endpoints = None, namesrv_addr: Name
 
 
 @topic_app.command("status")
+@with_credentials
 def topic_status(topic: TopicArg, endpoints: Endpoints = None, namesrv_addr: NamesrvAddr = "",
                  as_json: AsJson = False) -> None:
     """Per queue of TOPIC: min and max offset, messages held, last update (GET_TOPIC_STATS_INFO)."""

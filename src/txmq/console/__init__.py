@@ -5,5 +5,7 @@ admin requests. ``txmq console`` serves it; :func:`create_app` builds it.
 from txmq.console._app import create_app
 from txmq.console._backend import Backend, ConsoleConfig
 from txmq.console._history import History, Sample
+from txmq.console._user import Credentials, acting_user, current_credentials
 
-__all__ = ["Backend", "ConsoleConfig", "History", "Sample", "create_app"]
+__all__ = ["Backend", "ConsoleConfig", "Credentials", "History", "Sample", "acting_user", "create_app",
+           "current_credentials"]

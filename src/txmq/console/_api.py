@@ -64,9 +64,12 @@ _BY_CODE: dict[int, int] = {
 
 def error_status(exc: TxmqError) -> int:
     """The HTTP status of a ``txmq.errors`` exception: by its response code for
-    ``InvalidRequest`` and ``RemoteError`` (404 not found, 409 conflict, 400 illegal; other
+    ``InvalidRequest`` and ``RemoteError`` (404 not found, 409 conflict, 400 illegal; a broker's
+    NO_PERMISSION, i.e. its ACL refused the logged-in user, 403; other
     broker errors 502), 400 for other local errors (``ConfigError`` …), 502 when a broker cannot
     be reached or answered too late."""
+    if isinstance(exc, RemoteError) and exc.response_code == ResponseCode.NO_PERMISSION:
+        return 403
     if isinstance(exc, InvalidRequest | RemoteError):
         return _BY_CODE.get(int(exc.response_code), 400 if isinstance(exc, InvalidRequest) else 502)
     if isinstance(exc, BrokerUnavailable | RequestTimeout):

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from txmq.console._api import api_router, install_error_handlers
+from txmq.console._auth import AuthMiddleware, Sessions, login_router
 from txmq.console._backend import Backend, ConsoleConfig
 from txmq.console._pages import mount_pages
 
@@ -16,6 +17,10 @@ __all__ = ["create_app"]
 
 def create_app(config: ConsoleConfig) -> FastAPI:
     """The console app over the brokers of ``config``.
+
+    With ``config.acl`` every request but ``/login`` and ``/static/`` needs a login (a session
+    cookie, or HTTP Basic ``access key:secret key``) and is made with the user's keys
+    (``app.state.sessions``; docs/console.md "Login").
 
     Its lifespan opens the :class:`Backend` (``app.state.backend``) and starts its History
     sampler, and closes both at shutdown. Without a lifespan run (e.g. ``httpx.ASGITransport``)
@@ -37,6 +42,12 @@ def create_app(config: ConsoleConfig) -> FastAPI:
                   openapi_url="/api/openapi.json", docs_url="/api/docs", redoc_url=None)
     app.state.backend = backend
     install_error_handlers(app)
+    if config.acl:
+        sessions = Sessions()
+        app.state.sessions = sessions
+        app.add_middleware(AuthMiddleware, sessions=sessions, backend=backend)
     app.include_router(api_router(), prefix="/api")
-    mount_pages(app, backend)
+    pages = mount_pages(app, backend)
+    if config.acl:
+        app.include_router(login_router(sessions, backend, pages))
     return app

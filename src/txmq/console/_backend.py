@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -58,6 +59,7 @@ from txmq.console._models import (
     TopicSummary,
 )
 from txmq.console._trace import read_queue, read_topic
+from txmq.console._user import Credentials, acting_user, current_credentials
 from txmq.errors import ConfigError, InvalidRequest, RemoteError, ResponseCode
 from txmq.protocol import (
     DEFAULT_TOPIC,
@@ -113,6 +115,10 @@ class ConsoleConfig:
         outbox_prefix: the outbox tables' name prefix.
         sample_interval_ms: History sampling period (ms).
         history_samples: points the History keeps.
+        acl: require a login (users of the brokers' ACL); every request is then made with the
+            logged-in user's keys (docs/console.md "Login").
+        access_key, secret_key: the console's own keys, for its background reads (the History
+            sampler) and, without ``acl``, for every request.
     """
 
     brokers: list[str] = field(default_factory=list)
@@ -121,6 +127,9 @@ class ConsoleConfig:
     outbox_prefix: str = "txmq_"
     sample_interval_ms: int = limits.CONSOLE_SAMPLE_INTERVAL_MS
     history_samples: int = limits.CONSOLE_HISTORY_SAMPLES
+    acl: bool = False
+    access_key: str = ""
+    secret_key: str = field(default="", repr=False)
 
 
 @dataclass
@@ -190,9 +199,13 @@ class Backend:
     def __init__(self, config: ConsoleConfig) -> None:
         if not config.brokers and not config.namesrv_addr:
             raise ConfigError("give broker addresses or a name server address")
+        if bool(config.access_key) != bool(config.secret_key):
+            raise ConfigError("give both access_key and secret_key, or neither")
         self.config = config
         self.history = History(self.sample, config.sample_interval_ms, config.history_samples)
         self._brokers: list[BrokerClients] = []
+        self._users: OrderedDict[Credentials, list[BrokerClients]] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
         self._outbox: Any = None
 
@@ -210,33 +223,70 @@ class Backend:
     def _add(self, addr: str) -> None:
         if any(b.addr == addr for b in self._brokers):
             return
-        ns = self.config.namesrv_addr
-        self._brokers.append(BrokerClients(
-            addr, AsyncAdmin(addr, namesrv_addr=ns),
-            AsyncPullConsumer(addr, READER_GROUP, namesrv_addr=ns)))
+        self._brokers.append(self._clients(addr, Credentials(self.config.access_key,
+                                                             self.config.secret_key)))
+
+    def _clients(self, addr: str, creds: Credentials) -> BrokerClients:
+        ns, ak, sk = self.config.namesrv_addr, creds.user, creds.secret_key
+        return BrokerClients(addr, AsyncAdmin(addr, namesrv_addr=ns, access_key=ak, secret_key=sk),
+                             AsyncPullConsumer(addr, READER_GROUP, namesrv_addr=ns, access_key=ak,
+                                               secret_key=sk))
+
+    def _user_clients(self, creds: Credentials, base: list[BrokerClients]) -> list[BrokerClients]:
+        """The clients of one logged-in user (created on its first request, the least recently
+        used user's closed beyond ``CONSOLE_USER_CLIENTS_MAX``)."""
+        clients = self._users.get(creds)
+        if clients is None or len(clients) != len(base):
+            clients = [self._clients(b.addr, creds) for b in base]
+            self._users[creds] = clients
+            while len(self._users) > limits.CONSOLE_USER_CLIENTS_MAX:
+                self._close_later(self._users.popitem(last=False)[1])
+        self._users.move_to_end(creds)
+        return clients
+
+    def _close_later(self, clients: list[BrokerClients]) -> None:
+        async def close() -> None:
+            for b in clients:
+                await b.close()
+
+        task = asyncio.get_running_loop().create_task(close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         """Close every client and the outbox engine."""
         brokers, self._brokers = self._brokers, []
-        for b in brokers:
+        users, self._users = list(self._users.values()), OrderedDict()
+        for b in [*brokers, *(c for clients in users for c in clients)]:
             await b.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         if self._outbox is not None:
             self._outbox.close()
             self._outbox = None
 
     async def brokers(self) -> list[BrokerClients]:
-        """The brokers, found on the name servers (masters) the first time when none was given.
+        """The brokers, found on the name servers (masters) the first time when none was given;
+        their clients sign with the logged-in user's keys when :data:`current_credentials` is set.
 
         Raises:
             BrokerUnavailable: no name server answers, or it knows no master.
         """
-        if self._brokers:
-            return self._brokers
-        async with self._lock:
-            if not self._brokers:
-                for addr in await self._discover():
-                    self._add(addr)
-        return self._brokers
+        if not self._brokers:
+            async with self._lock:
+                if not self._brokers:
+                    for addr in await self._discover():
+                        self._add(addr)
+        creds = current_credentials.get()
+        return self._brokers if creds is None else self._user_clients(creds, self._brokers)
+
+    async def addresses(self) -> list[str]:
+        """The brokers' addresses (``host:port``), as :meth:`brokers` finds them."""
+        token = current_credentials.set(None)
+        try:
+            return [b.addr for b in await self.brokers()]
+        finally:
+            current_credentials.reset(token)
 
     async def _discover(self) -> list[str]:
         last: Exception | None = None
@@ -568,9 +618,11 @@ class Backend:
     async def end_transaction(self, ident: str, outcome: str, operator: str,
                               reason: str = "") -> EndTransactionResult:
         """Commit or roll back (``outcome`` COMMIT / ROLLBACK) a pending transaction as
-        ``operator`` (required) for ``reason``. Raises InvalidRequest: no operator, an unknown
-        outcome, TRANSACTION_NOT_FOUND, ILLEGAL_OPERATION (already decided: nothing changed)."""
+        ``operator`` (required) for ``reason``; with a logged-in user (ACL on) the operator is that
+        user, whatever ``operator`` says. Raises InvalidRequest: no operator, an unknown outcome,
+        TRANSACTION_NOT_FOUND, ILLEGAL_OPERATION (already decided: nothing changed)."""
         _check_ident(ident)
+        operator = acting_user() or operator
         if outcome not in ("COMMIT", "ROLLBACK"):
             raise bad(f"outcome {outcome!r} is not COMMIT or ROLLBACK")
         if not operator.strip():

@@ -99,6 +99,7 @@ from txmq import limits
 from txmq.console._api import error_status
 from txmq.console._backend import Backend
 from txmq.console._models import MessageTrace, TopicDetail
+from txmq.console._user import acting_user
 from txmq.errors import ConfigError, InvalidRequest, RemoteError, ResponseCode, TxmqError
 
 __all__ = ["mount_pages"]
@@ -123,8 +124,9 @@ _TRACE_BADGES = {"half": "info", "commit": "ok", "delivered": "ok", "stored": ""
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def mount_pages(app: FastAPI, backend: Backend) -> None:
-    """Add the HTML pages, ``/static`` and an HTML 404 for unknown non-API paths to ``app``.
+def mount_pages(app: FastAPI, backend: Backend) -> _Pages:
+    """Add the HTML pages, ``/static`` and an HTML 404 for unknown non-API paths to ``app``; the
+    pages' renderer (for the login page).
 
     Raises:
         ConfigError: the installed plotly package has no ``package_data/plotly.min.js``.
@@ -139,6 +141,7 @@ def mount_pages(app: FastAPI, backend: Backend) -> None:
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.include_router(pages.router())
     _install_not_found(app, pages)
+    return pages
 
 
 def plotly_js_path() -> Path:
@@ -184,7 +187,8 @@ def _environment(backend: Backend) -> Environment:
                        perm=fmt_perm)
     brokers = list(backend.config.brokers) or [f"name server {backend.config.namesrv_addr}"]
     env.globals.update(nav=NAV, brokers=brokers, trace_badge=lambda k: _TRACE_BADGES.get(k, ""),
-                       sample_s=round(backend.config.sample_interval_ms / 1000, 1))
+                       sample_s=round(backend.config.sample_interval_ms / 1000, 1),
+                       current_user=acting_user)
     return env
 
 
@@ -332,7 +336,7 @@ class _Pages:
 
     def error(self, request: Request, status_code: int, detail: str, section: str = "",
               back: tuple[str, str] | None = None) -> HTMLResponse:
-        headline = {400: "Bad request", 404: "Not found", 409: "Conflict",
+        headline = {400: "Bad request", 403: "Forbidden", 404: "Not found", 409: "Conflict",
                     502: "Broker unreachable"}.get(status_code, "Error")
         return self.render(request, "error.html", section, headline, status_code=status_code,
                            code=status_code, headline=headline, detail=detail, back=back)

@@ -23,7 +23,8 @@ const txmq = (() => {
   }
 
   async function api(method, url, body) {
-    const init = { method, headers: { Accept: "application/json" } };
+    // X-Requested-With: a 401 then carries no WWW-Authenticate (no browser Basic-auth dialog)
+    const init = { method, headers: { Accept: "application/json", "X-Requested-With": "txmq-console" } };
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -37,6 +38,9 @@ const txmq = (() => {
     const text = await resp.text();
     let data = null;
     try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+    if (resp.status === 401) {  // the login (ACL) expired or was logged out elsewhere: log in again
+      window.location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search));
+    }
     if (!resp.ok) {
       const detail = data && data.detail !== undefined ? detailText(data.detail)
         : (text || resp.statusText);

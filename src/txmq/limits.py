@@ -816,3 +816,13 @@ CONSOLE_AUDIT_PAGE_ROWS = 50
 CONSOLE_STATIC_MAX_AGE_S = 3_600
 """``Cache-Control: max-age`` of ``/static/plotly.min.js`` (4.8 MB): a browser fetches it once an
 hour, not on every page (txmq)."""
+
+# -- TLS (issue #16 item 3, helper "tls") -----------------------------------------------------------
+TLS_HANDSHAKE_TIMEOUT_MS = 10_000
+"""Longest a new connection on a TLS port may take to send its first byte, and then to finish the
+TLS handshake, before it is closed (Netty ``SslHandler``'s default ``handshakeTimeoutMillis``, which
+RocketMQ's remoting server keeps)."""
+
+TLS_LISTEN_BACKLOG = 100
+"""Pending connections the TLS-sniffing remoting listener queues (``asyncio.start_server``'s default
+``backlog``, used when TLS is off) (txmq)."""

@@ -834,3 +834,13 @@ are closed beyond it and opened again on its next request (txmq)."""
 CONSOLE_BASIC_AUTH_CACHE_MS = 60_000
 """How long the console trusts HTTP Basic credentials the broker accepted before asking it again
 (ms); the broker still authorizes every request they sign (txmq)."""
+
+# -- TLS (issue #16 item 3, helper "tls") -----------------------------------------------------------
+TLS_HANDSHAKE_TIMEOUT_MS = 10_000
+"""Longest a new connection on a TLS port may take to send its first byte, and then to finish the
+TLS handshake, before it is closed (Netty ``SslHandler``'s default ``handshakeTimeoutMillis``, which
+RocketMQ's remoting server keeps)."""
+
+TLS_LISTEN_BACKLOG = 100
+"""Pending connections the TLS-sniffing remoting listener queues (``asyncio.start_server``'s default
+``backlog``, used when TLS is off) (txmq)."""

@@ -11,6 +11,7 @@ from txmq.broker._config import (
 from txmq.broker._offset_table import OffsetTable
 from txmq.broker._pop import Popped, PopService
 from txmq.broker._send import SendOutcome, SendRequest
+from txmq.broker._tls import TlsConfig, grpc_server_credentials
 from txmq.broker._topic_admin import TopicAdmin
 from txmq.broker._topic_table import TopicTable
 from txmq.broker._traffic import MESSAGE_TYPES, GroupLag, TrafficStats, consumer_lag
@@ -32,11 +33,13 @@ __all__ = [
     "SendRequest",
     "SendTo",
     "SubscriptionGroupConfig",
+    "TlsConfig",
     "TopicAdmin",
     "TopicTable",
     "TrafficStats",
     "consumer_lag",
     "dlq_topic",
+    "grpc_server_credentials",
     "load_config",
     "parse_delay_levels",
     "retry_topic",

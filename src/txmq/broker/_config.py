@@ -9,6 +9,7 @@ from typing import Literal
 import msgspec
 
 from txmq import limits
+from txmq.broker._tls import TlsConfig
 from txmq.errors import ConfigError
 from txmq.protocol import is_broker_topic, is_valid_topic, parse_address
 from txmq.store import StoreConfig
@@ -89,6 +90,9 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     (docs/security.md). Off by default, like RocketMQ's."""
     acl_file: str = ""
     """The accounts file (TOML: users, secret keys, policies); re-read when it changes."""
+    tls: TlsConfig = msgspec.field(default_factory=TlsConfig)
+    """The ``[tls]`` table (RocketMQ ``TlsSystemConfig``): TLS of the remoting port, the gRPC port
+    and the metrics endpoint, ``server_mode`` disabled / permissive / enforcing (docs/security.md)."""
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     """The ``[store]`` table: :class:`~txmq.store.StoreConfig` (RocketMQ MessageStoreConfig names:
     segment size, retention hour, disk ratios, index). ``file_reserved_time_ms`` is set at the top
@@ -136,6 +140,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ConfigError("set file_reserved_time_ms at the top level, not in [store]: the "
                               "transaction checker uses it too")
         self.store.validate()
+        self.tls.validate()
         return self
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -51,6 +52,7 @@ from txmq.protocol import DEFAULT_TOPIC, DLQ_PREFIX, RETRY_PREFIX, RequestCode, 
 
 if TYPE_CHECKING:
     from txmq.broker._broker import Broker
+    from txmq.broker._tls import TlsConfig
 
 __all__ = ["broker_metrics", "start_metrics"]
 
@@ -318,14 +320,27 @@ class _BrokerCollector(Collector):
         yield from fut.result(timeout=limits.METRICS_SCRAPE_TIMEOUT_MS / 1000)
 
 
-def start_metrics(broker: Broker, port: int) -> CollectorRegistry:
+def start_metrics(broker: Broker, port: int, tls: TlsConfig | None = None) -> CollectorRegistry:
     """Serve ``/metrics`` on ``127.0.0.1:port`` from a daemon thread: the broker's metrics
     (built on the running event loop, which must be the broker's) and the process's (CPU, memory,
-    GC). Returns the registry. Raises OSError if the port cannot be bound."""
+    GC). Returns the registry. Raises OSError if the port cannot be bound.
+
+    With ``tls`` not disabled (the broker's ``[tls]`` table) it serves HTTPS only, in
+    ``permissive`` mode too (prometheus_client cannot tell a TLS client from a plaintext one), with
+    the table's certificate, key and, for ``need_client_auth = "require"``, client CAs."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_BrokerCollector(broker, asyncio.get_running_loop()))
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
-    start_http_server(port, addr="127.0.0.1", registry=registry)
+    if tls is None or not tls.enabled:
+        start_http_server(port, addr="127.0.0.1", registry=registry)
+        return registry
+    if tls.server_mode == "permissive":
+        log.warning("metrics endpoint: HTTPS only (tls.server_mode permissive applies to the "
+                    "remoting port; an HTTP scrape is refused)")
+    start_http_server(port, addr="127.0.0.1", registry=registry, certfile=tls.cert_file,
+                      keyfile=tls.key_file, client_cafile=tls.ca_file or None,
+                      client_auth_required=tls.need_client_auth == "require",
+                      tls_min_version=ssl.TLSVersion.TLSv1_2)
     return registry

@@ -20,6 +20,9 @@ moves bytes, keeps time and runs blocking disk work in one thread:
 - **The gRPC door** (``grpc_port``; :mod:`txmq.broker.grpc`): a grpc.aio server on this loop over the
   same broker. Its clients have connection ids the door owns: replies and check-backs for them go
   to the door, and a long-polling receive is woken with the held pulls.
+- **TLS** (the ``[tls]`` table; :mod:`txmq.broker._tls`): with ``server_mode`` permissive or
+  enforcing, a :class:`TlsListener` accepts instead of ``asyncio.start_server`` and hands each
+  connection, TLS or plaintext by its first byte, to the same :meth:`BrokerServer._serve`.
 - **Resources** (``limits.CONNECTIONS_MAX`` and the following): at most ``max_connections``
   connections (one more is answered SYSTEM_BUSY and closed), so the store keeps descriptors for its
   files. Should accept still fail at the descriptor limit, asyncio's loop retries it every second
@@ -55,6 +58,7 @@ from txmq.broker._actions import Action, Close, Hold, Reply, SendTo
 from txmq.broker._broker import Broker
 from txmq.broker._config import BrokerConfig
 from txmq.broker._registrar import Registrar
+from txmq.broker._tls import TlsListener
 from txmq.broker.acl import AccountsWatcher, AclGuard, source_ip
 from txmq.errors import ProtocolError, ResponseCode, StoreError
 from txmq.namesrv import BrokerRegistration
@@ -237,7 +241,7 @@ class BrokerServer:
         self._flush_pool = ThreadPoolExecutor(1, thread_name_prefix="txmq-flush")
         self._tasks: list[asyncio.Task[None]] = []
         self._registrar: Registrar | None = None
-        self._server: asyncio.base_events.Server | None = None
+        self._server: asyncio.base_events.Server | TlsListener | None = None
         self.port = 0
         self._conns: dict[int, _Conn] = {}
         self._clock_s = 0.0  # coarse monotonic clock, set by _reaper
@@ -262,8 +266,12 @@ class BrokerServer:
         # reads take at most _READ_BYTES, so the StreamReader needs no larger buffer: it stops
         # reading the socket past twice its limit (the default, the frame size, let every
         # connection buffer 32 MiB)
-        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port,
-                                                  limit=_READ_BYTES)
+        if self.config.tls.enabled:  # the first byte says TLS or plaintext (broker._tls)
+            tls = TlsListener(self.config.tls, self._serve, _READ_BYTES)
+            self._server = await tls.start(self.config.host, self.config.port)
+        else:
+            self._server = await asyncio.start_server(self._serve, self.config.host,
+                                                      self.config.port, limit=_READ_BYTES)
         self.port = self._server.sockets[0].getsockname()[1]
         if not self.config.store.store_host:
             self.broker.set_store_host(f"{ip_of(self.config.host)}:{self.port}")  # port 0: known
@@ -282,14 +290,16 @@ class BrokerServer:
             from txmq.broker.grpc import GrpcDoor
 
             self._grpc = GrpcDoor(self.broker, self.config.host, self.config.grpc_port,
-                                  ip_of(self.config.host), self._apply, _now_ms, acl=self.acl)
+                                  ip_of(self.config.host), self._apply, _now_ms, acl=self.acl,
+                                  tls=self.config.tls)
             await self._grpc.start()
         if self.config.metrics_port:
             from txmq.broker._metrics import start_metrics
 
-            start_metrics(self.broker, self.config.metrics_port)
-        log.info("txmq broker listening on %s:%d (data %s, %s)", self.config.host, self.port,
-                 self.config.data_dir, self.config.flush_disk_type)
+            start_metrics(self.broker, self.config.metrics_port, self.config.tls)
+        log.info("txmq broker listening on %s:%d (data %s, %s, TLS %s)", self.config.host,
+                 self.port, self.config.data_dir, self.config.flush_disk_type,
+                 self.config.tls.server_mode)
         self._warn_open_without_acl()
         fd_cap = _max_connections(msgspec.structs.replace(self.config, max_connections=0))
         if self.config.max_connections > fd_cap:

@@ -11,6 +11,13 @@ All on loopback, in one run (the figures are compared as ratios; this machine is
 4. **batch send** (extra): SEND_BATCH_MESSAGE of ``--batch`` messages, sync flush;
 5. **pull**: the messages stored in 2., read back by offset, one connection per queue.
 
+``--secure`` runs only four brokers, sync flush, one after the other: ACL and TLS off, ACL on alone
+(every request signed with a Normal user's key, checked against its policy ``Topic:bench [Pub]``),
+TLS ``enforcing`` alone, and both on (certificates made at run time with ``openssl``; the load
+generator speaks TLS 1.3). The requests are signed when they are built, before the runs: the
+figures are the broker's cost of checking signatures and policies and of TLS, plus the load
+generator's TLS.
+
 The load generator is the same for every run: ``--producers`` connections in this process, each
 keeping ``--in-flight`` requests outstanding (a new request goes out as soon as an answer comes
 back), every message ``--message-bytes`` of body with its own ``UNIQ_KEY``; requests are encoded
@@ -26,6 +33,7 @@ import asyncio
 import json
 import os
 import platform
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -38,6 +46,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from txmq.broker.acl import Accounts, Action, PolicyEntry, Resource, User, UserType, save_accounts
 from txmq.client._core import send_request_header
 from txmq.client._sync import new_event_loop
 from txmq.errors import ResponseCode
@@ -56,11 +65,12 @@ from txmq.protocol import (
     encode_command,
     from_ext,
     offset_msg_id,
+    sign_remoting,
     to_ext,
 )
-from txmq.testing import BrokerProcess
+from txmq.testing import BrokerProcess, make_test_certificates
 
-__all__ = ["bench_send", "send"]
+__all__ = ["bench_secure", "bench_send", "send"]
 
 TOPIC = "bench"
 QUEUES = 4
@@ -150,16 +160,19 @@ _FRAMES_PER_PRODUCER = 4096
 generator spends its CPU on the socket, not on encoding (it shares the machine with the broker)."""
 
 
-def _send_maker(producer: int, body: bytes, batch: int,
-                serialize_type: int = SERIALIZE_JSON) -> Callable[[int], tuple[bytes, int]]:
+def _send_maker(producer: int, body: bytes, batch: int, serialize_type: int = SERIALIZE_JSON,
+                keys: tuple[str, str] | None = None) -> Callable[[int], tuple[bytes, int]]:
     """Request ``i``: a SEND_MESSAGE_V2 (or a batch of ``batch``) as the SDK builds it, its header
-    in ``serialize_type``; built once per opaque in ``0 .. _FRAMES_PER_PRODUCER``."""
+    in ``serialize_type`` (signed with ``keys``, access and secret key, if given); built once per
+    opaque in ``0 .. _FRAMES_PER_PRODUCER``."""
     prefix = f"{os.getpid() & 0xFFFF:04X}{producer:04X}"
 
     def build(i: int) -> bytes:
         if batch <= 1:
             msg = Message(topic=TOPIC, body=body, properties={"UNIQ_KEY": f"{prefix}{i:024X}"})
             ext = send_request_header(msg, "bench", i % QUEUES, 1)
+            if keys is not None:
+                ext = sign_remoting(ext, body, *keys)
             return encode_command(Command(RequestCode.SEND_MESSAGE_V2, i, ext=ext, body=body,
                                           serialize_type=serialize_type))
         msgs = [Message(topic=TOPIC, body=body, properties={"UNIQ_KEY": f"{prefix}{i:016X}{k:08X}"})
@@ -186,14 +199,15 @@ def _cpu_s(pid: int) -> float | None:
 
 
 async def _drive(port: int, makers: list[Callable[[int], tuple[bytes, int]]], in_flight: int,
-                 seconds: float, pid: int) -> tuple[float, float | None]:
+                 seconds: float, pid: int, tls: ssl.SSLContext | None = None
+                 ) -> tuple[float, float | None]:
     """Run one pipeline per maker; return acknowledged messages per second after the warm-up and
     the server process's CPU time per message in µs (a figure that other load on the machine
     disturbs much less than a rate)."""
     loop = asyncio.get_running_loop()
     counter = _Counter()
-    conns = [await loop.create_connection(lambda m=m: _Pipeline(m, in_flight, counter),  # type: ignore[misc]
-                                          "127.0.0.1", port) for m in makers]
+    conns = [await loop.create_connection(lambda m=m: _Pipeline(m, in_flight, counter),
+                                          "127.0.0.1", port, ssl=tls) for m in makers]
     await asyncio.sleep(_WARMUP_S)
     ok0, t0, c0 = counter.ok, time.perf_counter(), _cpu_s(pid)
     await asyncio.sleep(seconds)
@@ -265,13 +279,14 @@ def _echo_ceiling(makers: list[Callable[[int], tuple[bytes, int]]], in_flight: i
 
 
 def _broker_send(flush: str, makers: list[Callable[[int], tuple[bytes, int]]], in_flight: int,
-                 seconds: float, data: Path, pull: tuple[float, int] | None = None
+                 seconds: float, data: Path, pull: tuple[float, int] | None = None,
+                 config: dict[str, Any] | None = None, tls: ssl.SSLContext | None = None
                  ) -> tuple[tuple[float, float | None], float]:
-    bp = BrokerProcess(data, {"topics": {TOPIC: QUEUES}, "flush_disk_type": flush})
+    bp = BrokerProcess(data, {"topics": {TOPIC: QUEUES}, "flush_disk_type": flush, **(config or {})})
     bp.start()
     try:
         assert bp.proc is not None
-        rate = _run(_drive(bp.port, makers, in_flight, seconds, bp.proc.pid))
+        rate = _run(_drive(bp.port, makers, in_flight, seconds, bp.proc.pid, tls))
         pulled = float(_run(_pull_all(bp.port, *pull))) if pull is not None else 0.0
         return rate, pulled
     finally:
@@ -321,6 +336,60 @@ def bench_send(seconds: float = 5.0, producers: int = 4, in_flight: int = 64,
     }
 
 
+_SECURE_RUNS = (("ACL off, TLS off", "send_plain", False, False),
+                ("ACL on (signed), TLS off", "send_acl", True, False),
+                ("ACL off, TLS enforcing", "send_tls", False, True),
+                ("ACL on (signed), TLS enforcing", "send_acl_tls", True, True))
+
+
+def bench_secure(seconds: float = 5.0, producers: int = 4, in_flight: int = 64,
+                 message_bytes: int = 1024, data_dir: Path | None = None) -> dict[str, Any]:
+    """Send, sync flush, with ACL and TLS off, each alone, and both on (module docstring); the
+    figures (JSON keys)."""
+    body = os.urandom(message_bytes)
+    keys = ("bench-producer", "bench-secret")
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="txmq-bench-secure-", dir=data_dir) as tmp:
+        root = Path(tmp)
+        certs = make_test_certificates(root / "certs")
+        acl = root / "acl.toml"
+        pub = PolicyEntry(Resource.parse(f"Topic:{TOPIC}"), (Action.PUB,))
+        save_accounts(acl, Accounts({keys[0]: User(keys[0], keys[1], UserType.NORMAL, (pub,))}))
+        tls_table = {"server_mode": "enforcing", "cert_file": str(certs.cert_file),
+                     "key_file": str(certs.key_file)}
+        ctx = ssl.create_default_context(cafile=str(certs.ca_file))
+        for _, key, acl_on, tls_on in _SECURE_RUNS:
+            config: dict[str, Any] = {"acl_enable": True, "acl_file": str(acl)} if acl_on else {}
+            if tls_on:
+                config["tls"] = tls_table
+            makers = [_send_maker(p, body, 1, keys=keys if acl_on else None)
+                      for p in range(producers)]
+            (rate, cpu), _ = _broker_send("SYNC_FLUSH", makers, in_flight, seconds, root / key,
+                                          config=config, tls=ctx if tls_on else None)
+            out[f"{key}_msgs_per_s"] = round(rate)
+            out[f"{key}_server_cpu_us_per_msg"] = None if cpu is None else round(cpu, 1)
+    plain = out["send_plain_msgs_per_s"]
+    return {**out, "acl_tls_vs_plain": round(out["send_acl_tls_msgs_per_s"] / plain, 3)
+            if plain else 0.0,
+            "message_bytes": message_bytes, "producers": producers,
+            "in_flight_per_producer": in_flight, "seconds": seconds,
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+                       f"Python {platform.python_version()}"}
+
+
+def _print_secure(console: Console, r: dict[str, Any]) -> None:
+    table = Table("run", "msgs/s", "MiB/s", "vs off", "server CPU µs/msg",
+                  title=f"txmq bench send --secure: {r['message_bytes']} B messages, "
+                        f"{r['producers']} producers × {r['in_flight_per_producer']} in flight, "
+                        f"{r['seconds']:g} s per run, sync flush")
+    base = r["send_plain_msgs_per_s"] or 1
+    for name, key, _, _ in _SECURE_RUNS:
+        v, cpu = r[f"{key}_msgs_per_s"], r[f"{key}_server_cpu_us_per_msg"]
+        table.add_row(name, f"{v:,}", f"{v * r['message_bytes'] / 2**20:,.1f}", f"{v / base:.2f}",
+                      "" if cpu is None else f"{cpu:.1f}")
+    console.print(table)
+
+
 def send(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
     seconds: Annotated[float, typer.Option(min=0.5, help="Measured time per run.")] = 5.0,
@@ -331,9 +400,18 @@ def send(
     pull_batch: Annotated[int, typer.Option(min=1, help="max_msg_nums of each pull.")] = 256,
     data_dir: Annotated[Path | None, typer.Option(help="Where the brokers store (a temp dir "
                                                        "inside it).")] = None,
+    secure: Annotated[bool, typer.Option("--secure", help="Only ACL + TLS on against off, and "
+                                                          "each alone (sync flush).")] = False,
 ) -> None:
-    """Send throughput vs a bare framed echo ceiling (sync and async flush), batch send, pull."""
+    """Send throughput vs a bare framed echo ceiling (sync and async flush), batch send, pull;
+    with ``--secure``, ACL + TLS on against off."""
     console = Console()
+    if secure:
+        with console.status("measuring ACL and TLS off, each, both (4 runs of warm-up + --seconds)…"):
+            r = bench_secure(seconds, producers, in_flight, message_bytes, data_dir)
+        _print_secure(console, r)
+        _emit(console, r, json_path)
+        return
     with console.status("measuring (about 5 runs of warm-up + --seconds)…"):
         r = bench_send(seconds, producers, in_flight, message_bytes, batch, pull_batch, data_dir)
     echo = r["echo_ceiling_msgs_per_s"] or 1
@@ -352,6 +430,10 @@ def send(
         table.add_row(name, f"{v:,}", f"{v * message_bytes / 2**20:,.1f}", f"{v / echo:.2f}",
                       "" if cpu is None else f"{cpu:.1f}")
     console.print(table)
+    _emit(console, r, json_path)
+
+
+def _emit(console: Console, r: dict[str, Any], json_path: Path | None) -> None:
     console.print(f"machine: {r['machine']}")
     text = json.dumps(r, indent=2)
     if json_path is not None:

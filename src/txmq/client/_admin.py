@@ -156,13 +156,18 @@ class AsyncAdmin(TransactionAdmin):
         endpoints: broker address ``host:port``.
         timeout_ms: request timeout.
         access_key, secret_key: ACL credentials; every request is signed (docs/security.md).
+        tls, tls_ca_file, tls_verify_hostname: TLS to the broker (RocketMQ ``tls.enable``; the
+            certificate is checked against ``tls_ca_file`` or the system's CAs; docs/security.md).
     """
 
     def __init__(self, endpoints: str = "", *, timeout_ms: int = limits.REQUEST_TIMEOUT_MS,
                  namesrv_addr: str = "", access_key: str = "",
-                 secret_key: str = "") -> None:
+                 secret_key: str = "",
+                 tls: bool = False, tls_ca_file: str = "",
+                 tls_verify_hostname: bool = True) -> None:
         super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
-                         secret_key=secret_key)
+                         secret_key=secret_key, tls=tls, tls_ca_file=tls_ca_file,
+                         tls_verify_hostname=tls_verify_hostname)
         self.group = ADMIN_GROUP
 
     async def groups(self) -> list[ConsumerGroupInfo]:

@@ -8,6 +8,7 @@ import inspect
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -61,6 +62,7 @@ __all__ = [
     "AsyncTransactionProducer",
     "TransactionListener",
     "parse_endpoint",
+    "tls_client_context",
 ]
 
 log = logging.getLogger("txmq.client")
@@ -76,6 +78,23 @@ def parse_endpoint(endpoints: str) -> tuple[str, int]:
     return parse_address(endpoints.split(";")[0])
 
 
+def tls_client_context(ca_file: str = "", verify_hostname: bool = True) -> ssl.SSLContext:
+    """The SSLContext of a client with ``tls=True``: TLS 1.2 or later, the server's certificate
+    checked against ``ca_file`` (PEM; the system's CAs when empty) and, with ``verify_hostname``,
+    its names (DNS or IP subject alternative names) against the address dialled.
+
+    Raises:
+        ConfigError: ``ca_file`` cannot be read or holds no PEM certificate.
+    """
+    try:
+        ctx = ssl.create_default_context(cafile=ca_file or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"tls_ca_file {ca_file}: cannot load CA certificates: {exc}") from exc
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = verify_hostname
+    return ctx
+
+
 def _expire(fut: asyncio.Future[Command], code: int) -> None:
     if not fut.done():
         fut.set_exception(RequestTimeout(f"request code {code} timed out"))
@@ -89,12 +108,14 @@ class AsyncConnection:
         on_request: called with each broker-initiated request (check-back, notifications).
         timeout_ms: default request timeout.
         access_key, secret_key: sign every request (RocketMQ ACL; see ``RemotingCore``).
+        tls: speak TLS with this context (:func:`tls_client_context`); None: plaintext.
     """
 
     def __init__(self, endpoint: str, on_request: Callable[[Command], None] | None = None,
                  timeout_ms: int = limits.REQUEST_TIMEOUT_MS, *, access_key: str = "",
-                 secret_key: str = "") -> None:
+                 secret_key: str = "", tls: ssl.SSLContext | None = None) -> None:
         self.host, self.port = parse_endpoint(endpoint)
+        self._tls = tls
         self._on_request = on_request
         self._timeout_s = timeout_ms / 1000
         self._core = RemotingCore(access_key=access_key, secret_key=secret_key)
@@ -105,10 +126,15 @@ class AsyncConnection:
         self.closed = True
 
     async def connect(self) -> None:
-        """Open the connection. Raises BrokerUnavailable."""
+        """Open the connection (and its TLS handshake). Raises BrokerUnavailable, also for a TLS
+        failure (a certificate that does not verify, a plaintext-only server)."""
+        tls: dict[str, Any] = {}
+        if self._tls is not None:
+            tls = {"ssl": self._tls, "server_hostname": self.host,
+                   "ssl_handshake_timeout": limits.TLS_HANDSHAKE_TIMEOUT_MS / 1000}
         try:
-            reader, self._writer = await asyncio.open_connection(self.host, self.port)
-        except OSError as exc:
+            reader, self._writer = await asyncio.open_connection(self.host, self.port, **tls)
+        except (OSError, TimeoutError) as exc:
             raise BrokerUnavailable(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         self.closed = False
         self._reader_task = asyncio.create_task(self._read_loop(reader))
@@ -201,10 +227,19 @@ class _Client:
             come from there, and the broker is the master the routes name.
         access_key, secret_key: RocketMQ ACL credentials: every request is signed with them
             (RocketMQ ``AclClientRPCHook``); needed by brokers with ACL on (docs/security.md).
+        tls: connect to the broker over TLS (RocketMQ ``tls.enable``), checking its certificate.
+        tls_ca_file: PEM CAs the broker's certificate must chain to (default: the system's).
+        tls_verify_hostname: check that the certificate names the broker's address (DNS or IP
+            subject alternative name); on by default.
+
+    Raises:
+        ConfigError: a bad address, half the credentials, ``tls_*`` without ``tls``, an unreadable
+            ``tls_ca_file``.
     """
 
     def __init__(self, endpoints: str, timeout_ms: int, namesrv_addr: str = "", *,
-                 access_key: str = "", secret_key: str = "") -> None:
+                 access_key: str = "", secret_key: str = "", tls: bool = False,
+                 tls_ca_file: str = "", tls_verify_hostname: bool = True) -> None:
         if not endpoints and not namesrv_addr:
             raise ConfigError("give a broker address (endpoints) or a name server (namesrv_addr)")
         if endpoints:
@@ -216,7 +251,11 @@ class _Client:
         self._timeout_ms = timeout_ms
         if bool(access_key) != bool(secret_key):
             raise ConfigError("give both access_key and secret_key, or neither")
-        self._credentials = {"access_key": access_key, "secret_key": secret_key}
+        self._credentials: dict[str, Any] = {"access_key": access_key, "secret_key": secret_key}
+        if not tls and (tls_ca_file or not tls_verify_hostname):
+            raise ConfigError("tls_ca_file and tls_verify_hostname need tls=True")
+        self._tls = tls_client_context(tls_ca_file, tls_verify_hostname) if tls else None
+        """The broker connections' TLS; name server connections stay plaintext (txmq namesrv)."""
         salt = os.urandom(4)
         self.client_id = f"{socket.gethostname()}@{os.getpid()}@{salt.hex()}"
         self._ids = MessageIdGenerator(os.getpid(), salt, _now_ms)
@@ -267,7 +306,8 @@ class _Client:
         async with self._conn_lock:
             if self._conn is None or self._conn.closed:
                 addr = await self._broker_endpoint()
-                conn = AsyncConnection(addr, self._on_request, self._timeout_ms, **self._credentials)
+                conn = AsyncConnection(addr, self._on_request, self._timeout_ms,
+                                       **self._credentials, tls=self._tls)
                 await conn.connect()
                 self._conn = conn
                 try:
@@ -356,14 +396,18 @@ class AsyncProducer(_Client):
         timeout_ms: request timeout.
         namesrv_addr: name server address(es), as RocketMQ clients take them.
         access_key, secret_key: ACL credentials; every request is signed (docs/security.md).
+        tls, tls_ca_file, tls_verify_hostname: TLS to the broker (see ``_Client``;
+            docs/security.md).
     """
 
     def __init__(self, group: str, endpoints: str = "", *,
                  max_message_size: int = limits.MESSAGE_SIZE_MAX_BYTES,
                  timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
-                 access_key: str = "", secret_key: str = "") -> None:
+                 access_key: str = "", secret_key: str = "", tls: bool = False,
+                 tls_ca_file: str = "", tls_verify_hostname: bool = True) -> None:
         super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
-                         secret_key=secret_key)
+                         secret_key=secret_key, tls=tls, tls_ca_file=tls_ca_file,
+                         tls_verify_hostname=tls_verify_hostname)
         if not group:
             raise ConfigError("producer group must not be empty")
         self.group = group

@@ -143,6 +143,8 @@ class AsyncPushConsumer(_PullMixin):
         instance_name: broadcasting: tells consumers of one group on one host apart.
         timeout_ms: request timeout.
         access_key, secret_key: ACL credentials; every request is signed (docs/security.md).
+        tls, tls_ca_file, tls_verify_hostname: TLS to the broker (RocketMQ ``tls.enable``; the
+            certificate is checked against ``tls_ca_file`` or the system's CAs; docs/security.md).
 
     Raises:
         ConfigError: a bad argument.
@@ -166,9 +168,12 @@ class AsyncPushConsumer(_PullMixin):
                  offset_store_dir: str | os.PathLike[str] | None = None,
                  instance_name: str = "DEFAULT",
                  timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
-                 access_key: str = "", secret_key: str = "") -> None:
+                 access_key: str = "", secret_key: str = "",
+                 tls: bool = False, tls_ca_file: str = "",
+                 tls_verify_hostname: bool = True) -> None:
         super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
-                         secret_key=secret_key)
+                         secret_key=secret_key, tls=tls, tls_ca_file=tls_ca_file,
+                         tls_verify_hostname=tls_verify_hostname)
         validate_group(group)
         if message_model not in ("CLUSTERING", "BROADCASTING"):
             raise ConfigError(f"message_model {message_model!r} is not CLUSTERING or BROADCASTING")

@@ -171,6 +171,8 @@ class AsyncPullConsumer(_PullMixin):
         pull_batch_size: most messages per queue per poll.
         timeout_ms: request timeout.
         access_key, secret_key: ACL credentials; every request is signed (docs/security.md).
+        tls, tls_ca_file, tls_verify_hostname: TLS to the broker (RocketMQ ``tls.enable``; the
+            certificate is checked against ``tls_ca_file`` or the system's CAs; docs/security.md).
     """
 
     def __init__(self, endpoints: str = "", consumer_group: str = "txmq-pull", *,
@@ -178,9 +180,12 @@ class AsyncPullConsumer(_PullMixin):
                  consume_timestamp_ms: int | None = None,
                  pull_batch_size: int = limits.PULL_BATCH_SIZE,
                  timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
-                 access_key: str = "", secret_key: str = "") -> None:
+                 access_key: str = "", secret_key: str = "",
+                 tls: bool = False, tls_ca_file: str = "",
+                 tls_verify_hostname: bool = True) -> None:
         super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
-                         secret_key=secret_key)
+                         secret_key=secret_key, tls=tls, tls_ca_file=tls_ca_file,
+                         tls_verify_hostname=tls_verify_hostname)
         validate_group(consumer_group)
         self.group = consumer_group
         self.consume_from_where = consume_from_where

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 import grpc
 
 from txmq import limits
-from txmq.broker import Action
+from txmq.broker import Action, TlsConfig, grpc_server_credentials
 from txmq.broker.acl import source_ip
 from txmq.broker.grpc._convert import GrpcError, Result, status
 from txmq.broker.grpc._core import GRPC_CONN_BASE, GrpcCore, is_grpc_conn
@@ -71,12 +71,15 @@ class GrpcDoor:
         apply: the broker shell's action runner (replies wait for fsync there).
         now_ms: the broker shell's clock.
         acl: the ACL check (docs/security.md), or None when ACL is off.
+        tls: the broker's ``[tls]`` table: unless disabled, the door serves TLS only (grpcio
+            cannot tell a TLS client from a plaintext one, so ``permissive`` is TLS here too).
     """
 
     def __init__(self, broker: Broker, host: str, port: int, advertise_host: str,
                  apply: Callable[[list[Action]], None], now_ms: Callable[[], int],
-                 acl: AclGuard | None = None) -> None:
+                 acl: AclGuard | None = None, tls: TlsConfig | None = None) -> None:
         self.broker, self.host, self.port = broker, host, port
+        self.tls = tls if tls is not None and tls.enabled else None
         self.acl = acl
         self.advertise_host = advertise_host
         self._apply, self._now = apply, now_ms
@@ -98,7 +101,7 @@ class GrpcDoor:
         self._server = grpc.aio.server(options=options)
         self._server.add_generic_rpc_handlers((_handlers(self),))
         try:
-            bound = self._server.add_insecure_port(f"{self.host}:{self.port}")
+            bound = self._bind(self._server)
         except RuntimeError as exc:  # grpcio: "Failed to bind to address"
             raise ConfigError(f"grpc_port: cannot listen on {self.host}:{self.port}: {exc}") from exc
         if not bound:
@@ -110,6 +113,16 @@ class GrpcDoor:
         log.info("gRPC door (apache.rocketmq.v2.MessagingService) listening on %s:%d", self.host,
                  self.port)
         return self.port
+
+    def _bind(self, server: grpc.aio.Server) -> int:
+        """Add the listening port, with TLS when the ``[tls]`` table says so."""
+        addr = f"{self.host}:{self.port}"
+        if self.tls is None:
+            return int(server.add_insecure_port(addr))
+        if self.tls.server_mode == "permissive":
+            log.warning("gRPC door: TLS only (tls.server_mode permissive serves plaintext on the "
+                        "remoting port only: grpcio cannot tell the two apart)")
+        return int(server.add_secure_port(addr, grpc_server_credentials(self.tls)))
 
     async def stop(self) -> None:
         """Stop serving: open calls are cancelled, streams end."""

@@ -38,6 +38,12 @@ def console_cmd(
     tls_cert: Annotated[Path | None, typer.Option(
         help="Serve HTTPS with this PEM certificate (chain) file; needs --tls-key.")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="The PEM private key of --tls-cert.")] = None,
+    broker_tls: Annotated[bool, typer.Option(
+        "--broker-tls", envvar="TXMQ_TLS", help="Reach the brokers over TLS.")] = False,
+    broker_tls_ca_file: Annotated[str, typer.Option(
+        "--broker-tls-ca-file", envvar="TXMQ_TLS_CA_FILE", show_default=False,
+        help="PEM file of the CA that signed the brokers' certificates (default: the system's "
+             "CAs); implies --broker-tls.")] = "",
 ) -> None:
     """Serve the web console: overview, topics, groups and lag, transactions (pending, parked,
     operator commit/rollback, audit log), dead-letter queues, message search and trace, outbox.
@@ -54,7 +60,8 @@ def console_cmd(
     try:
         app = create_app(ConsoleConfig(brokers=brokers, namesrv_addr=namesrv_addr,
                                        outbox_url=outbox_url, outbox_prefix=outbox_prefix, acl=acl,
-                                       access_key=access_key, secret_key=secret_key))
+                                       access_key=access_key, secret_key=secret_key,
+                                       tls=broker_tls, tls_ca_file=broker_tls_ca_file))
     except TxmqError as exc:
         _err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc

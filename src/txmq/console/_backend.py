@@ -119,6 +119,8 @@ class ConsoleConfig:
             logged-in user's keys (docs/console.md "Login").
         access_key, secret_key: the console's own keys, for its background reads (the History
             sampler) and, without ``acl``, for every request.
+        tls, tls_ca_file: reach the brokers over TLS, their certificates checked against
+            ``tls_ca_file`` (default: the system's CAs) (docs/security.md "TLS").
     """
 
     brokers: list[str] = field(default_factory=list)
@@ -130,6 +132,8 @@ class ConsoleConfig:
     acl: bool = False
     access_key: str = ""
     secret_key: str = field(default="", repr=False)
+    tls: bool = False
+    tls_ca_file: str = ""
 
 
 @dataclass
@@ -227,10 +231,11 @@ class Backend:
                                                              self.config.secret_key)))
 
     def _clients(self, addr: str, creds: Credentials) -> BrokerClients:
-        ns, ak, sk = self.config.namesrv_addr, creds.user, creds.secret_key
-        return BrokerClients(addr, AsyncAdmin(addr, namesrv_addr=ns, access_key=ak, secret_key=sk),
-                             AsyncPullConsumer(addr, READER_GROUP, namesrv_addr=ns, access_key=ak,
-                                               secret_key=sk))
+        kw: dict[str, Any] = {"namesrv_addr": self.config.namesrv_addr, "access_key": creds.user,
+                              "secret_key": creds.secret_key}
+        if self.config.tls or self.config.tls_ca_file:
+            kw |= {"tls": True, "tls_ca_file": self.config.tls_ca_file}
+        return BrokerClients(addr, AsyncAdmin(addr, **kw), AsyncPullConsumer(addr, READER_GROUP, **kw))
 
     def _user_clients(self, creds: Credentials, base: list[BrokerClients]) -> list[BrokerClients]:
         """The clients of one logged-in user (created on its first request, the least recently

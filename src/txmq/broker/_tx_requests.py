@@ -106,7 +106,9 @@ class TransactionRequests:
         return ok_reply(conn, cmd, ext, durable_offset=r.durable_offset)
 
     def _tx_stats(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        return ok_reply(conn, cmd, body=encode_body({**self.b.tx.index.counts(), **self.b.tx.stats}))
+        index = self.b.tx.index
+        return ok_reply(conn, cmd, body=encode_body({**index.counts(), "PARKED": index.parked(),
+                                                     **self.b.tx.stats}))
 
     def _tx_offset(self, cmd: Command) -> int:
         """The half offset a transaction request names: a ``UNIQ_KEY`` or ``half:<offset>``

@@ -99,8 +99,8 @@ class TransactionAdmin(_PullMixin):
     (TRANSACTION_NOT_FOUND for an unknown id), BrokerUnavailable or RequestTimeout."""
 
     async def transaction_stats(self) -> dict[str, int]:
-        """Counts of the transaction state index: pending, committed, rolled back, discarded,
-        check-backs sent and answered."""
+        """Counts of the transaction state index (PENDING, COMMIT, ROLLBACK, DISCARD, and PARKED:
+        discarded and not resumed), check-backs sent and answered."""
         r = check_response(await self.call(RequestCode.GET_TRANSACTION_STATS))
         return decode_body(r.body, dict[str, int])
 

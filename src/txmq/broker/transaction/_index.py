@@ -190,12 +190,14 @@ class TransactionIndex:
         return out
 
     def counts(self) -> dict[str, int]:
-        """Number of transactions per state, and ``PARKED``: those discarded after
-        transactionCheckMax that no operator has resumed yet."""
+        """Number of transactions per state."""
         out = {o.value: self.settled.counts.get(o, 0) for o in Outcome}
         out[Outcome.PENDING.value] = len(self.pending)
-        out["PARKED"] = max(0, out[Outcome.DISCARD.value] - len(self.resumed))
         return out
+
+    def parked(self) -> int:
+        """Transactions discarded after transactionCheckMax that no operator has resumed yet."""
+        return max(0, self.settled.counts.get(Outcome.DISCARD, 0) - len(self.resumed))
 
 
 class LatencyHistogram:

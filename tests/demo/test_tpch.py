@@ -133,7 +133,7 @@ def test_scaled_to_str(value: int, scale: int, text: str) -> None:
 
 def test_modules_import_without_pyspark_or_pandas() -> None:
     code = (
-        "import sys, txmq.demo.tpch, txmq.demo.orderdb, txmq.spark.pipeline;"
+        "import sys, txmq.demo.tpch, txmq.demo.orderdb, txmq.demo.spark_pipeline, txmq.spark;"
         "print(sorted(m for m in ('pyspark', 'pandas') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

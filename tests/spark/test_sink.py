@@ -96,7 +96,7 @@ def test_a_task_that_fails_half_way(spark: SparkSession, broker: BrokerProcess, 
 _DRIVER = textwrap.dedent("""
     import sys
     import txmq.spark
-    from txmq.spark.pipeline import spark_session
+    from txmq.spark import spark_session
     endpoints, ckpt, faults = sys.argv[1:4]
     spark = spark_session("killed-driver")
     txmq.spark.register(spark)

@@ -105,7 +105,7 @@ def spark(json_path: Annotated[Path | None, typer.Option("--json", help="Write f
           rows: Annotated[int, typer.Option(help="Rows (messages) per measurement.")] = 50_000,
           body_bytes: Annotated[int, typer.Option(help="Body size in bytes.")] = 256) -> None:
     """Source vs Parquet, and transactional sink vs plain send (rows/s)."""
-    from txmq.spark.pipeline import spark_session
+    from txmq.spark import spark_session
 
     logging.disable(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="txmq-bench-spark-") as d:

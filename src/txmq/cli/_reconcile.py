@@ -23,7 +23,7 @@ def reconcile(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
 ) -> None:
     """Report missing, phantom and duplicated messages; exit 1 when there are any."""
-    from txmq.spark.pipeline import spark_session
+    from txmq.spark import spark_session
     from txmq.spark.reconcile import reconcile as run
 
     spark = spark_session("txmq-reconcile")

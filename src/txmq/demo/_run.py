@@ -317,10 +317,10 @@ def _spark_stage(opts: DemoOptions, endpoints: str, order_db: Path, progress: Pr
     """The Spark query over txmq's ``orders`` (and, ``with_rollbacks``, its rollback topic), checked
     against the order database's oracles (cancelled orders excluded only ``with_rollbacks``)."""
     from txmq import spark as txspark
-    from txmq.spark import pipeline
+    from txmq.demo import spark_pipeline as pipeline
 
     task = progress.add_task("spark: streaming query", total=None)
-    spark = pipeline.spark_session("txmq-demo")
+    spark = txspark.spark_session("txmq-demo")
     try:
         txspark.register(spark)
         stream = (

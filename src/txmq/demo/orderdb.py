@@ -192,7 +192,7 @@ def revenue_oracle(path: Path | str, *, exclude_cancelled: bool = True) -> list[
     """Revenue per order date: ``[{"o_orderdate": "YYYY-MM-DD", "revenue_e4": int,
     "lineitem_count": int}, ...]`` sorted by date, where
     ``revenue_e4 = Σ l_extendedprice_c·(100 − l_discount_c)`` (units of 10⁻⁴) over every line item
-    (no ship date filter). Matches :func:`txmq.spark.pipeline.revenue_by_orderdate`.
+    (no ship date filter). Matches :func:`txmq.demo.spark_pipeline.revenue_by_orderdate`.
     """
     cancelled = "WHERE orders.cancelled = 0" if exclude_cancelled else ""
     sql = (

@@ -23,7 +23,7 @@ The body of a message, one JSON object (field order as written by :func:`encode_
                     "l_comment": str}, ...]}
 
 The module also fixes the TPC-H Query 1 result contract shared by the SQLite oracle
-(:mod:`txmq.demo.orderdb`) and the Spark pipeline (:mod:`txmq.spark.pipeline`): see
+(:mod:`txmq.demo.orderdb`) and the Spark pipeline (:mod:`txmq.demo.spark_pipeline`): see
 :data:`Q1_SCALES` and friends.
 """
 

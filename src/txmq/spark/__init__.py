@@ -22,6 +22,9 @@ Example::
         .load()
     )
 
+``txmq.spark`` holds only the connectors, :func:`spark_session` and :mod:`txmq.spark.reconcile`;
+the demo's TPC-H pipeline is :mod:`txmq.demo.spark_pipeline`.
+
 Workers run in separate Python processes: they must be able to import ``txmq`` (and pyarrow),
 e.g. by setting ``PYSPARK_PYTHON`` to the interpreter of this environment.
 """
@@ -33,7 +36,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SOURCE_FORMAT", "TxmqDataSource", "register"]
+from txmq.spark._session import SHUFFLE_PARTITIONS, spark_session
+
+__all__ = ["SHUFFLE_PARTITIONS", "SOURCE_FORMAT", "TxmqDataSource", "register", "spark_session"]
 
 SOURCE_FORMAT = "txmq"
 """The format name of the source: ``spark.readStream.format(SOURCE_FORMAT)``."""

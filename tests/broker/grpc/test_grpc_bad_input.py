@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from conftest import Client, TelemetryCall, free_port, message
 
+from conftest import Client, TelemetryCall, free_port, message
 from txmq.broker.grpc.pb import definition_pb2 as pd
 from txmq.broker.grpc.pb import service_pb2 as ps
 from txmq.client import PullConsumer

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_TX, Client, free_port
 
+from conftest import FAST_TX, Client, free_port
 from txmq.broker.grpc.pb import definition_pb2 as pd
 from txmq.broker.grpc.pb import service_pb2 as ps
 from txmq.client import Message, Producer, PullConsumer

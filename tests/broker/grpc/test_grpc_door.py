@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import Client, message
 
+from conftest import Client, message
 from txmq.broker.grpc.pb import definition_pb2 as pd
 from txmq.broker.grpc.pb import service_pb2 as ps
 from txmq.client import Message, MessageExt, Producer, PullConsumer

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 from conftest import Client, pull_bodies
-
 from txmq.broker.grpc.pb import definition_pb2 as pd
 from txmq.client import LocalTransactionState, Message, MessageExt, TransactionProducer
 from txmq.testing import BrokerProcess

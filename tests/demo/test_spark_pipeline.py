@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from txmq.demo import orderdb, tpch
+from txmq.demo import spark_pipeline as pipeline
 from txmq.demo.tpch import Order
-from txmq.spark import pipeline
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -41,7 +39,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = [
-    "SHUFFLE_PARTITIONS",
     "collect_rows",
     "committed_lineitems",
     "compare_q1",
@@ -50,13 +47,11 @@ __all__ = [
     "explode_orders",
     "q1",
     "revenue_by_orderdate",
-    "spark_session",
     "start_lineitem_stream",
     "write_results",
 ]
 
-SHUFFLE_PARTITIONS: Final = 4
-"""``spark.sql.shuffle.partitions`` for the demo: the data is small and the machine has 2 cores."""
+"""``spark.sql.shuffle.partitions`` (the value :func:`txmq.spark.spark_session` sets)."""
 
 AVG_REL_TOL: Final = 1e-9
 """Relative tolerance for float columns in :func:`compare_q1`; integer columns must be equal."""
@@ -64,38 +59,6 @@ AVG_REL_TOL: Final = 1e-9
 _DISC_PRICE_SQL: Final = "l_extendedprice_c * (100 - l_discount_c)"
 _TX_TYPE_PROPERTY: Final = "TXMQ_OUTBOX_TX_TYPE"  # txmq.outbox.PROPERTY_OUTBOX_TX_TYPE
 _SINK_SCHEMA: Final = f"tx_type STRING, {LINEITEM_ROW_SPARK_SCHEMA}"
-
-
-def spark_session(app_name: str, master: str = "local[2]") -> SparkSession:
-    """Get or create a SparkSession that works on this machine.
-
-    Sets ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON`` to this interpreter (workers otherwise start
-    the system ``python3`` without pyarrow), :data:`SHUFFLE_PARTITIONS` shuffle partitions, the UI
-    and console progress bars off, session time zone UTC, ANSI mode on, driver bound to loopback
-    (``SPARK_LOCAL_IP``) for ``local`` masters, log level ERROR.
-    Takes about 6 s the first time in a process (JVM start).
-    """
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.ansi.enabled", "true")
-    )
-    if master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.host", "127.0.0.1").config(
-            "spark.driver.bindAddress", "127.0.0.1"
-        )
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def explode_orders(df: DataFrame, keep: Sequence[str] = ()) -> DataFrame:

@@ -1,4 +1,5 @@
-"""Fixtures shared by the Spark tests: one local SparkSession and one tiny TPC-H data set."""
+"""Fixtures shared by the Spark tests of ``tests/spark`` and ``tests/demo``: one local SparkSession
+and one tiny TPC-H data set."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ SPARK_TPCH_SF = 0.002
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """A local[2] SparkSession from :func:`txmq.spark.pipeline.spark_session`, stopped at the end."""
-    from txmq.spark.pipeline import spark_session
+    """A local[2] SparkSession from :func:`txmq.spark.spark_session`, stopped at the end."""
+    from txmq.spark import spark_session
 
     session = spark_session("txmq-tests")
     yield session

@@ -82,6 +82,7 @@ class FakeBroker:
         self.created = 0
         self.shut = 0
         self.pulls = 0
+        self.group_offsets: dict[tuple[str, int], int] = {}
 
     def add_topic(self, topic: str, queues: int) -> None:
         for q in range(queues):
@@ -146,6 +147,19 @@ class FakePullConsumer:
             cursor += 1
         status = FakeStatus.FOUND if out else FakeStatus.NO_NEW_MSG
         return FakePullResult(status, out, cursor, low, high)
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        queue = self._queue(topic, queue_id)
+        return next((m.queue_offset for m in queue.messages[queue.min_offset:]
+                     if m.store_timestamp_ms >= timestamp_ms), len(queue.messages))
+
+    def fetch_consumer_offset(self, topic: str, queue_id: int) -> int | None:
+        self._queue(topic, queue_id)
+        return self.broker.group_offsets.get((topic, queue_id))
+
+    def commit_offset(self, topic: str, queue_id: int, offset: int) -> None:
+        self._queue(topic, queue_id)
+        self.broker.group_offsets[(topic, queue_id)] = offset
 
     def shutdown(self) -> None:
         self.broker.shut += 1

@@ -6,8 +6,9 @@ Source ``format("txmq")`` (:class:`txmq.spark._source.TxmqDataSource`): committe
 more topics, one row per message, as a micro-batch stream (``spark.readStream``: admission control
 with ``maxOffsetsPerTrigger``, ``Trigger.AvailableNow``, offsets ``{"<topic>/<queue_id>":
 next_offset}`` kept in the Spark checkpoint) or a batch (``spark.read`` with
-``startingOffsets``/``endingOffsets``). A replayed offset range yields the same rows. Options,
-schema and guarantees are documented in :mod:`txmq.spark._source`.
+``startingOffsets``/``endingOffsets``, or by store time with ``startingTimestamp``/``endingTimestamp``).
+A replayed offset range yields the same rows. Options, schema and guarantees are documented in
+:mod:`txmq.spark._source`; the sink's order and exactly-once in :mod:`txmq.spark._sink`.
 
 Example::
 

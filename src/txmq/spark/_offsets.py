@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
@@ -24,12 +24,14 @@ __all__ = [
     "QueueKey",
     "advance_offsets",
     "apply_read_limit",
+    "check_start",
     "fair_shares",
     "offsets_from_json",
     "offsets_to_json",
     "parse_offset_spec",
     "parse_queue_key",
     "range_start",
+    "with_timestamps",
 ]
 
 _log = logging.getLogger("txmq.spark._source")
@@ -52,27 +54,93 @@ class OffsetSpec:
     Attributes:
         default: :data:`EARLIEST`, :data:`LATEST` or an offset, for queues not in ``explicit``.
         explicit: per-queue offsets (or sentinels) from a JSON map.
+        default_ms: a timestamp (ms since the epoch) for every queue (``startingTimestamp`` /
+            ``endingTimestamp``); when set it overrides everything else.
+        explicit_ms: per-queue timestamps (``startingOffsetsByTimestamp``); they override
+            ``default``/``explicit`` for their queues.
+
+    A queue resolved by a timestamp ``t`` gets the first offset whose store timestamp is ``>= t``
+    (the broker's SEARCH_OFFSET_BY_TIMESTAMP), or the queue's ``max_offset`` when every message
+    is older, as Kafka's ``startingTimestamp`` (but no error for such a queue: it reads nothing).
     """
 
     default: int
     explicit: Mapping[QueueKey, int] = field(default_factory=dict)
+    default_ms: int | None = None
+    explicit_ms: Mapping[QueueKey, int] = field(default_factory=dict)
 
-    def resolve(self, bounds: Mapping[QueueKey, tuple[int, int]]) -> dict[QueueKey, int]:
-        """Offsets for every queue in ``bounds`` (``{queue: (min_offset, max_offset)}``).
+    def by_time(self, keys: Iterable[QueueKey]) -> dict[QueueKey, int]:
+        """``{queue: timestamp_ms}`` of the queues among ``keys`` that are resolved by time."""
+        if self.default_ms is not None:
+            return dict.fromkeys(sorted(keys), self.default_ms)
+        wanted = set(keys)
+        return {k: t for k, t in sorted(self.explicit_ms.items()) if k in wanted}
+
+    def uses_latest(self) -> bool:
+        """Whether some queue may resolve to ``latest`` (a start that moves as messages arrive)."""
+        if self.default_ms is not None:
+            return False
+        explicit = [v for k, v in self.explicit.items() if k not in self.explicit_ms]
+        return self.default == LATEST or LATEST in explicit
+
+    def resolve(
+        self,
+        bounds: Mapping[QueueKey, tuple[int, int]],
+        found: Mapping[QueueKey, int] | None = None,
+    ) -> dict[QueueKey, int]:
+        """Offsets for every queue in ``bounds`` (``{queue: (min_offset, max_offset)}``);
+        ``found`` holds the broker's answers for the queues of :meth:`by_time` (clamped into
+        ``[min_offset, max_offset]``).
 
         Raises:
-            txmq.errors.ConfigError: ``explicit`` names a queue that is not in ``bounds``.
+            txmq.errors.ConfigError: a map names a queue that is not in ``bounds``, or ``found``
+                lacks a queue resolved by time.
         """
-        unknown = sorted(set(self.explicit) - set(bounds))
+        unknown = sorted((set(self.explicit) | set(self.explicit_ms)) - set(bounds))
         if unknown:
             names = ", ".join(f"{t}/{q}" for t, q in unknown)
             raise ConfigError(f"offsets given for queues the broker does not have: {names}")
+        timed = self.by_time(bounds)
+        found = found or {}
+        if set(timed) - set(found):
+            raise ConfigError(f"no offset found by timestamp for {sorted(set(timed) - set(found))}")
         out: dict[QueueKey, int] = {}
         for key in sorted(bounds):
             low, high = bounds[key]
+            if key in timed:
+                out[key] = min(max(found[key], low), high)
+                continue
             value = self.explicit.get(key, self.default)
             out[key] = low if value == EARLIEST else high if value == LATEST else value
         return out
+
+
+def check_start(
+    start: Mapping[QueueKey, int],
+    bounds: Mapping[QueueKey, tuple[int, int]],
+    *,
+    fail_on_data_loss: bool,
+) -> None:
+    """Reject starting offsets outside what the broker holds, before any batch runs.
+
+    Raises:
+        txmq.errors.ConfigError: a start beyond its queue's ``max_offset`` (nothing was ever there).
+        DataLossError: with ``fail_on_data_loss``, a start below its queue's ``min_offset`` (retention
+            deleted those messages); without it the read skips them with a warning.
+    """
+    for key, offset in sorted(start.items()):
+        if key not in bounds:
+            continue
+        low, high = bounds[key]
+        where = f"queue {key[0]}/{key[1]}"
+        if offset > high:
+            raise ConfigError(f"startingOffsets: {offset} for {where} is beyond its max_offset {high}")
+        if offset < low and fail_on_data_loss:
+            raise DataLossError(
+                f"txmq {where}: startingOffsets {offset} is below min_offset {low}; offsets "
+                f"{offset}..{low - 1} were deleted by retention (set failOnDataLoss=false to start "
+                f"at {low})"
+            )
 
 
 def parse_offset_spec(raw: str | None, default: int, option: str) -> OffsetSpec:
@@ -88,26 +156,55 @@ def parse_offset_spec(raw: str | None, default: int, option: str) -> OffsetSpec:
         return OffsetSpec(default)
     if text.lower() in ("earliest", "latest"):
         return OffsetSpec(EARLIEST if text.lower() == "earliest" else LATEST)
+    return OffsetSpec(default, _parse_queue_map(text, option, EARLIEST))
+
+
+def with_timestamps(
+    spec: OffsetSpec, timestamp: str | None, by_queue: str | None, options: tuple[str, str]
+) -> OffsetSpec:
+    """``spec`` with the timestamps of ``startingTimestamp`` (one value in ms since the epoch) and
+    ``startingOffsetsByTimestamp`` (a JSON map like ``startingOffsets``, values in ms), or their
+    ``ending`` pair; ``options`` names the two options for messages.
+
+    Raises:
+        txmq.errors.ConfigError: a value that is not an integer >= 0, or a malformed map.
+    """
+    text = (timestamp or "").strip()
+    default_ms = None
+    if text:
+        try:
+            default_ms = int(text)
+        except ValueError:
+            default_ms = -1
+        if default_ms < 0:
+            raise ConfigError(f"{options[0]}: expected ms since the epoch (an integer >= 0), "
+                              f"got {timestamp!r}")
+    mapped = (by_queue or "").strip()
+    explicit_ms = _parse_queue_map(mapped, options[1], 0) if mapped else {}
+    return replace(spec, default_ms=default_ms, explicit_ms=explicit_ms)
+
+
+def _parse_queue_map(text: str, option: str, lowest: int) -> dict[QueueKey, int]:
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{option}: expected earliest, latest or JSON, got {raw!r}") from exc
+        raise ConfigError(f"{option}: expected earliest, latest or JSON, got {text!r}") from exc
     if not isinstance(parsed, dict):
-        raise ConfigError(f"{option}: a JSON map is needed, got {raw!r}")
+        raise ConfigError(f"{option}: a JSON map is needed, got {text!r}")
     explicit: dict[QueueKey, int] = {}
     for name, value in parsed.items():
         if isinstance(value, dict):  # nested {"topic": {"0": 5}}
             for queue, offset in value.items():
                 key = parse_queue_key(f"{name}/{queue}", option)
-                explicit[key] = _check_offset(offset, option)
+                explicit[key] = _check_offset(offset, option, lowest)
         else:
-            explicit[parse_queue_key(name, option)] = _check_offset(value, option)
-    return OffsetSpec(default, explicit)
+            explicit[parse_queue_key(name, option)] = _check_offset(value, option, lowest)
+    return explicit
 
 
-def _check_offset(value: object, option: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < EARLIEST:
-        raise ConfigError(f"{option}: offsets are integers >= -2, got {value!r}")
+def _check_offset(value: object, option: str, lowest: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
+        raise ConfigError(f"{option}: values are integers >= {lowest}, got {value!r}")
     return value
 
 

@@ -21,7 +21,21 @@ servers; one of the two is required), ``topic`` (required),
 ``sinkId`` (default: derived from ``checkpointLocation``, so a new checkpoint — whose batch ids restart
 at 0 — is a new sink), ``bodyColumn`` (``body``; BINARY or STRING), ``keyColumn`` (``key``, optional),
 ``tagColumn`` (optional), ``producerGroup`` (``txmq-spark-sink``), ``timeoutSeconds`` (600: how long
-halves wait for their batch commit), ``maxInFlight`` (8 batch requests in flight per task).
+halves wait for their batch commit), ``maxInFlight`` (8 batch requests in flight per task, at most
+one per queue).
+
+Order (as Spark's Kafka sink keeps it per Kafka partition): rows of one Spark partition that land in
+the same queue are stored there in the order Spark handed them to ``write``. Which queue:
+
+* a row with a key goes to queue ``crc32(key as UTF-8) % queue count`` (:func:`queue_of_key`), so
+  every row of a key, from any partition or batch, is in one queue, in its partition's order (like
+  Kafka's default partitioner; the order between partitions is whatever Spark's schedule makes it);
+* rows without a key are spread over the queues in runs of ``SEND_BATCH_ROWS`` (the k-th keyless row
+  of partition p goes to queue ``(p + k // SEND_BATCH_ROWS) % queue count``), each run in order.
+
+A task sends each queue's rows as consecutive half batches, one request in flight per queue (the
+broker commits a task's halves in the order they were stored), and up to ``maxInFlight`` queues at
+once. Between batches the order is the batch order (a batch commits only after the previous one).
 """
 
 from __future__ import annotations
@@ -32,6 +46,7 @@ import json
 import logging
 import os
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +62,7 @@ from txmq.client import Admin, AsyncTransactionProducer, LocalTransactionState, 
 from txmq.errors import ConfigError
 from txmq.protocol import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS
 
-__all__ = ["SinkOptions", "TaskCommit", "TxmqStreamWriter"]
+__all__ = ["SinkOptions", "TaskCommit", "TxmqStreamWriter", "queue_of_key", "queues_of_rows"]
 
 log = logging.getLogger("txmq.spark.sink")
 
@@ -140,6 +155,28 @@ def _as_bytes(body: Any) -> bytes:
     return b"" if body is None else bytes(body)
 
 
+def queue_of_key(key: str, queue_count: int) -> int:
+    """The queue a row with ``key`` goes to: ``crc32(key.encode()) % queue_count`` (stable across
+    processes and runs, unlike ``hash``). Raises ValueError if ``queue_count < 1``."""
+    if queue_count < 1:
+        raise ValueError(f"queue_count must be >= 1, got {queue_count}")
+    return zlib.crc32(key.encode()) % queue_count
+
+
+def queues_of_rows(keys: list[str], partition: int, queue_count: int) -> list[int]:
+    """The queue of every row of a partition (``""`` is no key): see *Order* in the module
+    docstring. Deterministic for equal arguments."""
+    out: list[int] = []
+    keyless = 0
+    for key in keys:
+        if key:
+            out.append(queue_of_key(key, queue_count))
+        else:
+            out.append((partition + keyless // SEND_BATCH_ROWS) % queue_count)
+            keyless += 1
+    return out
+
+
 def _chunks(msgs: list[Message]) -> Iterator[list[Message]]:
     """Batches of at most ``SEND_BATCH_ROWS`` messages and ``SEND_BATCH_BYTES`` of bodies."""
     chunk: list[Message] = []
@@ -161,11 +198,19 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
     and tag columns are taken out column by column, without building a Spark ``Row`` per row.
     """
 
-    def __init__(self, options: SinkOptions, columns: list[str]) -> None:
+    def __init__(self, options: SinkOptions, columns: list[str],
+                 types: dict[str, str] | None = None) -> None:
+        """Raises ConfigError (when Spark creates the writer, before any task runs) if the body
+        column is missing, or ``types`` (column → Spark simple type name) says it is neither
+        ``binary`` nor ``string``."""
         self.opts = options
         self.columns = columns
         if options.body_column not in columns:
             raise ConfigError(f"txmq sink: no column {options.body_column!r} in {columns}")
+        body_type = (types or {}).get(options.body_column, "binary")
+        if body_type not in ("binary", "string"):
+            raise ConfigError(f"txmq sink: column {options.body_column!r} is {body_type}; "
+                              "BINARY or STRING is needed (cast it)")
 
     def _batch(self, batch_id: int | str) -> str:
         return f"{self.opts.sink_id}/{batch_id}"
@@ -206,23 +251,29 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
                 for body, key, tag in zip(bodies, keys, tags, strict=True)]
 
     async def _send(self, msgs: list[Message], partition: int, attempt: int, batch_id: Any) -> None:
+        """Send each queue's rows in order, one request in flight per queue (module docstring)."""
         producer = AsyncTransactionProducer(self.opts.producer_group, self.opts.endpoints,
                                             _NoChecks(), namesrv_addr=self.opts.namesrv_addr)
         await producer.start()
-        sem = asyncio.Semaphore(self.opts.max_in_flight)
-        chunks = list(_chunks(msgs))
-        done = 0
-
-        async def one(chunk: list[Message]) -> None:
-            nonlocal done
-            async with sem:
-                await producer.send_half_batch(chunk)
-                done += 1
-                if done == max(1, len(chunks) // 2):
-                    _fault(self.opts, f"write-half:{batch_id}:{partition}:{attempt}")
-
         try:
-            await asyncio.gather(*(one(c) for c in chunks))
+            n = await producer.queue_nums(self.opts.topic)
+            per_queue: dict[int, list[Message]] = {}
+            for m, q in zip(msgs, queues_of_rows([m.keys for m in msgs], partition, n), strict=True):
+                per_queue.setdefault(q, []).append(m)
+            total = sum(len(list(_chunks(qm))) for qm in per_queue.values())
+            sem = asyncio.Semaphore(self.opts.max_in_flight)
+            done = 0
+
+            async def one_queue(queue_id: int, queue_msgs: list[Message]) -> None:
+                nonlocal done
+                for chunk in _chunks(queue_msgs):  # in order: the next waits for this one
+                    async with sem:
+                        await producer.send_half_batch(chunk, queue_id)
+                    done += 1
+                    if done == max(1, total // 2):
+                        _fault(self.opts, f"write-half:{batch_id}:{partition}:{attempt}")
+
+            await asyncio.gather(*(one_queue(q, qm) for q, qm in sorted(per_queue.items())))
         finally:
             await producer.shutdown()
 

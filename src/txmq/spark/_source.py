@@ -27,18 +27,34 @@ Options (strings; Spark lower-cases the keys, so any case works):
     one topic or a comma-separated list.
 ``startingOffsets``
     ``earliest`` (default), ``latest``, or a JSON map (see *Offsets*). Queues missing from the map
-    start at ``earliest``.
+    start at ``earliest``. A stream starting at ``latest`` needs ``consumerGroup`` (see *Starting
+    offsets*). A start beyond a queue's ``max_offset`` is a ConfigError, one below its
+    ``min_offset`` a :class:`DataLossError` (``failOnDataLoss``), both when the query starts.
+``startingTimestamp``, ``startingOffsetsByTimestamp``
+    start by store time (ms since the epoch, UTC), like Kafka's options of the same names: one
+    timestamp for every queue, or a JSON map like ``startingOffsets`` with timestamps as values
+    (queues missing from it use ``startingOffsets``). Precedence: ``startingTimestamp`` >
+    ``startingOffsetsByTimestamp`` > ``startingOffsets``. A queue starts at its first offset whose
+    store timestamp is ``>= t`` (the broker's SEARCH_OFFSET_BY_TIMESTAMP); a queue whose messages
+    are all older starts at its end (Kafka fails such a query by default; here the queue reads
+    nothing). Stable across re-evaluations until retention deletes the found messages.
 ``endingOffsets`` (batch only)
     ``latest`` (default), ``earliest``, or a JSON map. Queues missing from the map end at
     ``latest``; an explicit end beyond a queue's ``max_offset`` is an error.
+``endingTimestamp``, ``endingOffsetsByTimestamp`` (batch only)
+    end by store time, same forms and precedence as the starting ones: a queue ends (exclusively)
+    at its first offset whose store timestamp is ``>= t``, so the read holds the messages stored
+    before ``t``; at its end when all are older.
 ``maxOffsetsPerTrigger`` (streaming only)
     most rows per micro-batch, spread fairly over the queues (see :func:`fair_shares`).
 ``failOnDataLoss``
     ``true`` (default) or ``false``: what to do when a range starts below a queue's
     ``min_offset`` (retention deleted it) or the broker's ``max_offset`` went backwards.
 ``consumerGroup``
-    consumer group name given to the broker for identification (default ``txmq-spark``). The
-    source never commits group offsets: the Spark checkpoint is the only record of progress.
+    consumer group name given to the broker (default ``txmq-spark``). The source never commits
+    progress as group offsets: the Spark checkpoint is the only record of progress. A stream whose
+    start uses ``latest`` stores that start as this group's offsets (*Starting offsets*), so it
+    must name a group of its own, used by no other consumer or query.
 
 Offsets: a flat JSON object ``{"<topic>/<queue_id>": next_offset}`` with keys in (topic, queue
 id) order, e.g. ``{"orders/0": 17, "orders/1": 4}``; ``next_offset`` is the first offset *not* yet
@@ -52,10 +68,15 @@ What Spark guarantees and what this source adds (facts from docs/pyspark.md, PyS
   the same rows (queues are append-only and dense), and stops exactly at ``end``. A range the
   broker can no longer serve fails loudly (:class:`DataLossError`), it is never silently
   shortened, unless ``failOnDataLoss=false`` and the missing rows were deleted by retention.
-* ``initialOffset`` is re-evaluated by Spark (twice in batch 0, again if batch 0 is replayed) and
-  Python sources cannot persist it. ``earliest`` is stable (it only moves when retention deletes
-  rows, which are gone anyway); ``latest`` is *not*: a restart before batch 0 is committed may
-  pick a later start. Use a JSON map when the first batch must be exactly reproducible.
+* *Starting offsets.* ``initialOffset`` is re-evaluated by Spark (twice in batch 0, again when
+  batch 0 is replayed after a restart, in a new reader) and Python sources get no checkpoint
+  directory to persist it in. ``earliest``, JSON offsets and timestamps are stable (they only move
+  when retention deletes rows, which are gone anyway). ``latest`` is pinned: a reader remembers its
+  first answer, and the first resolution is stored on the broker as the ``consumerGroup``'s offsets
+  (UPDATE_CONSUMER_OFFSET) before ``initialOffset`` returns; a later reader finds them
+  (QUERY_CONSUMER_OFFSET) and starts there. So a stream with ``latest`` needs its own
+  ``consumerGroup``, and a new query (a new checkpoint) that should start at the then latest needs
+  a new group (or the group's offsets removed).
 * ``read`` runs on executors in other processes: each partition carries everything it needs
   (endpoints, topic, queue, start, end) and opens its own :class:`~txmq.client.PullConsumer`.
 * ``commit(end)`` is a no-op (like Spark's Kafka source): Spark calls it one batch late and not at
@@ -96,7 +117,7 @@ from pyspark.sql.types import (
 )
 
 from txmq import limits
-from txmq.errors import ConfigError, TxmqError
+from txmq.errors import BrokerUnavailable, ConfigError, RequestTimeout, TxmqError
 from txmq.protocol import MessageExt
 from txmq.spark._arrow import ARROW_SCHEMA, messages_to_record_batch
 from txmq.spark._offsets import (
@@ -107,12 +128,13 @@ from txmq.spark._offsets import (
     QueueKey,
     advance_offsets,
     apply_read_limit,
+    check_start,
     fair_shares,
     offsets_from_json,
     offsets_to_json,
-    parse_offset_spec,
     range_start,
 )
+from txmq.spark._options import DEFAULT_CONSUMER_GROUP, SourceOptions, fault
 
 __all__ = [
     "ARROW_BATCH_BYTES_MAX",
@@ -141,9 +163,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-DEFAULT_CONSUMER_GROUP = "txmq-spark"
-"""Consumer group the source identifies itself with when ``consumerGroup`` is not set."""
 
 ROWS_PER_ARROW_BATCH = 4096
 """Most rows in one ``pyarrow.RecordBatch`` yielded by ``read``."""
@@ -194,6 +213,9 @@ class _PullConsumer(Protocol):
     def min_offset(self, topic: str, queue_id: int) -> int: ...
     def max_offset(self, topic: str, queue_id: int) -> int: ...
     def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = ...) -> _PullResult: ...
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
+    def fetch_consumer_offset(self, topic: str, queue_id: int) -> int | None: ...
+    def commit_offset(self, topic: str, queue_id: int, offset: int) -> None: ...
     def shutdown(self) -> None: ...
 
 
@@ -209,79 +231,6 @@ def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "") -
                                            namesrv_addr=namesrv_addr)
     consumer.start()  # type: ignore[attr-defined]
     return consumer
-
-
-# --- options ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    """Parsed, validated options of the ``txmq`` source (see the module docstring)."""
-
-    endpoints: str
-    topics: tuple[str, ...]
-    starting_offsets: OffsetSpec
-    ending_offsets: OffsetSpec
-    max_offsets_per_trigger: int | None
-    fail_on_data_loss: bool
-    consumer_group: str
-    namesrv_addr: str = ""
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        """Parse Spark's string options (keys in any case).
-
-        Raises:
-            txmq.errors.ConfigError: a required option is missing or a value is malformed.
-        """
-        opts = {k.lower(): v for k, v in options.items()}
-        endpoints = opts.get("endpoints", "").strip()
-        namesrv_addr = opts.get("namesrvaddr", "").strip()
-        if not endpoints and not namesrv_addr:
-            raise ConfigError("option 'endpoints' (a broker, e.g. '127.0.0.1:10911') or "
-                              "'namesrvAddr' (name servers) is required")
-        topics = tuple(dict.fromkeys(t.strip() for t in opts.get("topic", "").split(",")))
-        topics = tuple(t for t in topics if t)
-        if not topics:
-            raise ConfigError("option 'topic' is required (one topic or a comma-separated list)")
-        if any("/" in t for t in topics):
-            raise ConfigError(f"option 'topic': topic names cannot contain '/': {topics!r}")
-        start = parse_offset_spec(opts.get("startingoffsets"), EARLIEST, "startingOffsets")
-        end = parse_offset_spec(opts.get("endingoffsets"), LATEST, "endingOffsets")
-        for spec, option in ((start, "startingOffsets"), (end, "endingOffsets")):
-            unknown = sorted({t for t, _ in spec.explicit} - set(topics))
-            if unknown:
-                raise ConfigError(f"{option} names topics not in option 'topic': {unknown}")
-        return cls(
-            endpoints=endpoints,
-            namesrv_addr=namesrv_addr,
-            topics=topics,
-            starting_offsets=start,
-            ending_offsets=end,
-            max_offsets_per_trigger=_parse_max_offsets(opts.get("maxoffsetspertrigger")),
-            fail_on_data_loss=_parse_bool(opts.get("failondataloss", "true"), "failOnDataLoss"),
-            consumer_group=opts.get("consumergroup", DEFAULT_CONSUMER_GROUP).strip()
-            or DEFAULT_CONSUMER_GROUP,
-        )
-
-
-def _parse_max_offsets(raw: str | None) -> int | None:
-    if raw is None or not raw.strip():
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError as exc:
-        raise ConfigError(f"maxOffsetsPerTrigger: expected an integer > 0, got {raw!r}") from exc
-    if value <= 0:
-        raise ConfigError(f"maxOffsetsPerTrigger: expected an integer > 0, got {raw!r}")
-    return value
-
-
-def _parse_bool(raw: str, option: str) -> bool:
-    value = raw.strip().lower()
-    if value not in ("true", "false"):
-        raise ConfigError(f"{option}: expected true or false, got {raw!r}")
-    return value == "true"
 
 
 # --- broker access (driver side) -----------------------------------------------------------------
@@ -305,17 +254,27 @@ class _Broker:
 
     def _call(self, fn: Callable[[_PullConsumer], _T]) -> _T:
         for attempt in (1, 2):
-            if self._consumer is None:
-                self._consumer = _new_consumer(self._opts.endpoints, self._opts.consumer_group,
-                                               self._opts.namesrv_addr)
             try:
+                if self._consumer is None:
+                    self._consumer = _new_consumer(self._opts.endpoints, self._opts.consumer_group,
+                                                   self._opts.namesrv_addr)
                 return fn(self._consumer)
+            except (BrokerUnavailable, RequestTimeout) as exc:
+                if attempt == 2:
+                    raise type(exc)(f"txmq source: no answer from {self._where()}: {exc}") from exc
+                _log.warning("txmq source: %s; reconnecting to %s", exc, self._where())
+                self.close()
             except TxmqError as exc:
                 if not exc.retriable or attempt == 2:
                     raise
                 _log.warning("txmq source: %s; reconnecting to %s", exc, self._opts.endpoints)
                 self.close()
         raise AssertionError("unreachable")
+
+    def _where(self) -> str:
+        if self._opts.endpoints:
+            return f"broker {self._opts.endpoints} (option endpoints)"
+        return f"name server(s) {self._opts.namesrv_addr} (option namesrvAddr)"
 
     def queues(self) -> list[QueueKey]:
         """Every (topic, queue) of the configured topics, sorted.
@@ -334,6 +293,27 @@ class _Broker:
         """``{queue: (min_offset, max_offset)}`` for every queue."""
         keys = self.queues()
         return self._call(lambda c: {k: (c.min_offset(*k), c.max_offset(*k)) for k in keys})
+
+    def resolve(self, spec: OffsetSpec) -> tuple[dict[QueueKey, int], dict[QueueKey, tuple[int, int]]]:
+        """``spec`` resolved for every queue (timestamps searched on the broker), and the bounds
+        it was resolved against."""
+        bounds = self.bounds()
+        times = spec.by_time(bounds)
+        found = self._call(lambda c: {k: c.search_offset(*k, t) for k, t in times.items()})
+        return spec.resolve(bounds, found), bounds
+
+    def pin(self, start: Mapping[QueueKey, int]) -> dict[QueueKey, int]:
+        """The start pinned as the consumer group's offsets on the broker: a queue that has a
+        group offset keeps it, the others get (and store) ``start``'s."""
+        stored = self._call(lambda c: {k: c.fetch_consumer_offset(*k) for k in start})
+        missing = {k: v for k, v in start.items() if stored[k] is None}
+
+        def store(c: _PullConsumer) -> None:
+            for (topic, queue_id), offset in missing.items():
+                c.commit_offset(topic, queue_id, offset)
+
+        self._call(store)
+        return {k: start[k] if stored[k] is None else int(stored[k] or 0) for k in start}
 
     def close(self) -> None:
         """Shut the consumer down (it is recreated on the next call)."""
@@ -593,18 +573,30 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._broker = _Broker(opts)
         self._target: dict[QueueKey, int] | None = None
         self._latest: dict[QueueKey, int] | None = None
+        self._initial: dict[str, int] | None = None
 
     def initialOffset(self) -> dict[str, int]:
-        """Offsets of ``startingOffsets`` for every queue of the topics.
+        """Offsets of ``startingOffsets`` (or the timestamps) for every queue of the topics.
 
-        Spark calls this again whenever batch 0 is (re)planned, so ``latest`` may resolve
-        differently after a restart; ``earliest`` and JSON maps are stable.
+        Spark calls this again whenever batch 0 is (re)planned. This reader answers the same each
+        time, and a start that uses ``latest`` is pinned as the ``consumerGroup``'s offsets on the
+        broker when first resolved, and read back from there by a later reader (a restart before
+        batch 0 is committed), so it does not move (see *Starting offsets* in the module docstring).
 
         Raises:
-            txmq.errors.RemoteError: TOPIC_NOT_EXIST; txmq.errors.ConfigError: a JSON map names a
-            queue the topic does not have.
+            txmq.errors.RemoteError: TOPIC_NOT_EXIST; txmq.errors.BrokerUnavailable: no broker or
+                name server answers. txmq.errors.ConfigError: a JSON map names a queue the topic
+                does not have, or a start is beyond its queue's ``max_offset``.
+            DataLossError: a start below its queue's ``min_offset`` (``failOnDataLoss``).
         """
-        return offsets_to_json(self._opts.starting_offsets.resolve(self._broker.bounds()))
+        if self._initial is None:
+            spec = self._opts.starting_offsets
+            start, bounds = self._broker.resolve(spec)
+            if spec.uses_latest():
+                start = self._broker.pin(start)
+            check_start(start, bounds, fail_on_data_loss=self._opts.fail_on_data_loss)
+            self._initial = offsets_to_json(start)
+        return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``ReadMaxRows(maxOffsetsPerTrigger)`` if the option is set, else ``ReadAllAvailable``."""
@@ -622,6 +614,7 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Raises:
             DataLossError: a queue's ``max_offset`` went below ``start`` (``failOnDataLoss``).
         """
+        fault(self._opts.faults, "latest-offset")
         begin = offsets_from_json(start)
         latest = self._broker.max_offsets()
         self._latest = latest
@@ -659,19 +652,21 @@ class TxmqBatchReader(DataSourceReader):
         self._opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Resolve the offsets once (on the planning worker) and plan one range per queue.
+        """Resolve the offsets and timestamps once (on the planning worker) and plan the ranges.
 
         Raises:
-            txmq.errors.ConfigError: an end beyond a queue's ``max_offset`` or below its start.
-            txmq.errors.RemoteError: TOPIC_NOT_EXIST.
+            txmq.errors.ConfigError: a start or an end beyond a queue's ``max_offset``, or an end
+                below its start. DataLossError: a start below ``min_offset`` (``failOnDataLoss``).
+            txmq.errors.RemoteError: TOPIC_NOT_EXIST. txmq.errors.BrokerUnavailable: no broker
+                or name server answers.
         """
         broker = _Broker(self._opts)
         try:
-            bounds = broker.bounds()
+            start, bounds = broker.resolve(self._opts.starting_offsets)
+            end, _ = broker.resolve(self._opts.ending_offsets)
         finally:
             broker.close()
-        start = self._opts.starting_offsets.resolve(bounds)
-        end = self._opts.ending_offsets.resolve(bounds)
+        check_start(start, bounds, fail_on_data_loss=self._opts.fail_on_data_loss)
         for key, high in end.items():
             where = f"queue {key[0]}/{key[1]}"
             if high > bounds[key][1]:
@@ -683,7 +678,10 @@ class TxmqBatchReader(DataSourceReader):
         return _plan_ranges(self._opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Rows of one :class:`QueueRange` (see :func:`read_queue_range`)."""
+        """Rows of one :class:`QueueRange` (see :func:`read_queue_range`); none for the placeholder
+        ``InputPartition(None)`` PySpark plans when :meth:`partitions` returned no range."""
+        if type(partition) is InputPartition and partition.value is None:
+            return iter(())
         return read_queue_range(_as_range(partition))
 
 
@@ -718,12 +716,23 @@ class TxmqDataSource(DataSource):
         return TxmqBatchReader(SourceOptions.parse(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """Micro-batch reader. Raises :class:`~txmq.errors.ConfigError` on bad options or schema."""
+        """Micro-batch reader. Raises :class:`~txmq.errors.ConfigError` on bad options or schema,
+        or ``startingOffsets`` using ``latest`` without an explicit ``consumerGroup``."""
         _check_schema(schema)
-        return TxmqStreamReader(SourceOptions.parse(self.options))
+        opts = SourceOptions.parse(self.options)
+        if opts.starting_offsets.uses_latest() and not opts.consumer_group_set:
+            raise ConfigError(
+                "startingOffsets latest in a stream needs option consumerGroup, a group of this query "
+                "alone: the start is pinned as that group's offsets on the broker (module docstring)"
+            )
+        if opts.ending_offsets.default_ms is not None or opts.ending_offsets.explicit_ms:
+            raise ConfigError("endingTimestamp/endingOffsetsByTimestamp are for batch reads only")
+        return TxmqStreamReader(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """The transactional sink (:mod:`txmq.spark._sink`). Raises ConfigError on bad options."""
+        """The transactional sink (:mod:`txmq.spark._sink`). Raises ConfigError on bad options or
+        a body column that is missing or neither BINARY nor STRING."""
         from txmq.spark._sink import SinkOptions, TxmqStreamWriter
 
-        return TxmqStreamWriter(SinkOptions.parse(dict(self.options)), schema.fieldNames())
+        return TxmqStreamWriter(SinkOptions.parse(dict(self.options)), schema.fieldNames(),
+                                {f.name: f.dataType.simpleString() for f in schema.fields})

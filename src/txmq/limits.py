@@ -844,3 +844,10 @@ RocketMQ's remoting server keeps)."""
 TLS_LISTEN_BACKLOG = 100
 """Pending connections the TLS-sniffing remoting listener queues (``asyncio.start_server``'s default
 ``backlog``, used when TLS is off) (txmq)."""
+
+# -- Spark source partitions (issue #17 item 2, helper "speed") -------------------------------------
+SPARK_SOURCE_PARTITION_ROWS_MAX = 100_000
+"""Most offsets one partition of the ``txmq`` Spark source reads: a queue's range beyond it is split
+into equal consecutive pieces, so a large range of one queue keeps several executors busy (Spark's
+Kafka source option ``maxRecordsPerPartition``; the value is txmq's: 100,000 rows of 256 B take an
+executor about 1-2 s here, far above the per-task overhead)."""

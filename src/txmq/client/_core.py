@@ -60,6 +60,7 @@ __all__ = [
     "ProcessQueue",
     "PullResult",
     "PullStatus",
+    "RawPullResult",
     "RemotingCore",
     "RouteInfo",
     "SendResult",
@@ -172,6 +173,18 @@ class PullResult(msgspec.Struct):
 
     status: PullStatus
     messages: list[MessageExt]
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+
+class RawPullResult(msgspec.Struct):
+    """One pull's reply body as the broker sent it (MessageExt records back to back, empty unless
+    ``status`` is FOUND; :func:`txmq.protocol.decode_message_exts` reads it) and where to
+    continue."""
+
+    status: PullStatus
+    body: bytes
     next_begin_offset: int
     min_offset: int
     max_offset: int

@@ -18,6 +18,7 @@ from txmq.client._core import (
     ConsumeFromWhere,
     PullResult,
     PullStatus,
+    RawPullResult,
     allocate,
     check_response,
     consumer_heartbeat,
@@ -72,9 +73,9 @@ class _PullMixin(_Client):
 
     group: str
 
-    async def _pull(self, topic: str, queue_id: int, offset: int, max_nums: int,
-                    suspend_ms: int = 0, commit_offset: int = -1,
-                    subscription: str = "*") -> PullResult:
+    async def _pull_raw(self, topic: str, queue_id: int, offset: int, max_nums: int,
+                        suspend_ms: int = 0, commit_offset: int = -1,
+                        subscription: str = "*") -> RawPullResult:
         flags = PULL_FLAG_SUBSCRIPTION | (PULL_FLAG_SUSPEND if suspend_ms > 0 else 0) | (
             PULL_FLAG_COMMIT_OFFSET if commit_offset >= 0 else 0)
         h = PullMessageRequestHeader(consumer_group=self.group, topic=topic, queue_id=queue_id,
@@ -87,11 +88,19 @@ class _PullMixin(_Client):
                               ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED)
         r = from_ext(resp.ext, PullMessageResponseHeader)
         if resp.code == ResponseCode.SUCCESS:
-            msgs = decode_message_exts(resp.body)
-            return PullResult(PullStatus.FOUND, msgs, r.next_begin_offset, r.min_offset, r.max_offset)
+            return RawPullResult(PullStatus.FOUND, resp.body, r.next_begin_offset, r.min_offset,
+                                 r.max_offset)
         status = PullStatus.OFFSET_ILLEGAL if resp.code == ResponseCode.PULL_OFFSET_MOVED else (
             PullStatus.NO_MATCHED_MSG if r.next_begin_offset != offset else PullStatus.NO_NEW_MSG)
-        return PullResult(status, [], r.next_begin_offset, r.min_offset, r.max_offset)
+        return RawPullResult(status, b"", r.next_begin_offset, r.min_offset, r.max_offset)
+
+    async def _pull(self, topic: str, queue_id: int, offset: int, max_nums: int,
+                    suspend_ms: int = 0, commit_offset: int = -1,
+                    subscription: str = "*") -> PullResult:
+        r = await self._pull_raw(topic, queue_id, offset, max_nums, suspend_ms, commit_offset,
+                                 subscription)
+        msgs = decode_message_exts(r.body) if r.status is PullStatus.FOUND else []
+        return PullResult(r.status, msgs, r.next_begin_offset, r.min_offset, r.max_offset)
 
     async def _offset_of(self, code: RequestCode, ext: dict[str, str]) -> int:
         return from_ext(check_response(await self.call(code, ext)).ext, OffsetResponseHeader).offset
@@ -204,6 +213,13 @@ class AsyncPullConsumer(_PullMixin):
     async def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32) -> PullResult:
         """Up to ``max_nums`` messages from ``offset`` (no waiting, no position kept)."""
         return await self._pull(topic, queue_id, offset, max(1, min(max_nums, limits.PULL_BATCH_MAX)))
+
+    async def pull_raw(self, topic: str, queue_id: int, offset: int,
+                       max_nums: int = 32) -> RawPullResult:
+        """As :meth:`pull`, but the reply body undecoded (for readers that decode it in bulk,
+        such as the Spark source)."""
+        return await self._pull_raw(topic, queue_id, offset,
+                                    max(1, min(max_nums, limits.PULL_BATCH_MAX)))
 
     # -- assign / subscribe -------------------------------------------------------------------------
     def assign(self, queues: list[MessageQueue] | list[tuple[str, int]]) -> None:

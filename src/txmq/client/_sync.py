@@ -21,6 +21,7 @@ from txmq.client._consumer import AsyncPushConsumer, MessageListener
 from txmq.client._core import (
     LocalTransactionState,
     PullResult,
+    RawPullResult,
     SendResult,
     TransactionSendResult,
     check_response,
@@ -234,6 +235,10 @@ class PullConsumer(_SyncClient):
 
     def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32) -> PullResult:
         return self._run(self._a.pull(topic, queue_id, offset, max_nums))
+
+    def pull_raw(self, topic: str, queue_id: int, offset: int, max_nums: int = 32) -> RawPullResult:
+        """See :meth:`AsyncPullConsumer.pull_raw`."""
+        return self._run(self._a.pull_raw(topic, queue_id, offset, max_nums))
 
     def commit_offset(self, topic: str, queue_id: int, offset: int) -> None:
         self._run(self._a.commit_offset(topic, queue_id, offset))

@@ -86,6 +86,7 @@ What Spark guarantees and what this source adds (facts from docs/pyspark.md, PyS
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -119,7 +120,12 @@ from pyspark.sql.types import (
 from txmq import limits
 from txmq.errors import BrokerUnavailable, ConfigError, RequestTimeout, TxmqError
 from txmq.protocol import MessageExt
-from txmq.spark._arrow import ARROW_SCHEMA, messages_to_record_batch
+from txmq.spark._arrow import (
+    ARROW_SCHEMA,
+    PullBatch,
+    messages_to_record_batch,
+    pull_body_to_record_batch,
+)
 from txmq.spark._offsets import (
     EARLIEST,
     LATEST,
@@ -142,6 +148,7 @@ __all__ = [
     "DEFAULT_CONSUMER_GROUP",
     "EARLIEST",
     "LATEST",
+    "PARTITION_ROWS_MAX",
     "ROWS_PER_ARROW_BATCH",
     "SCHEMA",
     "SCHEMA_DDL",
@@ -160,6 +167,7 @@ __all__ = [
     "offsets_to_json",
     "range_start",
     "read_queue_range",
+    "split_range",
 ]
 
 _log = logging.getLogger(__name__)
@@ -170,6 +178,9 @@ ROWS_PER_ARROW_BATCH = 4096
 ARROW_BATCH_BYTES_MAX = 32 * 1024 * 1024
 """A batch yielded by ``read`` is closed once its bodies reach this many bytes (so a batch of large
 messages stays far below Arrow's 2 GiB per column; one message alone may exceed it)."""
+
+PARTITION_ROWS_MAX = limits.SPARK_SOURCE_PARTITION_ROWS_MAX
+"""Most offsets one partition reads (see :func:`split_range`)."""
 
 PULL_MAX_NUMS = limits.PULL_BATCH_MAX
 """Most messages asked for in one pull while reading a range (the broker may return fewer)."""
@@ -355,11 +366,12 @@ class QueueRange(InputPartition):
 def _plan_ranges(
     opts: SourceOptions, start: Mapping[QueueKey, int], end: Mapping[QueueKey, int]
 ) -> list[QueueRange]:
-    """One :class:`QueueRange` per queue with rows in ``(start, end]``, in queue order."""
+    """The :class:`QueueRange` partitions of every queue with rows in ``[start, end)``, in queue
+    and offset order: one per queue, or :func:`split_range`'s pieces when a queue's range is
+    longer than :data:`PARTITION_ROWS_MAX` (the same offsets always give the same partitions)."""
     ranges = []
     for key in sorted(end):
-        low, high = range_start(start, key), end[key]
-        if high > low:
+        for low, high in split_range(range_start(start, key), end[key], PARTITION_ROWS_MAX):
             ranges.append(
                 QueueRange(
                     endpoints=opts.endpoints,
@@ -373,6 +385,24 @@ def _plan_ranges(
                 )
             )
     return ranges
+
+
+def split_range(start: int, end: int, rows_max: int) -> list[tuple[int, int]]:
+    """``[start, end)`` as the fewest consecutive pieces of at most ``rows_max`` offsets, their sizes
+    differing by one at most (larger first); ``[]`` when ``end <= start``. Raises ValueError when
+    ``rows_max < 1``."""
+    if rows_max < 1:
+        raise ValueError(f"rows_max must be >= 1, got {rows_max}")
+    if end <= start:
+        return []
+    pieces = -(-(end - start) // rows_max)
+    size, extra = divmod(end - start, pieces)
+    out, low = [], start
+    for i in range(pieces):
+        high = low + size + (1 if i < extra else 0)
+        out.append((low, high))
+        low = high
+    return out
 
 
 def read_queue_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
@@ -399,43 +429,82 @@ def read_queue_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
         consumer.shutdown()
 
 
-def _record_batches(runs: Iterator[Sequence[MessageExt]]) -> Iterator[pa.RecordBatch]:
-    """Regroup runs of messages into batches of :data:`ROWS_PER_ARROW_BATCH` rows at most, each
+def _record_batches(runs: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Regroup runs of rows into batches of :data:`ROWS_PER_ARROW_BATCH` rows at most, each
     closed once its bodies reach :data:`ARROW_BATCH_BYTES_MAX` bytes."""
-    pending: list[MessageExt] = []
-    size = 0
+    pending: list[pa.RecordBatch] = []
+    rows = size = 0
     for run in runs:
-        for message in run:
-            pending.append(message)
-            size += len(message.body)
-            if len(pending) >= ROWS_PER_ARROW_BATCH or size >= ARROW_BATCH_BYTES_MAX:
-                yield messages_to_record_batch(pending)
-                pending, size = [], 0
+        while run.num_rows:
+            take = min(run.num_rows, ROWS_PER_ARROW_BATCH - rows)
+            bodies = run.column(2)  # binary: int32 offsets, from the slice's offset on
+            ends = memoryview(bodies.buffers()[1]).cast("i")[bodies.offset :]
+            if size + ends[take] - ends[0] >= ARROW_BATCH_BYTES_MAX:  # rare: find the row
+                take = next(i for i in range(1, take + 1)
+                            if size + ends[i] - ends[0] >= ARROW_BATCH_BYTES_MAX)
+            pending.append(run.slice(0, take))
+            rows += take
+            size += ends[take] - ends[0]
+            run = run.slice(take)
+            if rows >= ROWS_PER_ARROW_BATCH or size >= ARROW_BATCH_BYTES_MAX:
+                yield _joined(pending)
+                pending, rows, size = [], 0, 0
     if pending:
-        yield messages_to_record_batch(pending)
+        yield _joined(pending)
+
+
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+
+class _Reply:
+    """One pull's answer before decoding: status name, the reply body (raw pulls) or messages (a
+    consumer without raw pulls), and the offset the broker says comes next."""
+
+    __slots__ = ("messages", "next_offset", "raw", "status")
+
+    def __init__(self, status: str, raw: bytes, messages: Sequence[MessageExt], next_offset: int) -> None:
+        self.status, self.raw, self.messages, self.next_offset = status, raw, messages, next_offset
+
+    def rows(self) -> PullBatch | None:
+        """The rows (decoded here, on the caller's thread), or None when it found nothing."""
+        if self.status != "FOUND" or not (self.raw or self.messages):
+            return None
+        if self.raw:
+            return pull_body_to_record_batch(self.raw)
+        ms = self.messages
+        return PullBatch(messages_to_record_batch(ms), [m.queue_offset for m in ms],
+                         {(m.topic, m.queue_id) for m in ms})
 
 
 class _Pulls:
     """The pulls reading one range, with the next one requested ahead on a helper thread.
 
-    :meth:`prefetch` starts the pull the reader will most likely need next, so the broker reads and
-    sends it while the reader converts the previous one; :meth:`get` returns it if it is for the
-    wanted offset and pulls directly otherwise. Every request is
-    ``pull(topic, queue_id, offset, min(PULL_MAX_NUMS, end - offset))``, prefetched or not.
+    :meth:`prefetch` starts the pull the reader will most likely need next (where the broker says
+    the last one ended) before the reader decodes the last one, so the broker reads and sends it
+    while the reader decodes and hands rows to Spark; :meth:`get` returns it if it is for the
+    wanted offset and pulls directly otherwise. Every request is ``pull_raw`` (or ``pull``, for a
+    consumer without it) of ``(topic, queue_id, offset, min(PULL_MAX_NUMS, end - offset))``.
     """
 
     def __init__(self, consumer: _PullConsumer, part: QueueRange) -> None:
         self.consumer = consumer
         self._part = part
         self._pool: ThreadPoolExecutor | None = None
-        self._ahead: tuple[int, Future[_PullResult]] | None = None
+        self._ahead: tuple[int, Future[_Reply]] | None = None
 
-    def _pull(self, offset: int) -> _PullResult:
+    def _pull(self, offset: int) -> _Reply:
         part = self._part
         want = min(PULL_MAX_NUMS, part.end - offset)
-        return self.consumer.pull(part.topic, part.queue_id, offset, max_nums=want)
+        raw = getattr(self.consumer, "pull_raw", None)
+        if raw is None:  # a consumer without raw pulls (the tests' fakes): messages
+            result = self.consumer.pull(part.topic, part.queue_id, offset, max_nums=want)
+            ms = result.messages if result.status.name == "FOUND" else ()
+            return _Reply(result.status.name, b"", ms, ms[-1].queue_offset + 1 if ms else offset)
+        reply = raw(part.topic, part.queue_id, offset, max_nums=want)
+        return _Reply(reply.status.name, reply.body, (), reply.next_begin_offset)
 
-    def get(self, offset: int) -> _PullResult:
+    def get(self, offset: int) -> _Reply:
         """The pull at ``offset``. Raises what the consumer's ``pull`` raises."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
@@ -461,54 +530,57 @@ class _Pulls:
             self._pool.shutdown()
 
 
-def _runs_in_range(pulls: _Pulls, part: QueueRange) -> Iterator[Sequence[MessageExt]]:
-    """The messages of ``[part.start, part.end)`` in offset order, as runs of pulled messages."""
+def _runs_in_range(pulls: _Pulls, part: QueueRange) -> Iterator[pa.RecordBatch]:
+    """The rows of ``[part.start, part.end)`` in offset order, as runs of pulled rows."""
     offset = part.start
     while offset < part.end:
-        result = pulls.get(offset)
-        messages = result.messages if result.status.name == "FOUND" else ()
-        if not messages:
-            offset = _after_missing(pulls.consumer, part, offset, result.status.name)
+        reply = pulls.get(offset)
+        if reply.status == "FOUND":
+            pulls.prefetch(reply.next_offset)  # before decoding: the broker works meanwhile
+        rows = reply.rows()
+        if rows is None:
+            offset = _after_missing(pulls.consumer, part, offset, reply.status)
             continue
-        pulls.prefetch(messages[-1].queue_offset + 1)
-        if _is_dense(messages, part, offset):
-            run = messages[: part.end - offset]
-            offset += len(run)
+        if _is_dense(rows, part, offset):
+            run = rows.batch.slice(0, part.end - offset)
+            offset += run.num_rows
         else:
-            run, offset = _checked_run(pulls.consumer, part, offset, messages)
-        if run:
+            run, offset = _checked_run(pulls.consumer, part, offset, rows)
+        if run.num_rows:
             yield run
 
 
-def _is_dense(messages: Sequence[MessageExt], part: QueueRange, offset: int) -> bool:
-    """Whether ``messages`` are the queue's offsets ``offset, offset + 1, ...`` (the usual case)."""
-    topic, queue_id = part.topic, part.queue_id
-    return all(
-        m.queue_offset == o and m.queue_id == queue_id and m.topic == topic
-        for o, m in enumerate(messages, offset)
-    )
+def _is_dense(rows: PullBatch, part: QueueRange, offset: int) -> bool:
+    """Whether ``rows`` are the queue's offsets ``offset, offset + 1, ...`` (the usual case)."""
+    offsets = rows.queue_offsets
+    return (rows.queues == {(part.topic, part.queue_id)} and offsets[0] == offset
+            and offsets[-1] == offset + len(offsets) - 1
+            and list(offsets) == list(range(offset, offset + len(offsets))))
 
 
 def _checked_run(
-    consumer: _PullConsumer, part: QueueRange, offset: int, messages: Sequence[MessageExt]
-) -> tuple[list[MessageExt], int]:
-    """Check a pull at ``offset`` message by message: skip offsets deleted by retention (with
-    ``failOnDataLoss=false``) or raise :class:`DataLossError`. Returns the messages to keep and the
+    consumer: _PullConsumer, part: QueueRange, offset: int, rows: PullBatch
+) -> tuple[pa.RecordBatch, int]:
+    """Check a pull at ``offset`` row by row: skip offsets deleted by retention (with
+    ``failOnDataLoss=false``) or raise :class:`DataLossError`. Returns the rows to keep and the
     next offset to read (``>= part.end`` when the range is done)."""
-    run: list[MessageExt] = []
-    for message in messages:
-        if message.queue_offset != offset:
-            offset = _after_gap(consumer, part, offset, message.queue_offset)
+    keep: list[int] = []
+    topics = rows.batch.column("topic").to_pylist()
+    queue_ids = rows.batch.column("queue_id").to_pylist()
+    for i, found in enumerate(rows.queue_offsets):
+        if found != offset:
+            offset = _after_gap(consumer, part, offset, found)
         if offset >= part.end:
             break
-        if message.topic != part.topic or message.queue_id != part.queue_id:
+        if topics[i] != part.topic or queue_ids[i] != part.queue_id:
             raise DataLossError(
                 f"txmq {_where(part)}: pull at offset {offset} returned a message of "
-                f"{message.topic}/{message.queue_id}"
+                f"{topics[i]}/{queue_ids[i]}"
             )
-        run.append(message)
+        keep.append(i)
         offset += 1
-    return run, offset
+    indices = pa.Array.from_buffers(pa.int32(), len(keep), [None, pa.py_buffer(array("i", keep))])
+    return rows.batch.take(indices), offset  # (pa.array would import pandas: see _arrow)
 
 
 def _where(part: QueueRange) -> str:
@@ -630,7 +702,8 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if self._latest is None else offsets_to_json(self._latest)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        """One :class:`QueueRange` per queue with rows between ``start`` and ``end``."""
+        """:class:`QueueRange` partitions of the rows between ``start`` and ``end``: one per queue,
+        more for a queue with over :data:`PARTITION_ROWS_MAX` of them."""
         return _plan_ranges(self._opts, offsets_from_json(start), offsets_from_json(end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

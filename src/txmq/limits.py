@@ -844,3 +844,9 @@ RocketMQ's remoting server keeps)."""
 TLS_LISTEN_BACKLOG = 100
 """Pending connections the TLS-sniffing remoting listener queues (``asyncio.start_server``'s default
 ``backlog``, used when TLS is off) (txmq)."""
+
+# -- Spark standalone cluster (issue #17 item 1, helper "cluster") ---------------------------------
+SPARK_CLUSTER_START_TIMEOUT_S = 120.0
+"""Longest :class:`txmq.testing.SparkCluster` waits for its master and workers to start and the
+workers to register (s): each is a JVM, about 3-5 s apiece on an idle 2-core machine, much more
+under load (txmq)."""

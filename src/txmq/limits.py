@@ -851,3 +851,9 @@ SPARK_SOURCE_PARTITION_ROWS_MAX = 100_000
 into equal consecutive pieces, so a large range of one queue keeps several executors busy (Spark's
 Kafka source option ``maxRecordsPerPartition``; the value is txmq's: 100,000 rows of 256 B take an
 executor about 1-2 s here, far above the per-task overhead)."""
+
+# -- Spark standalone cluster (issue #17 item 1, helper "cluster") ---------------------------------
+SPARK_CLUSTER_START_TIMEOUT_S = 120.0
+"""Longest :class:`txmq.testing.SparkCluster` waits for its master and workers to start and the
+workers to register (s): each is a JVM, about 3-5 s apiece on an idle 2-core machine, much more
+under load (txmq)."""

@@ -16,7 +16,7 @@ _KEYS = ("outbox_transport", "rollback_topic",
          "producer_crashes", "crash_orders_committed_by_check", "crash_orders_rolled_back_by_check",
          "resent_after_crash", "check_backs", "ledger_received_distinct", "ledger_duplicates",
          "ledger_rejected", "compensated", "lost", "phantom", "spark_orders", "q1_matches_oracle",
-         "revenue_matches_oracle", "spark_skipped", "elapsed_s")
+         "revenue_matches_oracle", "spark_skipped", "spark_master", "spark_stage_s", "elapsed_s")
 
 
 def demo(
@@ -36,6 +36,13 @@ def demo(
         help="URL of that broker (default amqp://guest:guest@127.0.0.1:5672/, "
              "nats://127.0.0.1:4222).")] = None,
     spark: Annotated[bool, typer.Option(help="Run the Spark stage.")] = True,
+    spark_master: Annotated[str, typer.Option(
+        help="Run the Spark stage on this master: local[N] or a standalone spark://host:port "
+             "(its workers need this Python environment at the same path, the broker, and the run "
+             "directory).")] = "local[2]",
+    spark_cluster: Annotated[bool, typer.Option(
+        "--spark-cluster", help="Start a standalone Spark cluster of 2 workers (1 core each) on "
+                                "loopback for the Spark stage, and stop it after.")] = False,
 ) -> None:
     """Run the main job: TPC-H orders as transactional messages into a ledger and Spark; verify."""
     from txmq.demo._run import DemoOptions, run_demo
@@ -44,7 +51,8 @@ def demo(
     opts = DemoOptions(sf=sf, broker=broker, namesrv_addr=namesrv_addr, report=report,
                        producers=producers,
                        producer_threads=threads, outbox_transport=outbox_transport,
-                       outbox_url=outbox_url, spark=spark)
+                       outbox_url=outbox_url, spark=spark, spark_master=spark_master,
+                       spark_cluster=spark_cluster)
     if run_dir is not None:
         opts.run_dir = run_dir
     try:

@@ -7,6 +7,10 @@ message is settled → wait until the ledger has caught up → wait until every 
 rejected came back as a ROLLBACK event and was cancelled → run the Spark Structured Streaming query
 (``Trigger.AvailableNow``) over the order and rollback topics → verify against the order database.
 
+The Spark stage runs on ``local[2]`` by default, on a standalone master (``spark_master``), or on a
+two-worker cluster started for it (``spark_cluster``, see docs/spark-cluster.md); the report names
+the master (``spark_master``) and the stage's time (``spark_stage_s``).
+
 The ledger's ROLLBACK events (the local message table's part) go through txmq's broker by default,
 or through RabbitMQ or NATS JetStream (``DemoOptions.outbox_transport``); the transactional orders
 always go through txmq's broker. On another broker the rollback topic gets a per-run name
@@ -54,6 +58,8 @@ COMPENSATE_TIMEOUT_S = 120.0
 OUTBOX_URLS = {"txmq": "", "rabbitmq": "amqp://guest:guest@127.0.0.1:5672/",
                "nats": "nats://127.0.0.1:4222"}
 """``--outbox-transport`` → the default URL of that broker (txmq: the demo's own broker)."""
+SPARK_CLUSTER_WORKERS = 2
+"""Workers (1 core each) of the cluster ``--spark-cluster`` starts: the issue's two executors."""
 DELAY_LEVELS = " ".join(["200ms"] * 18)
 """The demo broker's ``message_delay_level``: every retry after 200 ms."""
 
@@ -86,6 +92,13 @@ class DemoOptions:
     """The URL of that broker (default :data:`OUTBOX_URLS`); refused with ``txmq``."""
     spark: bool = True
     """Run the Spark stage (off: the report's Spark checks are skipped, not failed)."""
+    spark_master: str = "local[2]"
+    """Where the Spark stage runs: ``local[N]`` or a standalone master ``spark://host:port`` (its
+    workers must reach the broker and share the run directory's file system)."""
+    spark_cluster: bool = False
+    """Start a standalone cluster of :data:`SPARK_CLUSTER_WORKERS` workers on loopback
+    (:class:`txmq.testing.SparkCluster`, under ``<run_dir>/spark-cluster``) for the Spark stage,
+    instead of ``spark_master``."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,16 @@ def _resolve_outbox(opts: DemoOptions) -> _Outbox:
     if got != kind:
         raise ConfigError(f"outbox URL is a {got} URL, but --outbox-transport is {kind}")
     return _Outbox(kind, url, f"{ROLLBACK_TOPIC}-{uuid.uuid4().hex[:8]}")
+
+
+def _check_spark_master(opts: DemoOptions) -> None:
+    """Raises ConfigError for a master that is not ``local…`` or ``spark://…``, or one given
+    together with ``spark_cluster``."""
+    master = opts.spark_master
+    if not master.startswith(("local", "spark://")):
+        raise ConfigError(f"spark master {master!r}: use local[N] or spark://host:port")
+    if opts.spark_cluster and not master.startswith("local"):
+        raise ConfigError("--spark-cluster starts its own master: drop --spark-master")
 
 
 class _Stages:
@@ -320,7 +343,8 @@ def _spark_stage(opts: DemoOptions, endpoints: str, order_db: Path, progress: Pr
     from txmq.demo import spark_pipeline as pipeline
 
     task = progress.add_task("spark: streaming query", total=None)
-    spark = txspark.spark_session("txmq-demo")
+    spark = txspark.spark_session("txmq-demo", master=opts.spark_master)
+    run_dir = opts.run_dir.resolve()  # executors of a cluster run in their own directories
     try:
         txspark.register(spark)
         stream = (
@@ -330,14 +354,14 @@ def _spark_stage(opts: DemoOptions, endpoints: str, order_db: Path, progress: Pr
             .option("startingOffsets", "earliest")
             .load()
         )
-        out = opts.run_dir / "spark" / "lineitems"
+        out = run_dir / "spark" / "lineitems"
         q = pipeline.start_lineitem_stream(
-            stream, out, opts.run_dir / "spark" / "checkpoint", query_name="orders_lineitems"
+            stream, out, run_dir / "spark" / "checkpoint", query_name="orders_lineitems"
         )
         q.awaitTermination()
         q1_df = pipeline.q1(spark, out)
         rev_df = pipeline.revenue_by_orderdate(spark, out)
-        pipeline.write_results(q1_df, rev_df, opts.run_dir / "spark")
+        pipeline.write_results(q1_df, rev_df, run_dir / "spark")
         live = pipeline.committed_lineitems(spark, out)  # committed minus compensated
         keys = {r[0] for r in live.select("o_orderkey").distinct().collect()}
         q1_rows, rev_rows = pipeline.collect_rows(q1_df), pipeline.collect_rows(rev_df)
@@ -373,6 +397,26 @@ def _start_services(opts: DemoOptions, endpoints: str, side: _Outbox, order_db: 
     return ledgers, compensator
 
 
+@contextmanager
+def _spark_master(opts: DemoOptions, stage: _Stages, console: Console) -> Iterator[None]:
+    """With ``opts.spark_cluster``: a standalone cluster started for the Spark stage (its start
+    timed as stage ``spark_cluster_start``), ``opts.spark_master`` pointing at it, stopped after."""
+    if not opts.spark_cluster:
+        yield
+        return
+    from txmq.testing import SparkCluster
+
+    with stage("spark_cluster_start"):
+        cluster = SparkCluster(opts.run_dir / "spark-cluster", workers=SPARK_CLUSTER_WORKERS).start()
+    opts.spark_master = cluster.master_url
+    console.print(f"Spark standalone cluster at {cluster.master_url}: {SPARK_CLUSTER_WORKERS} "
+                  f"workers of 1 core")
+    try:
+        yield
+    finally:
+        cluster.stop()
+
+
 def _skipped_spark() -> dict[str, Any]:
     return {"orderkeys": set(), "q1_diffs": [], "revenue_diffs": [], "q1_rows": [], "skipped": True}
 
@@ -382,8 +426,11 @@ def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
 
     Raises:
         DemoError: a process failed or a wait timed out.
-        ConfigError: a bad ``outbox_transport`` / ``outbox_url``.
+        ConfigError: a bad ``outbox_transport`` / ``outbox_url``, or both ``spark_cluster`` and
+            a ``spark_master`` other than ``local[…]``, or a ``spark_master`` that is neither.
+        txmq.testing.SparkClusterError: the cluster of ``spark_cluster`` did not start.
     """
+    _check_spark_master(opts)
     t0 = time.monotonic()
     stage = _Stages()
     side = _resolve_outbox(opts)
@@ -420,7 +467,7 @@ def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
                 p.terminate()
             spark = _skipped_spark()
             if opts.spark:
-                with stage("spark"):
+                with _spark_master(opts, stage, console), stage("spark"):
                     spark = _spark_stage(opts, endpoints, order_db, progress,
                                          with_rollbacks=side.kind == "txmq")
     finally:
@@ -517,6 +564,8 @@ def _report(
         "ledger_duplicates": dups,
         **_compensation_report(committed, received, comp),
         "spark_skipped": bool(spark.get("skipped")),
+        "spark_master": opts.spark_master,
+        "spark_stage_s": stages.get("spark"),
         "spark_orders": len(spark["orderkeys"]),
         "spark_missing": len(live - spark["orderkeys"]),
         "spark_phantom": len(spark["orderkeys"] - live),

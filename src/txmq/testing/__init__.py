@@ -1,12 +1,15 @@
 """Helpers for tests, ours and our users': a real broker process on a free port, a sans-IO broker
-harness with a hand-driven clock, a polling wait for conditions on real processes, and Debian's
-Chromium under Playwright for browser tests (:mod:`txmq.testing.browser`)."""
+harness with a hand-driven clock, a polling wait for conditions on real processes, a Spark standalone
+cluster of separate JVMs (:class:`SparkCluster`), and Debian's Chromium under Playwright for browser
+tests (:mod:`txmq.testing.browser`)."""
 
 from txmq.testing._broker import BrokerProcess, run_broker
 from txmq.testing._certs import TestCertificates, make_test_certificates
 from txmq.testing._harness import END_TYPES, BrokerHarness
+from txmq.testing._spark_cluster import SparkCluster, SparkClusterError
 from txmq.testing._wait import wait_until
 from txmq.testing.browser import ChromiumUnavailable, chromium, ensure_chromium
 
-__all__ = ["END_TYPES", "BrokerHarness", "BrokerProcess", "ChromiumUnavailable", "TestCertificates",
-           "chromium", "ensure_chromium", "make_test_certificates", "run_broker", "wait_until"]
+__all__ = ["END_TYPES", "BrokerHarness", "BrokerProcess", "ChromiumUnavailable", "SparkCluster",
+           "SparkClusterError", "TestCertificates", "chromium", "ensure_chromium",
+           "make_test_certificates", "run_broker", "wait_until"]

@@ -43,6 +43,7 @@ from txmq.protocol import (
     STOREHOSTADDRESS_V6_FLAG,
     MessageExt,
     decode_message_exts,
+    decode_properties,
 )
 
 __all__ = ["ARROW_SCHEMA", "PullBatch", "messages_to_record_batch", "pull_body_to_record_batch"]
@@ -272,7 +273,7 @@ def _split_properties(texts: list[str]) -> tuple[list[str], list[str], list[str]
     ``decode_properties`` and the decoder's TAGS/KEYS split read them.
 
     The common string (``name\\u0001value\\u0002`` entries, names and values non-empty) is split
-    by C-level ``map``; any other goes through :func:`_parse_properties`."""
+    by C-level ``map``; any other goes through :func:`~txmq.protocol.decode_properties`."""
     keys, tags, ids, maps = [], [], [], []
     sep = repeat(NAME_VALUE_SEPARATOR)
     for text in texts:
@@ -282,21 +283,11 @@ def _split_properties(texts: list[str]) -> tuple[list[str], list[str], list[str]
         try:
             props = dict(map(str.split, entries, sep))
         except ValueError:  # an entry without a separator, or with two
-            props = _parse_properties(text)
+            props = decode_properties(text)
         if "" in props or "" in props.values():
-            props = _parse_properties(text)
+            props = decode_properties(text)
         tags.append(props.pop(PROPERTY_TAGS, ""))
         keys.append((props.pop(PROPERTY_KEYS, "").split(None, 1) or ("",))[0])
         ids.append(props.get(PROPERTY_UNIQ_KEY, ""))
         maps.append(props)
     return keys, tags, ids, maps
-
-
-def _parse_properties(text: str) -> dict[str, str]:
-    """RocketMQ's reading of a properties string (:func:`txmq.protocol.decode_properties`)."""
-    props: dict[str, str] = {}
-    for entry in text.split(PROPERTY_SEPARATOR):
-        k, _, v = entry.partition(NAME_VALUE_SEPARATOR)
-        if k and v:
-            props[k] = v
-    return props

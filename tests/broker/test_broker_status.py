@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -20,13 +19,7 @@ from txmq.broker import BrokerConfig
 from txmq.broker.server import BrokerServer
 from txmq.client import Message, Producer, PullConsumer
 from txmq.store import FileStore, MemoryStore, Record
-from txmq.testing import run_broker, wait_until
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from txmq.testing import free_port, run_broker, wait_until
 
 
 def _txmq(*args: str) -> subprocess.CompletedProcess[str]:
@@ -53,7 +46,7 @@ def test_a_broker_started_on_a_poison_delay_message_keeps_delivering_and_reports
                                       (2, {"REAL_TOPIC": "t", "REAL_QID": "abc"}))])
     store.flush()
     store.close()
-    metrics_port = _free_port()
+    metrics_port = free_port()
     with run_broker(tmp_path / "b", topics={"t": 2}, message_delay_level="200ms 400ms",
                     metrics_port=metrics_port) as b:
         with Producer("p", b.endpoints) as p:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,17 +23,11 @@ from txmq.client import (
     PullConsumer,
     TransactionProducer,
 )
-from txmq.testing import BrokerProcess, run_broker, wait_until
+from txmq.testing import BrokerProcess, free_port, run_broker, wait_until
 
 DASHBOARD = Path(__file__).parents[2] / "docs" / "grafana" / "txmq-dashboard.json"
 TOPIC, TX_TOPIC, GROUP = "metrics-t", "metrics-tx", "metrics-g"
 NORMAL, DELAYED = 6, 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Broker:
@@ -64,7 +57,7 @@ def value(scrape: dict[str, Any], name: str, **labels: str) -> float:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    port = _free_port()
+    port = free_port()
     topics = {TOPIC: 2, TX_TOPIC: 1, "metrics-pending": 1}
     with run_broker(tmp_path_factory.mktemp("metrics-broker"), topics=topics, metrics_port=port,
                     message_delay_level="100ms 200ms") as b:

@@ -36,18 +36,12 @@ from txmq.client import (
 )
 from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, ResponseCode
 from txmq.protocol import Command, RequestCode, SendMessageRequestHeaderV2, encode_command, to_ext
-from txmq.testing import BrokerProcess, TestCertificates, make_test_certificates, run_broker
+from txmq.testing import BrokerProcess, TestCertificates, free_port, make_test_certificates, run_broker
 
 pytestmark = pytest.mark.slow
 
 TOPICS = {"orders": 2, "tx": 1}
 ROOT = {"access_key": "root", "secret_key": "root-sk"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +57,8 @@ def _tls(certs: TestCertificates, mode: str, **extra: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def enforcing(tmp_path_factory: pytest.TempPathFactory,
               certs: TestCertificates) -> Iterator[BrokerProcess]:
-    with run_broker(tmp_path_factory.mktemp("enforcing"), topics=TOPICS, grpc_port=_free_port(),
-                    metrics_port=_free_port(), tls=_tls(certs, "enforcing"),
+    with run_broker(tmp_path_factory.mktemp("enforcing"), topics=TOPICS, grpc_port=free_port(),
+                    metrics_port=free_port(), tls=_tls(certs, "enforcing"),
                     transaction_timeout_ms=300, transaction_check_interval_ms=300) as b:
         yield b
 

@@ -29,7 +29,7 @@ from txmq.broker.acl import Accounts, Action, Decision, PolicyEntry, Resource, U
 from txmq.client import Admin
 from txmq.errors import ResponseCode
 from txmq.protocol import FrameDecoder
-from txmq.testing import BrokerProcess, run_broker
+from txmq.testing import BrokerProcess, free_port, run_broker
 from txmq.testing.rocketmq_grpc import REQUIRE_ENV as GRPC_REQUIRE_ENV
 from txmq.testing.rocketmq_grpc import GrpcClientUnavailable, ensure_env
 
@@ -54,12 +54,6 @@ def _accounts() -> Accounts:
              PolicyEntry(r("Topic:acl-secret"), (Action.ALL,), Decision.DENY))
     return Accounts({"alice": User("alice", "alice-sk", UserType.NORMAL, alice),
                      "root": User("root", "root-sk", UserType.SUPER)})
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Relay:
@@ -110,7 +104,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory, relay: Relay) -> Iterator[B
     d = tmp_path_factory.mktemp("acl-broker")
     save_accounts(d / "acl.toml", _accounts())
     with run_broker(d / "b", topics=TOPICS, acl_enable=True, acl_file=str(d / "acl.toml"),
-                    grpc_port=_free_port(), store={"store_host": f"127.0.0.1:{relay.port}"}) as b:
+                    grpc_port=free_port(), store={"store_host": f"127.0.0.1:{relay.port}"}) as b:
         relay.target = ("127.0.0.1", b.port)
         yield b
 

@@ -29,7 +29,7 @@ from txmq.client import (
     PushConsumer,
     TransactionProducer,
 )
-from txmq.testing import BrokerProcess, run_broker, wait_until
+from txmq.testing import BrokerProcess, free_port, run_broker, wait_until
 from txmq.testing.rocketmq_grpc import (
     CLIENT_LOG,
     REQUIRE_ENV,
@@ -71,12 +71,6 @@ def py_client() -> Path:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{REQUIRE_ENV}=1 but the official gRPC client environment cannot be built: {e}")
         pytest.skip(f"the official gRPC client environment cannot be built here (is PyPI reachable?): {e}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def listening(port: int) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ import pytest
 
 from txmq.broker.acl import Accounts, User, UserType, save_accounts
 from txmq.client import Admin, Message, Producer, PullConsumer
-from txmq.testing import BrokerProcess, TestCertificates, make_test_certificates, run_broker
+from txmq.testing import BrokerProcess, TestCertificates, free_port, make_test_certificates, run_broker
 from txmq.testing.rocketmq_grpc import REQUIRE_ENV as GRPC_REQUIRE_ENV
 from txmq.testing.rocketmq_grpc import GrpcClientUnavailable, ensure_env
 
@@ -38,12 +37,6 @@ TOPICS = {"tls-grpc": 2, "tls-plain": 1, "tls-cpp": 1}
 ROOT = {"access_key": "root", "secret_key": "root-sk"}
 RUN_TIMEOUT_S = 120
 Event = dict[str, Any]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +59,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory, certs: TestCertificates) ->
     acl = tmp_path_factory.mktemp("acl") / "acl.toml"
     save_accounts(acl, Accounts({"root": User("root", "root-sk", UserType.SUPER)}))
     tls = {"server_mode": "enforcing", "cert_file": str(certs.cert_file), "key_file": str(certs.key_file)}
-    with run_broker(tmp_path_factory.mktemp("broker"), topics=TOPICS, grpc_port=_free_port(), tls=tls,
+    with run_broker(tmp_path_factory.mktemp("broker"), topics=TOPICS, grpc_port=free_port(), tls=tls,
                     acl_enable=True, acl_file=str(acl)) as b:
         yield b
 

@@ -14,7 +14,6 @@ import html
 import logging
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -37,7 +36,7 @@ from txmq.broker.acl import (
 )
 from txmq.client import Admin, LocalTransactionState, Message, MessageExt, TransactionProducer
 from txmq.console import ConsoleConfig
-from txmq.testing import BrokerProcess, run_broker, wait_until
+from txmq.testing import BrokerProcess, free_port, run_broker, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -210,12 +209,6 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return d / "cert.pem", d / "key.pem"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _console_process(*args: str) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "TXMQ_ACCESS_KEY": ROOT["access_key"], "TXMQ_SECRET_KEY": ROOT["secret_key"]}
@@ -230,7 +223,7 @@ def _console_process(*args: str) -> Iterator[subprocess.Popen[bytes]]:
 
 def test_txmq_console_serves_https_with_a_login(acl_broker: BrokerProcess,
                                                 cert: tuple[Path, Path]) -> None:
-    port = _free_port()
+    port = free_port()
     with _console_process("--broker", acl_broker.endpoints, "--port", str(port), "--acl",
                           "--tls-cert", str(cert[0]), "--tls-key", str(cert[1]),
                           "--log-level", "warning") as proc:

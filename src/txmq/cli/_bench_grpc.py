@@ -56,7 +56,7 @@ from txmq.cli._bench_send import _cpu_s
 from txmq.client import AsyncProducer, AsyncPullConsumer, Message, PullStatus
 from txmq.client._sync import new_event_loop
 from txmq.errors import TxmqError
-from txmq.testing import BrokerProcess
+from txmq.testing import BrokerProcess, free_port
 
 __all__ = ["bench_grpc", "echo_main", "grpc_cmd"]
 
@@ -332,10 +332,6 @@ async def _pull_all(endpoints: str, topic: str, group: str, opts: dict[str, Any]
 
 
 # -- the run ----------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_listening(port: int) -> None:
@@ -402,7 +398,7 @@ def bench_grpc(rounds: int = 3, seconds: float = 3.0, in_flight: int = 32, messa
     rounds; returns the figures (rates in msgs/s, CPU in µs per message: medians; ratios gRPC /
     remoting; every round's rates)."""
     body = os.urandom(body_bytes)
-    port = _free_port()
+    port = free_port()
     opts = {"seconds": seconds, "in_flight": in_flight, "messages": messages, "batch": batch, "ack": ack,
             "limit_s": max(60.0, messages / 100)}
     topics = {SEND_TOPIC: queues} | {f"{CONSUME_TOPIC}-{r}": queues for r in range(rounds)}

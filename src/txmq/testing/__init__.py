@@ -6,10 +6,11 @@ tests (:mod:`txmq.testing.browser`)."""
 from txmq.testing._broker import BrokerProcess, run_broker
 from txmq.testing._certs import TestCertificates, make_test_certificates
 from txmq.testing._harness import END_TYPES, BrokerHarness
+from txmq.testing._ports import free_port
 from txmq.testing._spark_cluster import SparkCluster, SparkClusterError
 from txmq.testing._wait import wait_until
 from txmq.testing.browser import ChromiumUnavailable, chromium, ensure_chromium
 
 __all__ = ["END_TYPES", "BrokerHarness", "BrokerProcess", "ChromiumUnavailable", "SparkCluster",
            "SparkClusterError", "TestCertificates", "chromium", "ensure_chromium",
-           "make_test_certificates", "run_broker", "wait_until"]
+           "free_port", "make_test_certificates", "run_broker", "wait_until"]

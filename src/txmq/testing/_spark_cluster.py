@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from types import TracebackType
 
 from txmq import limits
 from txmq.errors import TxmqError
+from txmq.testing._ports import free_port
 
 __all__ = ["SparkCluster", "SparkClusterError"]
 
@@ -45,12 +45,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ppid(pid: int) -> int:
@@ -137,7 +131,7 @@ class SparkCluster:
     def start(self) -> SparkCluster:
         """Start the master and the workers; return once every worker is ALIVE at the master."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.master_port, self.master_ui_port = _free_port(), _free_port()
+        self.master_port, self.master_ui_port = free_port(), free_port()
         try:
             self._master = self._spawn("master", [
                 "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -147,7 +141,7 @@ class SparkCluster:
                 work.mkdir(exist_ok=True)
                 self._workers.append(self._spawn(f"worker-{i}", [
                     "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                    "--port", str(_free_port()), "--webui-port", str(_free_port()),
+                    "--port", str(free_port()), "--webui-port", str(free_port()),
                     "--cores", str(self.cores_per_worker), "--memory", self.memory_per_worker,
                     "--work-dir", str(work), self.master_url]))
             self._wait_workers(limits.SPARK_CLUSTER_START_TIMEOUT_S)

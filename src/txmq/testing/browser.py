@@ -19,7 +19,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from txmq import limits
 from txmq.errors import BrokerUnavailable, LocalError
+from txmq.testing._ports import free_port
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -156,12 +156,6 @@ def chromium(executable: Path | None = None, *, install: bool = True) -> Iterato
             browser.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ConsoleProcess:
     """A ``txmq console`` subprocess (uvicorn) on a free loopback port, over ``brokers``.
 
@@ -190,7 +184,7 @@ class ConsoleProcess:
             BrokerUnavailable: it exited, or did not answer within
                 :data:`txmq.limits.BROWSER_CONSOLE_START_TIMEOUT_S`; the log says why.
         """
-        self.port = _free_port()
+        self.port = free_port()
         cmd = [sys.executable, "-m", "txmq", "console", "--host", "127.0.0.1", "--port", str(self.port),
                *(a for b in self.brokers for a in ("--broker", b)), *self.args]
         with open(self.log_path, "ab") as out:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,15 +14,9 @@ from txmq.broker.grpc.pb import definition_pb2 as pd
 from txmq.broker.grpc.pb import service_pb2 as ps
 from txmq.broker.grpc.pb import service_pb2_grpc as psg
 from txmq.client import PullConsumer
-from txmq.testing import BrokerProcess, run_broker
+from txmq.testing import BrokerProcess, free_port, run_broker
 
 FAST_TX = {"transaction_timeout_ms": 300, "transaction_check_interval_ms": 300}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Client:

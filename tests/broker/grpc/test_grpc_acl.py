@@ -4,7 +4,6 @@ settings ends the stream; unsupported rpcs stay NOT_IMPLEMENTED; nothing is stor
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,13 +19,7 @@ from txmq.broker.grpc.pb import service_pb2 as ps
 from txmq.broker.grpc.pb import service_pb2_grpc as psg
 from txmq.client import Admin
 from txmq.protocol import grpc_authorization, grpc_date_time
-from txmq.testing import BrokerProcess, run_broker
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from txmq.testing import BrokerProcess, free_port, run_broker
 
 
 def message(topic: str, body: bytes) -> pd.Message:

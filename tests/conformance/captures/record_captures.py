@@ -21,18 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from txmq.testing import free_port
 from txmq.testing.rocketmq_cpp import ensure_env
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE.parent / "clients" / "rocketmq_cpp_scenarios.py"
 Frame = dict[str, Any]
 Pick = Callable[[Frame], bool]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ext(f: Frame) -> dict[str, Any]:
@@ -42,7 +37,7 @@ def _ext(f: Frame) -> dict[str, Any]:
 def record(python: Path, work: Path, name: str, server_args: list[str],
            runs: list[list[str]]) -> list[Frame]:
     """Start a capture server, run each scenario command against it, return its frames."""
-    port, out = _free_port(), work / name
+    port, out = free_port(), work / name
     srv = subprocess.Popen([sys.executable, str(HERE / "capture_server.py"), str(port), str(out),
                             *server_args])
     try:

@@ -1,0 +1,193 @@
+"""Run a real RocketMQ-style cluster: one ``txmq namesrv`` process and N ``txmq broker`` processes
+(broker groups ``broker-a``, ``broker-b``, … each a master, id 0) registered with it."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from txmq.errors import BrokerUnavailable
+from txmq.testing._broker import BrokerProcess
+
+__all__ = ["ClusterProcess", "NamesrvProcess", "run_cluster"]
+
+_START_TIMEOUT_S = 30.0
+CLUSTER_BROKERS_MAX = 26
+"""Broker names run from ``broker-a`` to ``broker-z``."""
+_REGISTERED_TIMEOUT_S = 30.0
+
+
+class NamesrvProcess:
+    """A ``txmq namesrv`` subprocess; ``addr`` is ``127.0.0.1:<port>`` (the port survives
+    restarts)."""
+
+    def __init__(self, work_dir: Path, log_path: Path | None = None) -> None:
+        self.work_dir = Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path or self.work_dir / "namesrv.log"
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Start the process and wait until it listens. Raises BrokerUnavailable."""
+        port_file = self.work_dir / "namesrv.port"
+        port_file.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "txmq", "namesrv", "--port", str(self.port),
+               "--port-file", str(port_file)]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
+                                         start_new_session=True)
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while not port_file.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise BrokerUnavailable(f"name server did not start; see {self.log_path}")
+            time.sleep(0.02)
+        self.port = int(port_file.read_text())
+
+    def kill(self) -> None:
+        """SIGKILL the name server and wait for it to die."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class ClusterProcess:
+    """A name server and broker groups, each a master (``broker_id`` 0), all on loopback.
+
+    Attributes:
+        namesrv: the name server process; ``namesrv_addr`` is its address, what clients take.
+        brokers: broker name (``broker-a``, ``broker-b``, …) → its :class:`BrokerProcess`.
+    """
+
+    def __init__(self, namesrv: NamesrvProcess, brokers: dict[str, BrokerProcess]) -> None:
+        self.namesrv = namesrv
+        self.brokers = brokers
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.namesrv.addr
+
+    def kill(self, broker_name: str) -> None:
+        """SIGKILL one broker (a crash); its data directory stays for :meth:`restart`."""
+        self.brokers[broker_name].kill()
+
+    def restart(self, broker_name: str) -> None:
+        """Start a stopped or killed broker again on its port and wait until it listens (it
+        registers with the name server at start)."""
+        b = self.brokers[broker_name]
+        b.stop()
+        b.start()
+
+    def stop(self) -> None:
+        """Stop every broker, then the name server."""
+        for b in self.brokers.values():
+            b.stop()
+        self.namesrv.stop()
+
+
+def _wait_registered(namesrv_addr: str, names: list[str]) -> None:
+    """Wait until the name server lists every broker of ``names`` with a master address."""
+    deadline = time.monotonic() + _REGISTERED_TIMEOUT_S
+    with contextlib.closing(_Probe(namesrv_addr)) as probe:
+        while True:
+            known = probe.masters()
+            if all(n in known for n in names):
+                return
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"brokers {names} did not register with {namesrv_addr}"
+                                        f" (known: {sorted(known)})")
+            time.sleep(0.05)
+
+
+class _Probe:
+    """GET_BROKER_CLUSTER_INFO over a plain socket (no client threads)."""
+
+    def __init__(self, addr: str) -> None:
+        import socket
+
+        from txmq.protocol import parse_address
+
+        host, port = parse_address(addr)
+        self._sock = socket.create_connection((host, port), timeout=5)
+        self._opaque = 0
+
+    def masters(self) -> set[str]:
+        from txmq.protocol import (
+            Command,
+            FrameDecoder,
+            RequestCode,
+            decode_cluster_info,
+            encode_command,
+        )
+
+        self._opaque += 1
+        self._sock.sendall(encode_command(Command(RequestCode.GET_BROKER_CLUSTER_INFO,
+                                                  self._opaque)))
+        decoder = FrameDecoder()
+        while True:
+            data = self._sock.recv(65536)
+            if not data:
+                raise BrokerUnavailable("name server closed the connection")
+            for cmd in decoder.feed(data):
+                if cmd.is_response and cmd.opaque == self._opaque:
+                    if cmd.code != 0 or not cmd.body:
+                        return set()
+                    info = decode_cluster_info(cmd.body)
+                    return {n for n, bd in info.broker_addr_table.items() if 0 in bd.broker_addrs}
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+@contextlib.contextmanager
+def run_cluster(brokers: int = 3, data_dir: Path | None = None,
+                **config: Any) -> Iterator[ClusterProcess]:
+    """Context manager: a started name server and ``brokers`` broker processes registered with it
+    (names ``broker-a``, ``broker-b``, …; cluster ``DefaultCluster``), stopped on exit.
+
+    Keyword arguments are BrokerConfig keys given to every broker; ``topics={"orders": 4}``
+    creates the topic on every broker, so its route spans them all.
+
+    Raises:
+        ValueError: ``brokers`` outside 1..26.
+        BrokerUnavailable: a process did not start or register within 30 s.
+    """
+    if not 1 <= brokers <= CLUSTER_BROKERS_MAX:
+        raise ValueError(f"brokers must be in 1..{CLUSTER_BROKERS_MAX}")
+    with contextlib.ExitStack() as stack:
+        if data_dir is None:
+            data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="txmq-cl-")))
+        ns = NamesrvProcess(data_dir / "namesrv")
+        ns.start()
+        stack.callback(ns.stop)
+        procs: dict[str, BrokerProcess] = {}
+        for letter in string.ascii_lowercase[:brokers]:
+            name = f"broker-{letter}"
+            bp = BrokerProcess(data_dir / name, {**config, "broker_name": name,
+                                                 "namesrv_addr": ns.addr})
+            bp.start()
+            stack.callback(bp.stop)
+            procs[name] = bp
+        _wait_registered(ns.addr, list(procs))
+        yield ClusterProcess(ns, procs)

@@ -17,6 +17,7 @@ __all__ = [
     "BrokerUnavailable",
     "CommitLogDamaged",
     "ConfigError",
+    "ConnectTimeout",
     "CorruptRecord",
     "DataLossError",
     "DiskFull",
@@ -34,6 +35,7 @@ __all__ = [
     "RequestTimeout",
     "ResponseCode",
     "StoreError",
+    "TransportError",
     "TxmqError",
 ]
 
@@ -47,7 +49,11 @@ class ResponseCode(IntEnum):
     """Also the answer to a header that does not decode (RocketMQ ``NettyRemotingAbstract``)."""
     SYSTEM_BUSY = 2
     REQUEST_CODE_NOT_SUPPORTED = 3
+    FLUSH_DISK_TIMEOUT = 10
+    """Stored, but not flushed to disk in time (RocketMQ ``SendStatus.FLUSH_DISK_TIMEOUT``)."""
     SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+    """Stored on the master, not acknowledged by a slave in time."""
     MESSAGE_ILLEGAL = 13
     """A message RocketMQ refuses: too large a body or properties, a bad delay level."""
     SERVICE_NOT_AVAILABLE = 14
@@ -66,6 +72,8 @@ class ResponseCode(IntEnum):
     TRANSACTION_STATE_GROUP_WRONG = 203
     """An end request whose producer group is not the half message's."""
     ILLEGAL_OPERATION = 604
+    GO_AWAY = 1500
+    """The broker is going away: send elsewhere (RocketMQ ``ResponseCode.GO_AWAY``)."""
     # txmq's own
     TRANSACTION_NOT_FOUND = 9003
     """No half message at the named offset or id (RocketMQ answers SYSTEM_ERROR "Find prepared
@@ -220,14 +228,30 @@ class DataLossError(TxmqError):
     code = "DATA_LOSS"
 
 
-class BrokerUnavailable(TxmqError):
-    """No connection to the broker could be made or kept."""
+class TransportError(TxmqError):
+    """The transport failed: no connection, a dropped one, or no answer in time. Whether a request
+    in flight took effect is unknown (a send may have been stored)."""
+
+    code = "TRANSPORT_ERROR"
+    retriable = True
+
+
+class BrokerUnavailable(TransportError):
+    """No connection to the broker (or name server) could be made or kept."""
 
     code = "BROKER_UNAVAILABLE"
     retriable = True
 
 
-class RequestTimeout(TxmqError):
+class ConnectTimeout(BrokerUnavailable):
+    """A connection was not established within the connect timeout (RocketMQ
+    ``connectTimeoutMillis``, 3 s): the host does not answer at all."""
+
+    code = "CONNECT_TIMEOUT"
+    retriable = True
+
+
+class RequestTimeout(TransportError):
     """The broker did not answer within the request timeout."""
 
     code = "REQUEST_TIMEOUT"

@@ -35,6 +35,23 @@ HEARTBEAT_INTERVAL_MS = 5_000
 """Client heartbeat period. RocketMQ ClientConfig ``heartbeatBrokerInterval`` is 30 s; txmq beats
 faster so a dead client's connection is noticed sooner."""
 
+CONNECT_TIMEOUT_MS = 3_000
+"""A client's TCP (and TLS) connect gives up after this. RocketMQ NettyClientConfig
+``connectTimeoutMillis`` 3 s; without it an unreachable host holds a connect for the kernel's
+SYN retries (~127 s)."""
+
+POLL_NAME_SERVER_INTERVAL_MS = 30_000
+"""How often a client refreshes the routes it uses from the name server. RocketMQ ClientConfig
+``pollNameServerInterval`` 30 s."""
+
+SEND_RETRY_TIMES = 2
+"""Extra attempts of a failed send, each to another broker when there is one. RocketMQ
+DefaultMQProducer ``retryTimesWhenSendFailed`` 2."""
+
+CLIENT_LOOP_BACKOFF_MAX_MS = 30_000
+"""Longest pause of a client's supervised background loop after repeated failures (txmq; the
+first pause is the loop's own period)."""
+
 CLIENT_EXPIRED_MS = 120_000
 """A client silent this long is dropped. RocketMQ ``channelExpiredTimeout`` 120 s."""
 

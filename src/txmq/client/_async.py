@@ -1,58 +1,65 @@
-"""The asyncio shell of the client: connections, producers and the transaction producer."""
+"""The asyncio producers: plain sends across every broker of a topic's route, and the transaction
+producer (half message → local transaction → end, check-backs answered)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
-import os
-import socket
-import ssl
+import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from txmq import limits
+from txmq.client._client import ClientBase
+from txmq.client._connection import AsyncConnection, parse_endpoint, tls_client_context
 from txmq.client._core import (
+    SEND_RETRY_CODES,
+    SEND_STATUS_OF_CODE,
     LocalTransactionState,
-    MessageIdGenerator,
-    RemotingCore,
-    RouteInfo,
     SendResult,
     TransactionSendResult,
     check_response,
     ensure_msg_id,
     producer_heartbeat,
-    route_info,
     send_request_header,
     send_result,
     set_delay_level,
 )
-from txmq.client._transaction import EndAnswer, EndBatcher, EndMode, TransactionCore
+from txmq.client._route import FaultStrategy, QueueSelector, TopicRoute
+from txmq.client._transaction import (
+    LOCAL_RAISED,
+    UNCONFIRMED_END,
+    EndAnswer,
+    EndBatcher,
+    EndMode,
+    EndStep,
+    LocalStep,
+    SendHalfStep,
+    TransactionCore,
+    TransactionFlow,
+)
 from txmq.errors import (
     BrokerUnavailable,
     ConfigError,
     MessageTooLarge,
-    ProtocolError,
     RemoteError,
-    RequestTimeout,
     ResponseCode,
+    TransportError,
 )
 from txmq.protocol import (
+    PROPERTY_TRANSACTION_PREPARED,
     Command,
-    CreateTopicRequestHeader,
     EndTransactionRequestHeader,
-    GetRouteInfoRequestHeader,
     HeartbeatData,
     Message,
     MessageExt,
+    MessageQueue,
     RequestCode,
     UnregisterClientRequestHeader,
-    decode_cluster_info,
     encode_batch,
-    encode_body,
-    parse_address,
     to_ext,
 )
 
@@ -60,359 +67,96 @@ __all__ = [
     "AsyncConnection",
     "AsyncProducer",
     "AsyncTransactionProducer",
+    "MessageQueueSelector",
     "TransactionListener",
     "parse_endpoint",
     "tls_client_context",
 ]
 
 log = logging.getLogger("txmq.client")
-_READ_BYTES = 256 * 1024
+
+_Client = ClientBase
+"""The base of every client (kept under its old name for the modules that subclass it)."""
+
+MessageQueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
+"""Chooses the queue of an orderly send from the topic's publish queues, the message and the
+caller's ``arg`` (RocketMQ ``MessageQueueSelector.select``), e.g. by hashing a key."""
+
+QueueChoice = MessageQueue | int | None
+"""Where a send goes: a :class:`MessageQueue` (RocketMQ ``send(msg, mq)``), an index into the
+topic's publish queues (over one broker: its queue id), or None: round robin."""
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def parse_endpoint(endpoints: str) -> tuple[str, int]:
-    """``"host:port"`` (the first of a ``;``-separated list) → ``(host, port)``. Raises ConfigError."""
-    return parse_address(endpoints.split(";")[0])
+class _Attempt:
+    """What one send attempt learned: the queue tried, and whether it may have been stored."""
+
+    def __init__(self) -> None:
+        self.last_broker: str | None = None
+        self.ambiguous_mq: MessageQueue | None = None
+        self.error: Exception | None = None
 
 
-def tls_client_context(ca_file: str = "", verify_hostname: bool = True) -> ssl.SSLContext:
-    """The SSLContext of a client with ``tls=True``: TLS 1.2 or later, the server's certificate
-    checked against ``ca_file`` (PEM; the system's CAs when empty) and, with ``verify_hostname``,
-    its names (DNS or IP subject alternative names) against the address dialled.
+class AsyncProducer(ClientBase):
+    """Sends messages (RocketMQ ``DefaultMQProducer``), asyncio API, to every broker group of a
+    topic's route.
 
-    Raises:
-        ConfigError: ``ca_file`` cannot be read or holds no PEM certificate.
-    """
-    try:
-        ctx = ssl.create_default_context(cafile=ca_file or None)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"tls_ca_file {ca_file}: cannot load CA certificates: {exc}") from exc
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.check_hostname = verify_hostname
-    return ctx
-
-
-def _expire(fut: asyncio.Future[Command], code: int) -> None:
-    if not fut.done():
-        fut.set_exception(RequestTimeout(f"request code {code} timed out"))
-
-
-class AsyncConnection:
-    """One TCP connection to a broker with pipelined requests matched by ``opaque``.
-
-    Args:
-        endpoint: ``host:port``.
-        on_request: called with each broker-initiated request (check-back, notifications).
-        timeout_ms: default request timeout.
-        access_key, secret_key: sign every request (RocketMQ ACL; see ``RemotingCore``).
-        tls: speak TLS with this context (:func:`tls_client_context`); None: plaintext.
-    """
-
-    def __init__(self, endpoint: str, on_request: Callable[[Command], None] | None = None,
-                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, *, access_key: str = "",
-                 secret_key: str = "", tls: ssl.SSLContext | None = None) -> None:
-        self.host, self.port = parse_endpoint(endpoint)
-        self._tls = tls
-        self._on_request = on_request
-        self._timeout_s = timeout_ms / 1000
-        self._core = RemotingCore(access_key=access_key, secret_key=secret_key)
-        self._pending: dict[int, asyncio.Future[Command]] = {}
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
-        self._out: list[bytes] = []
-        self.closed = True
-
-    async def connect(self) -> None:
-        """Open the connection (and its TLS handshake). Raises BrokerUnavailable, also for a TLS
-        failure (a certificate that does not verify, a plaintext-only server)."""
-        tls: dict[str, Any] = {}
-        if self._tls is not None:
-            tls = {"ssl": self._tls, "server_hostname": self.host,
-                   "ssl_handshake_timeout": limits.TLS_HANDSHAKE_TIMEOUT_MS / 1000}
-        try:
-            reader, self._writer = await asyncio.open_connection(self.host, self.port, **tls)
-        except (OSError, TimeoutError) as exc:
-            raise BrokerUnavailable(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
-        self.closed = False
-        self._reader_task = asyncio.create_task(self._read_loop(reader))
-
-    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
-        try:
-            while data := await reader.read(_READ_BYTES):
-                for cmd in self._core.receive(data):
-                    if cmd.is_response:
-                        fut = self._pending.pop(cmd.opaque, None)
-                        if fut is not None and not fut.done():
-                            fut.set_result(cmd)
-                    elif self._on_request is not None:
-                        self._on_request(cmd)
-        except (OSError, ProtocolError) as exc:
-            log.warning("connection to %s:%d lost: %s", self.host, self.port, exc)
-        finally:
-            self._fail_all()
-
-    def _fail_all(self) -> None:
-        self.closed = True
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.set_exception(BrokerUnavailable(f"connection to {self.host}:{self.port} closed"))
-        self._pending.clear()
-        if self._writer is not None:
-            self._writer.close()
-
-    async def request(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
-                      timeout_s: float | None = None) -> Command:
-        """Send a request and wait for its response (any code; see ``check_response``).
-
-        Raises:
-            BrokerUnavailable: not connected, or the connection dropped before the answer.
-            RequestTimeout: no answer within the timeout.
-        """
-        if self.closed or self._writer is None:
-            raise BrokerUnavailable(f"not connected to {self.host}:{self.port}")
-        opaque, frame = self._core.request(code, ext, body)
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Command] = loop.create_future()
-        self._pending[opaque] = fut
-        self._write(frame)
-        timer = loop.call_later(timeout_s or self._timeout_s, _expire, fut, code)
-        try:
-            return await fut
-        finally:
-            timer.cancel()
-            self._pending.pop(opaque, None)
-
-    def oneway(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> None:
-        """Send a request that gets no response. Raises BrokerUnavailable if not connected."""
-        if self.closed or self._writer is None:
-            raise BrokerUnavailable(f"not connected to {self.host}:{self.port}")
-        self._write(self._core.request(code, ext, body, oneway=True)[1])
-
-    def _write(self, frame: bytes) -> None:
-        """Queue a frame; all frames queued in one turn of the loop go out in one write (one
-        syscall and one TCP segment train instead of one per request)."""
-        if not self._out:
-            asyncio.get_running_loop().call_soon(self._write_out)
-        self._out.append(frame)
-
-    def _write_out(self) -> None:
-        out, self._out = self._out, []
-        if out and self._writer is not None and not self._writer.is_closing():
-            self._writer.write(out[0] if len(out) == 1 else b"".join(out))
-
-    async def close(self) -> None:
-        self._write_out()
-        if self._writer is not None:
-            self._writer.close()
-            with contextlib.suppress(Exception):
-                await self._writer.wait_closed()
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader_task
-        self.closed = True
-
-
-class _Client:
-    """Connection upkeep shared by producers and consumers: reconnect, heartbeat, routes.
-
-    Args:
-        endpoints: a broker's ``host:port``; it also answers route lookups when no name server
-            is given. May be "" when ``namesrv_addr`` is.
-        timeout_ms: request timeout.
-        namesrv_addr: name servers ``host:port;host:port`` (RocketMQ ``namesrvAddr``): routes
-            come from there, and the broker is the master the routes name.
-        access_key, secret_key: RocketMQ ACL credentials: every request is signed with them
-            (RocketMQ ``AclClientRPCHook``); needed by brokers with ACL on (docs/security.md).
-        tls: connect to the broker over TLS (RocketMQ ``tls.enable``), checking its certificate.
-        tls_ca_file: PEM CAs the broker's certificate must chain to (default: the system's).
-        tls_verify_hostname: check that the certificate names the broker's address (DNS or IP
-            subject alternative name); on by default.
-
-    Raises:
-        ConfigError: a bad address, half the credentials, ``tls_*`` without ``tls``, an unreadable
-            ``tls_ca_file``.
-    """
-
-    def __init__(self, endpoints: str, timeout_ms: int, namesrv_addr: str = "", *,
-                 access_key: str = "", secret_key: str = "", tls: bool = False,
-                 tls_ca_file: str = "", tls_verify_hostname: bool = True) -> None:
-        if not endpoints and not namesrv_addr:
-            raise ConfigError("give a broker address (endpoints) or a name server (namesrv_addr)")
-        if endpoints:
-            parse_endpoint(endpoints)
-        if namesrv_addr:
-            parse_endpoint(namesrv_addr)
-        self.endpoints = endpoints
-        self.namesrv_addr = namesrv_addr
-        self._timeout_ms = timeout_ms
-        if bool(access_key) != bool(secret_key):
-            raise ConfigError("give both access_key and secret_key, or neither")
-        self._credentials: dict[str, Any] = {"access_key": access_key, "secret_key": secret_key}
-        if not tls and (tls_ca_file or not tls_verify_hostname):
-            raise ConfigError("tls_ca_file and tls_verify_hostname need tls=True")
-        self._tls = tls_client_context(tls_ca_file, tls_verify_hostname) if tls else None
-        """The broker connections' TLS; name server connections stay plaintext (txmq namesrv)."""
-        salt = os.urandom(4)
-        self.client_id = f"{socket.gethostname()}@{os.getpid()}@{salt.hex()}"
-        self._ids = MessageIdGenerator(os.getpid(), salt, _now_ms)
-        self._conn: AsyncConnection | None = None
-        self._namesrv: AsyncConnection | None = None
-        self._conn_lock: asyncio.Lock | None = None
-        self._routes: dict[str, RouteInfo] = {}
-        self._tasks: list[asyncio.Task[None]] = []
-        self._running = False
-
-    def _heartbeat_data(self) -> HeartbeatData:
-        return HeartbeatData(client_id=self.client_id)
-
-    def _on_request(self, cmd: Command) -> None:
-        log.debug("ignoring broker request code %d", cmd.code)
-
-    async def _broker_endpoint(self) -> str:
-        """The broker to talk to: ``endpoints``, or the first master the name server knows."""
-        if self.endpoints:
-            return self.endpoints
-        r = check_response(await self._namesrv_call(RequestCode.GET_BROKER_CLUSTER_INFO))
-        info = decode_cluster_info(r.body)
-        for name in sorted(info.broker_addr_table):
-            addr = info.broker_addr_table[name].broker_addrs.get(0)
-            if addr:
-                self.endpoints = addr
-                return addr
-        raise BrokerUnavailable(f"name server {self.namesrv_addr} knows no master broker")
-
-    async def broker_address(self) -> str:
-        """The broker this client talks to: ``endpoints``, or the master the name server knows
-        (resolved once). Raises BrokerUnavailable."""
-        return await self._broker_endpoint()
-
-    async def _namesrv_call(self, code: int, ext: dict[str, str] | None = None) -> Command:
-        if self._namesrv is None or self._namesrv.closed:
-            self._namesrv = AsyncConnection(self.namesrv_addr, None, self._timeout_ms,
-                                            **self._credentials)
-            await self._namesrv.connect()
-        return await self._namesrv.request(code, ext)
-
-    async def _connection(self) -> AsyncConnection:
-        """The live connection, reconnecting (and re-sending the heartbeat) if needed."""
-        if self._conn is not None and not self._conn.closed:
-            return self._conn
-        if self._conn_lock is None:
-            self._conn_lock = asyncio.Lock()
-        async with self._conn_lock:
-            if self._conn is None or self._conn.closed:
-                addr = await self._broker_endpoint()
-                conn = AsyncConnection(addr, self._on_request, self._timeout_ms,
-                                       **self._credentials, tls=self._tls)
-                await conn.connect()
-                self._conn = conn
-                try:
-                    await self._heartbeat(conn)
-                except BaseException:  # e.g. refused by ACL: do not leave its reader running
-                    await conn.close()
-                    raise
-        return self._conn
-
-    async def _heartbeat(self, conn: AsyncConnection) -> None:
-        body = encode_body(self._heartbeat_data())
-        check_response(await conn.request(RequestCode.HEART_BEAT, body=body))
-
-    async def _heartbeat_loop(self) -> None:
-        while self._running:
-            await asyncio.sleep(limits.HEARTBEAT_INTERVAL_MS / 1000)
-            try:
-                await self._heartbeat(await self._connection())
-            except (BrokerUnavailable, RequestTimeout) as exc:
-                log.warning("heartbeat failed: %s", exc)
-
-    async def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
-                   timeout_s: float | None = None) -> Command:
-        """One request on the live connection; the raw response (any code)."""
-        conn = await self._connection()
-        return await conn.request(code, ext, body, timeout_s)
-
-    async def route(self, topic: str, refresh: bool = False) -> RouteInfo:
-        """The broker and queue count of ``topic`` (GET_ROUTEINFO_BY_TOPIC to the name server,
-        or to the broker itself without one). Raises RemoteError (TOPIC_NOT_EXIST) for a topic
-        with no route, ConfigError for a topic on several brokers."""
-        if refresh or topic not in self._routes:
-            ext = to_ext(GetRouteInfoRequestHeader(topic=topic))
-            if self.namesrv_addr:
-                r = check_response(await self._namesrv_call(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext))
-            else:
-                r = check_response(await self.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext))
-            self._routes[topic] = route_info(r.body, topic)
-        return self._routes[topic]
-
-    async def queue_nums(self, topic: str, refresh: bool = False) -> int:
-        """Queue count of ``topic``. Raises RemoteError (TOPIC_NOT_EXIST) for unknown topics."""
-        return (await self.route(topic, refresh)).queue_nums
-
-    async def create_topic(self, topic: str, queue_nums: int = limits.DEFAULT_QUEUE_NUMS) -> int:
-        """Create a topic on the broker (admin, UPDATE_AND_CREATE_TOPIC). Returns its queue count."""
-        h = CreateTopicRequestHeader(topic=topic, read_queue_nums=queue_nums,
-                                     write_queue_nums=queue_nums)
-        check_response(await self.call(RequestCode.UPDATE_AND_CREATE_TOPIC, to_ext(h)))
-        return await self.queue_nums(topic, refresh=True)
-
-    async def start(self) -> None:
-        """Connect and start heartbeats. Raises BrokerUnavailable."""
-        self._running = True
-        await self._connection()
-        self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
-
-    def _unregister_header(self) -> UnregisterClientRequestHeader:
-        return UnregisterClientRequestHeader(client_id=self.client_id)
-
-    async def shutdown(self) -> None:
-        """Stop background tasks, unregister and close the connections."""
-        self._running = False
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks.clear()
-        if self._conn is not None and not self._conn.closed:
-            with contextlib.suppress(Exception):
-                await self._conn.request(RequestCode.UNREGISTER_CLIENT,
-                                         to_ext(self._unregister_header()), timeout_s=2)
-            await self._conn.close()
-        if self._namesrv is not None:
-            await self._namesrv.close()
-
-
-class AsyncProducer(_Client):
-    """Sends messages (RocketMQ ``DefaultMQProducer``), asyncio API.
+    Each send picks a queue round robin over the publish queues of every broker group with a
+    master; a failed attempt is retried ``retry_times_when_send_failed`` times on another broker
+    group when there is one, all within ``timeout_ms``. Latency fault tolerance (RocketMQ 5's
+    ``MQFaultStrategy`` tables) is on by default, so a broker that failed a send is avoided at once
+    (RocketMQ's default is off). A send that timed out or lost its connection may have been stored:
+    it is retried like RocketMQ's (at least once; consumers deduplicate by message id); a half
+    message is retried only on the same broker, which stores a half with the same ``UNIQ_KEY`` at
+    most once (docs/transactions.md).
 
     Args:
         group: producer group.
         endpoints: broker address ``host:port`` ("" with ``namesrv_addr``).
         max_message_size: refuse bodies larger than this locally (bytes).
-        timeout_ms: request timeout.
+        timeout_ms: the time budget of one send, all attempts together (RocketMQ
+            ``sendMsgTimeout``).
         namesrv_addr: name server address(es), as RocketMQ clients take them.
+        retry_times_when_send_failed: extra attempts of a failed send (RocketMQ 2).
+        send_latency_fault_enable: avoid brokers by their recent latency and failures (on).
         access_key, secret_key: ACL credentials; every request is signed (docs/security.md).
-        tls, tls_ca_file, tls_verify_hostname: TLS to the broker (see ``_Client``;
+        tls, tls_ca_file, tls_verify_hostname: TLS to the brokers (see ``ClientBase``;
             docs/security.md).
+        connect_timeout_ms: give up a connect after this (RocketMQ 3 s).
+        poll_name_server_interval_ms: route refresh period (RocketMQ 30 s).
+
+    Raises:
+        ConfigError: a bad argument.
     """
 
     def __init__(self, group: str, endpoints: str = "", *,
                  max_message_size: int = limits.MESSAGE_SIZE_MAX_BYTES,
                  timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
+                 retry_times_when_send_failed: int = limits.SEND_RETRY_TIMES,
+                 send_latency_fault_enable: bool = True,
                  access_key: str = "", secret_key: str = "", tls: bool = False,
-                 tls_ca_file: str = "", tls_verify_hostname: bool = True) -> None:
+                 tls_ca_file: str = "", tls_verify_hostname: bool = True,
+                 connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
+                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS) -> None:
         super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
                          secret_key=secret_key, tls=tls, tls_ca_file=tls_ca_file,
-                         tls_verify_hostname=tls_verify_hostname)
+                         tls_verify_hostname=tls_verify_hostname,
+                         connect_timeout_ms=connect_timeout_ms,
+                         poll_name_server_interval_ms=poll_name_server_interval_ms)
         if not group:
             raise ConfigError("producer group must not be empty")
+        if retry_times_when_send_failed < 0:
+            raise ConfigError("retry_times_when_send_failed must be >= 0")
         self.group = group
         self.max_message_size = max_message_size
-        self._next_queue: dict[str, int] = {}
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.faults = FaultStrategy(send_latency_fault_enable)
+        self._selector = QueueSelector(self.faults, random.Random())
+        self.send_failures: Counter[str] = Counter()
+        """Failed send attempts by broker group (each retried or reported)."""
 
     def _heartbeat_data(self) -> HeartbeatData:
         return producer_heartbeat(self.client_id, [self.group])
@@ -420,15 +164,22 @@ class AsyncProducer(_Client):
     def _unregister_header(self) -> UnregisterClientRequestHeader:
         return UnregisterClientRequestHeader(client_id=self.client_id, producer_group=self.group)
 
-    async def _select_queue(self, topic: str, queue_id: int | None) -> int:
-        n = await self.queue_nums(topic)
-        if queue_id is not None:
-            if not 0 <= queue_id < n:
-                raise ConfigError(f"queue {queue_id} not in topic {topic!r} ({n} queues)")
-            return queue_id
-        i = self._next_queue.get(topic, 0)
-        self._next_queue[topic] = i + 1
-        return i % n
+    async def publish_queues(self, topic: str) -> list[MessageQueue]:
+        """The queues a send to ``topic`` chooses from, over every broker group with a master
+        (RocketMQ ``fetchPublishMessageQueues``). Raises RemoteError (TOPIC_NOT_EXIST)."""
+        return list((await self.route(topic)).publish)
+
+    def _fixed_queue(self, route: TopicRoute, queue: QueueChoice) -> MessageQueue | None:
+        if queue is None:
+            return None
+        if isinstance(queue, MessageQueue):
+            if queue not in route.publish:
+                raise ConfigError(f"{queue} is not a writable queue of topic {route.topic!r}")
+            return queue
+        if not 0 <= queue < len(route.publish):
+            raise ConfigError(f"queue {queue} not in topic {route.topic!r} "
+                              f"({len(route.publish)} queues)")
+        return route.publish[queue]
 
     def _validate(self, msg: Message) -> None:
         if not msg.topic:
@@ -436,32 +187,41 @@ class AsyncProducer(_Client):
         if len(msg.body) > self.max_message_size:
             raise MessageTooLarge(f"body of {len(msg.body)} bytes exceeds {self.max_message_size}")
 
-    async def send(self, msg: Message, queue_id: int | None = None, *,
-                   delay_level: int = 0) -> SendResult:
+    async def send(self, msg: Message, queue: QueueChoice = None, *, delay_level: int = 0,
+                   selector: MessageQueueSelector | None = None, arg: Any = None) -> SendResult:
         """Send one message; returns after the broker stored it (durably, with SYNC_FLUSH).
 
-        ``delay_level`` > 0 makes it a delay message (property ``DELAY``): consumers see it after
-        that level's delay (``message_delay_level``: 1 = 1 s … 18 = 2 h by default; higher levels
-        are clamped to the last one).
+        ``queue`` pins the queue (see :data:`QueueChoice`); ``selector(queues, msg, arg)`` picks it
+        for an orderly send (RocketMQ ``send(msg, selector, arg)``), and then no other queue is
+        tried. ``delay_level`` > 0 makes it a delay message (property ``DELAY``): consumers see it
+        after that level's delay (``message_delay_level``: 1 = 1 s … 18 = 2 h by default).
+
+        Returns a :class:`SendResult` whose ``status`` is SEND_OK or a weaker guarantee for a
+        message that was stored (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE).
 
         Raises:
             MessageTooLarge, ConfigError: refused locally, nothing sent.
-            RemoteError: the broker refused it (unknown topic, disk full, …).
-            BrokerUnavailable, RequestTimeout: outcome unknown; the message may have been stored.
+            RemoteError: the broker refused it (unknown topic, no permission, disk full, …).
+            TransportError (BrokerUnavailable, ConnectTimeout, RequestTimeout): every attempt failed;
+                one that timed out may have been stored.
         """
         if delay_level:
             set_delay_level(msg, delay_level)
         self._validate(msg)
         ensure_msg_id(msg, self._ids)
-        qid = await self._select_queue(msg.topic, queue_id)
-        ext = send_request_header(msg, self.group, qid, _now_ms())
-        resp = check_response(await self.call(RequestCode.SEND_MESSAGE_V2, ext, msg.body))
-        return send_result(msg.topic, msg.msg_id, resp)
+        route = await self.route(msg.topic)
+        fixed = self._fixed_queue(route, queue)
+        if selector is not None:
+            fixed = self._fixed_queue(route, selector(list(route.publish), msg, arg))
+        half = msg.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
+        return await self._send(msg, msg.msg_id, half, RequestCode.SEND_MESSAGE_V2, msg.body,
+                                route, fixed)
 
-    async def send_batch(self, msgs: list[Message], queue_id: int | None = None) -> SendResult:
+    async def send_batch(self, msgs: list[Message], queue: QueueChoice = None) -> SendResult:
         """Send plain messages of one topic in one request, stored contiguously in one queue.
 
         Returns the first message's result (``queue_offset`` of the first; the rest follow).
+        Raises as :meth:`send`.
         """
         if not msgs or len(msgs) > limits.BATCH_MESSAGES_MAX:
             raise ConfigError(f"a batch holds 1..{limits.BATCH_MESSAGES_MAX} messages")
@@ -471,12 +231,78 @@ class AsyncProducer(_Client):
             if m.topic != topic:
                 raise ConfigError("all messages of a batch must have the same topic")
             ensure_msg_id(m, self._ids)
-        qid = await self._select_queue(topic, queue_id)
-        ext = send_request_header(Message(topic=topic, body=b""), self.group, qid, _now_ms(),
-                                  batch=True)
-        resp = check_response(await self.call(RequestCode.SEND_BATCH_MESSAGE, ext,
-                                              encode_batch(msgs)))
-        return send_result(topic, msgs[0].msg_id, resp)
+        route = await self.route(topic)
+        half = msgs[0].properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
+        return await self._send(Message(topic=topic, body=b""), msgs[0].msg_id, half,
+                                RequestCode.SEND_BATCH_MESSAGE, encode_batch(msgs), route,
+                                self._fixed_queue(route, queue), batch=True)
+
+    async def _send(self, msg: Message, msg_id: str, half: bool, code: int, body: bytes,
+                    route: TopicRoute, fixed: MessageQueue | None, *,
+                    batch: bool = False) -> SendResult:
+        """Attempts of one send (RocketMQ ``DefaultMQProducerImpl.sendDefaultImpl``); ``msg``
+        gives the request header, ``msg_id`` the result's id."""
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        at = _Attempt()
+        for attempt in range(1 + self.retry_times_when_send_failed):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (attempt and fixed is None and at.ambiguous_mq is None
+                                  and not route.publish):
+                break
+            mq = at.ambiguous_mq if (half and at.ambiguous_mq) else fixed or self._selector.select(
+                route.topic, route.publish, at.last_broker, _now_ms())
+            result = await self._attempt(msg, msg_id, code, body, mq, remaining, at, batch=batch)
+            if result is not None:
+                return result
+            if half and at.ambiguous_mq is not None and mq is not at.ambiguous_mq:
+                break  # a half that may be stored on one broker never goes to another
+            if isinstance(at.error, RemoteError) and at.error.response_code == ResponseCode.TOPIC_NOT_EXIST:
+                route = await self._refreshed(route)
+        assert at.error is not None or time.monotonic() >= deadline
+        if at.error is None:
+            raise BrokerUnavailable(f"send to {route.topic!r} ran out of its {self._timeout_ms} ms")
+        raise at.error
+
+    async def _refreshed(self, route: TopicRoute) -> TopicRoute:
+        try:
+            return await self.route(route.topic, refresh=True)
+        except (TransportError, RemoteError) as exc:
+            log.warning("route of %s not refreshed: %s", route.topic, exc)
+            return route
+
+    async def _attempt(self, msg: Message, msg_id: str, code: int, body: bytes, mq: MessageQueue,
+                       timeout_s: float, at: _Attempt, *, batch: bool) -> SendResult | None:
+        """One attempt to ``mq``: the result, or None with ``at`` updated (the failure recorded
+        for the fault strategy; non-retryable refusals raise)."""
+        started = time.monotonic()
+        at.last_broker = mq.broker_name
+        try:
+            conn = await self.connection(await self.master_address(mq.broker_name, mq.topic))
+        except TransportError as exc:  # nothing was sent
+            self._failed(mq, exc, at)
+            return None
+        ext = send_request_header(msg, self.group, mq.queue_id, _now_ms(), batch=batch)
+        try:
+            resp = await conn.request(code, ext, body, timeout_s)
+        except TransportError as exc:  # it may have been stored
+            self._failed(mq, exc, at)
+            at.ambiguous_mq = mq
+            return None
+        self.faults.update(mq.broker_name, int((time.monotonic() - started) * 1000), _now_ms())
+        if resp.code in SEND_STATUS_OF_CODE:
+            return send_result(mq.topic, msg_id, resp, mq.broker_name)
+        exc_r = RemoteError(resp.code, resp.remark or "")
+        if resp.code not in SEND_RETRY_CODES:
+            raise exc_r
+        self._failed(mq, exc_r, at)
+        return None
+
+    def _failed(self, mq: MessageQueue, exc: Exception, at: _Attempt) -> None:
+        at.error = exc
+        self.send_failures[mq.broker_name] += 1
+        isolate = isinstance(exc, TransportError)
+        self.faults.update(mq.broker_name, 0, _now_ms(), failed=isolate)
+        log.warning("send to %s of %s failed: %s", mq.broker_name or self.endpoints, mq.topic, exc)
 
 
 class TransactionListener(Protocol):
@@ -497,16 +323,25 @@ class TransactionListener(Protocol):
 
 
 class AsyncTransactionProducer(AsyncProducer):
-    """Sends half messages, runs the local transaction, ends it; answers check-backs.
+    """Sends half messages, runs the local transaction, ends it; answers check-backs from every
+    broker of its routes.
+
+    The half goes wherever a send would go; the end goes to the current master of the half's
+    broker group; a check-back is answered to the broker that asked. Once the local outcome is
+    known no failure of the end request reaches the caller: the result's ``outcome`` is
+    ``"UNKNOWN_END"`` (check-back settles it), the failure is logged and counted in
+    ``end_failures``.
 
     Args:
         group: producer group (check-backs go to live members of it).
         endpoints: broker address.
-        listener: the :class:`TransactionListener`.
+        listener: the :class:`TransactionListener`. A plain ``execute_local_transaction`` runs in a
+            worker thread (the event loop is never blocked); a coroutine function is awaited.
         check_threads: how many check-backs run at once.
         oneway_end: send END_TRANSACTION one-way like RocketMQ's ``endTransactionOneway`` (faster;
             the result's ``outcome`` is then "SENT"). By default the broker's recorded outcome is
             awaited, so a returned COMMIT is durable and visible.
+        **kw: the arguments of :class:`AsyncProducer`.
     """
 
     def __init__(self, group: str, endpoints: str = "", listener: TransactionListener | None = None,
@@ -514,77 +349,86 @@ class AsyncTransactionProducer(AsyncProducer):
         super().__init__(group, endpoints, **kw)
         if listener is None:
             raise ConfigError("a transaction producer needs a TransactionListener")
+        if check_threads < 1:
+            raise ConfigError("check_threads must be >= 1")
         self.listener = listener
         self.oneway_end = oneway_end
         self._tx = TransactionCore(group, self._ids)
-        self._batcher = EndBatcher()
+        self._batchers: dict[str, EndBatcher] = {}  # broker address -> its batcher
         self._waiting: dict[int, asyncio.Future[EndAnswer]] = {}  # id(header) -> its answer
         self._check_sem = asyncio.Semaphore(check_threads)
         self._check_tasks: set[asyncio.Task[None]] = set()
         self.checks_answered = 0
+        self.end_failures = 0
+        """End requests that failed after the local outcome was known (check-back settles them)."""
 
-    async def send_half(self, msg: Message, queue_id: int | None = None) -> SendResult:
+    async def send_half(self, msg: Message, queue: QueueChoice = None) -> SendResult:
         """Store ``msg`` as a half message (invisible until committed); see
-        :meth:`TransactionCore.half` for its fresh id."""
-        return await self.send(self._tx.half(msg), queue_id)
+        :meth:`TransactionCore.half` for its fresh id. Raises as :meth:`send`."""
+        return await self.send(self._tx.half(msg), queue)
 
-    async def send_half_batch(self, msgs: list[Message], queue_id: int | None = None) -> SendResult:
+    async def send_half_batch(self, msgs: list[Message], queue: QueueChoice = None) -> SendResult:
         """Store several half messages of one topic in one request, contiguous in the half queue
         (the result names the first; the rest follow). Ending them one by one needs each one's
         offsets, so this is for callers that settle a whole batch at once (the Spark sink)."""
-        return await self.send_batch([self._tx.half(m) for m in msgs], queue_id)
+        return await self.send_batch([self._tx.half(m) for m in msgs], queue)
 
     async def end_transaction(self, half: SendResult, state: LocalTransactionState) -> str:
-        """Tell the broker the local outcome; returns its recorded outcome ("COMMIT", "ROLLBACK",
-        "PENDING" for UNKNOWN), "SENT" with ``oneway_end`` or against a broker without batch ends
-        (RocketMQ ``endTransactionOneway``: no answer awaited), or "UNKNOWN_END" when the request
-        failed (check-back will settle it)."""
+        """Tell the half's broker group (its current master) the local outcome; returns its recorded
+        outcome ("COMMIT", "ROLLBACK", "PENDING" for UNKNOWN), "SENT" with ``oneway_end`` or against
+        a broker without batch ends (RocketMQ ``endTransactionOneway``: no answer awaited), or
+        ``"UNKNOWN_END"`` when the request failed in any way (logged, counted in
+        ``end_failures``; check-back will settle it). Never raises."""
         h = self._tx.end_request(half, state)
         try:
-            if self.oneway_end or self._batcher.mode is EndMode.ONEWAY:
-                (await self._connection()).oneway(RequestCode.END_TRANSACTION, to_ext(h))
+            addr = await self.master_address(half.broker_name, half.topic)
+            batcher = self._batchers.setdefault(addr, EndBatcher())
+            if self.oneway_end or batcher.mode is EndMode.ONEWAY:
+                (await self.connection(addr)).oneway(RequestCode.END_TRANSACTION, to_ext(h))
                 return "SENT"
-            item = await self._batched_end(h)
-        except (BrokerUnavailable, RequestTimeout) as exc:
-            log.warning("end transaction of %s not acknowledged (%s); check-back will settle it",
-                        half.msg_id, exc)
-            return "UNKNOWN_END"
-        if item.code != ResponseCode.SUCCESS:
-            raise RemoteError(item.code, item.remark)
+            item = await self._batched_end(addr, batcher, h)
+            if item.code != ResponseCode.SUCCESS:
+                raise RemoteError(item.code, item.remark)
+        except Exception as exc:
+            self.end_failures += 1
+            log.warning("end transaction of %s (%s) not confirmed: %s; check-back will settle it",
+                        half.msg_id, state.name, exc)
+            return UNCONFIRMED_END
         return item.outcome
 
-    async def _batched_end(self, h: EndTransactionRequestHeader) -> EndAnswer:
-        """Queue an end request; all ends queued in one event-loop turn go in one
+    async def _batched_end(self, addr: str, batcher: EndBatcher,
+                           h: EndTransactionRequestHeader) -> EndAnswer:
+        """Queue an end request; all ends to one broker queued in one event-loop turn go in one
         END_TRANSACTION_BATCH request (at most ``limits.BATCH_MESSAGES_MAX``)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[EndAnswer] = loop.create_future()
         self._waiting[id(h)] = fut
-        if self._batcher.add(h):
-            loop.call_soon(self._spawn_end_flush)
+        if batcher.add(h):
+            loop.call_soon(self._spawn_end_flush, addr, batcher)
         try:
             return await fut
         finally:
             self._waiting.pop(id(h), None)
 
-    def _spawn_end_flush(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._flush_ends())
+    def _spawn_end_flush(self, addr: str, batcher: EndBatcher) -> None:
+        task = asyncio.get_running_loop().create_task(self._flush_ends(addr, batcher))
         self._check_tasks.add(task)
         task.add_done_callback(self._check_tasks.discard)
 
-    async def _flush_ends(self) -> None:
-        batch, more = self._batcher.take()
+    async def _flush_ends(self, addr: str, batcher: EndBatcher) -> None:
+        batch, more = batcher.take()
         if more:
-            asyncio.get_running_loop().call_soon(self._spawn_end_flush)
+            asyncio.get_running_loop().call_soon(self._spawn_end_flush, addr, batcher)
         futs = [self._waiting.get(id(h)) for h in batch]
         try:
-            resp = await self.call(RequestCode.END_TRANSACTION_BATCH, body=self._batcher.body(batch))
-            if self._batcher.unsupported(resp):  # an Apache RocketMQ broker: one-way ends
-                conn = await self._connection()
+            conn = await self.connection(addr)
+            resp = await conn.request(RequestCode.END_TRANSACTION_BATCH, body=batcher.body(batch))
+            if batcher.unsupported(resp):  # an Apache RocketMQ broker: one-way ends
                 for h in batch:
                     conn.oneway(RequestCode.END_TRANSACTION, to_ext(h))
                 answers = [EndAnswer(ResponseCode.SUCCESS, outcome="SENT") for _ in batch]
             else:
-                answers = self._batcher.answers(check_response(resp), len(batch))
+                answers = batcher.answers(check_response(resp), len(batch))
         except Exception as exc:
             for fut in futs:
                 if fut is not None and not fut.done():
@@ -596,35 +440,34 @@ class AsyncTransactionProducer(AsyncProducer):
 
     async def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
         """Half message → local transaction → commit or rollback (RocketMQ
-        ``sendMessageInTransaction``). An exception in the local transaction counts as UNKNOWN
-        (as in RocketMQ) and is logged; check-back then decides.
+        ``sendMessageInTransaction``; the steps are :meth:`TransactionCore.flow`'s, shared with
+        the sync producer). An exception in the local transaction counts as UNKNOWN (as in
+        RocketMQ) and is logged; check-back then decides.
 
-        Raises:
-            TypeError: the listener returned something that is not a LocalTransactionState
-                (after the end request: the half is left UNKNOWN for check-back).
+        Raises (only before the local transaction runs): MessageTooLarge, ConfigError,
+        RemoteError, TransportError. TypeError (after the end request: the half is left UNKNOWN
+        for check-back): the listener returned something that is not a LocalTransactionState.
         """
-        half = await self.send_half(msg)
-        try:
-            result = self.listener.execute_local_transaction(msg, arg)
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception:
-            log.exception("local transaction of %s raised; state UNKNOWN", half.msg_id)
-            result = LocalTransactionState.UNKNOWN
-        state, complaint = self._tx.local_state(result)
-        outcome = await self.end_transaction(half, state)
-        if complaint:
-            raise TypeError(complaint)
-        return TransactionSendResult(half.msg_id, msg.topic, half.queue_id, half.queue_offset,
-                                     state, outcome)
+        return await drive_flow(self._tx.flow(msg, arg), self)
 
-    def _on_request(self, cmd: Command) -> None:
+    async def run_local(self, step: LocalStep) -> Any:
+        """Run the listener's ``execute_local_transaction`` for a flow step (awaited when a
+        coroutine function, else in a worker thread); :data:`LOCAL_RAISED` if it raised."""
+        try:
+            return await _call_listener(self.listener.execute_local_transaction, step.msg, step.arg)
+        except Exception:
+            log.exception("local transaction of %s raised; state UNKNOWN", step.half.msg_id)
+            return LOCAL_RAISED
+
+    def _on_request(self, conn: AsyncConnection, cmd: Command) -> None:
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
-            task = asyncio.get_running_loop().create_task(self._check(cmd))
+            task = asyncio.get_running_loop().create_task(self._check(conn, cmd))
             self._check_tasks.add(task)
             task.add_done_callback(self._check_tasks.discard)
 
-    async def _check(self, cmd: Command) -> None:
+    async def _check(self, conn: AsyncConnection, cmd: Command) -> None:
+        """Answer a check-back to the broker that asked (RocketMQ ``ClientRemotingProcessor
+        .checkTransactionState`` answers on the asking channel's address)."""
         check = self._tx.check_back(cmd)
         if check is None:
             return
@@ -641,9 +484,31 @@ class AsyncTransactionProducer(AsyncProducer):
         end = self._tx.check_answer(check, state)
         if end is None:
             return
-        with contextlib.suppress(BrokerUnavailable):
-            (await self._connection()).oneway(RequestCode.END_TRANSACTION, to_ext(end))
+        try:
+            target = conn if not conn.closed else await self.connection(conn.addr)
+            target.oneway(RequestCode.END_TRANSACTION, to_ext(end))
             self.checks_answered += 1
+        except TransportError as exc:
+            log.warning("check-back answer for %s to %s lost: %s", check.header.msg_id,
+                        conn.addr, exc)
+
+
+async def drive_flow(flow: TransactionFlow, p: AsyncTransactionProducer) -> TransactionSendResult:
+    """Perform a :meth:`TransactionCore.flow` on the asyncio producer ``p``."""
+    value: Any = None
+    try:
+        while True:
+            step = flow.send(value)
+            if isinstance(step, SendHalfStep):
+                value = await p.send(step.msg)
+            elif isinstance(step, LocalStep):
+                value = await p.run_local(step)
+            else:
+                assert isinstance(step, EndStep)
+                value = await p.end_transaction(step.half, step.state)
+    except StopIteration as stop:
+        result: TransactionSendResult = stop.value
+        return result
 
 
 async def _call_listener(fn: Callable[..., Any], *args: Any) -> Any:
@@ -654,4 +519,3 @@ async def _call_listener(fn: Callable[..., Any], *args: Any) -> Any:
     if inspect.isawaitable(result):
         return await result
     return result
-

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from txmq import limits
+from txmq.client._connection import AsyncConnection
 from txmq.client._core import (
     ConsumeFromWhere,
     MessageModel,
@@ -233,7 +234,7 @@ class AsyncPushConsumer(_PullMixin):
         return consumer_heartbeat(self.client_id, self.group, self.message_model, subs,
                                   self.consume_from_where)
 
-    def _on_request(self, cmd: Command) -> None:
+    def _on_request(self, conn: AsyncConnection, cmd: Command) -> None:
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and self._rebalance_now is not None:
             self._rebalance_now.set()
         elif cmd.code == RequestCode.RESET_CONSUMER_OFFSETS and self._running:
@@ -512,7 +513,7 @@ class AsyncPushConsumer(_PullMixin):
                 if not pq.head(1) and not pq.dropped:
                     await w.arrived.wait()
                 continue
-            if self._locking and not pq.lock_valid(_mono_ms(), self._conn):
+            if self._locking and not pq.lock_valid(_mono_ms(), self._conns.get(self.endpoints)):
                 # Messages are cached only once locked, so the lock was lost (expired, or the
                 # connection changed): another member may have moved on; restart from the broker.
                 self._spawn(self._requeue(w))
@@ -520,7 +521,7 @@ class AsyncPushConsumer(_PullMixin):
             assert self._pool is not None
             status = await self._pool.call(
                 msgs, lambda: pq.dropped or self._stopping or (
-                    self._locking and not pq.lock_valid(_mono_ms(), self._conn)), None)
+                    self._locking and not pq.lock_valid(_mono_ms(), self._conns.get(self.endpoints))), None)
             if status is None:
                 continue
             if is_consumed(status):

@@ -122,7 +122,31 @@ ConsumeFromWhere = Literal["CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSE
 
 
 class SendStatus(IntEnum):
+    """RocketMQ ``SendStatus``: every value but SEND_OK means *stored on the master*, with a
+    weaker guarantee than asked for (``MQClientAPIImpl.processSendResponse``)."""
+
     SEND_OK = 0
+    FLUSH_DISK_TIMEOUT = 1
+    """Stored, not flushed to disk within the flush timeout (response code 10)."""
+    FLUSH_SLAVE_TIMEOUT = 2
+    """Stored on the master, no slave acknowledged it in time (response code 12)."""
+    SLAVE_NOT_AVAILABLE = 3
+    """Stored on the master, no slave in sync to replicate it (response code 11)."""
+
+
+SEND_STATUS_OF_CODE = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+"""Response codes of a stored send → its status (RocketMQ ``processSendResponse``)."""
+
+SEND_RETRY_CODES = frozenset({
+    ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
+    ResponseCode.SYSTEM_BUSY, ResponseCode.NO_PERMISSION, ResponseCode.GO_AWAY})
+"""Error codes after which a send is tried again on another broker (RocketMQ
+``DefaultMQProducer.retryResponseCodes``, less the codes txmq has no use for)."""
 
 
 class PullStatus(Enum):
@@ -142,6 +166,10 @@ class SendResult(msgspec.Struct, frozen=True):
         offset_msg_id: the broker's offset message id (store host + commit log offset).
         commit_log_offset: decoded from ``offset_msg_id`` (what RocketMQ's ``endTransaction``
             does).
+        status: SEND_OK, or a weaker guarantee for a message that *was* stored
+            (:class:`SendStatus`).
+        broker_name: the broker group that stored it ("" when the broker did not say and the
+            client was given only its address).
     """
 
     msg_id: str
@@ -151,6 +179,12 @@ class SendResult(msgspec.Struct, frozen=True):
     commit_log_offset: int
     status: SendStatus = SendStatus.SEND_OK
     offset_msg_id: str = ""
+    broker_name: str = ""
+
+    @property
+    def message_queue(self) -> MessageQueue:
+        """Where it was stored (RocketMQ ``SendResult.messageQueue``)."""
+        return MessageQueue(self.topic, self.queue_id, self.broker_name)
 
 
 class TransactionSendResult(msgspec.Struct, frozen=True):
@@ -166,6 +200,14 @@ class TransactionSendResult(msgspec.Struct, frozen=True):
     half_offset: int
     local_transaction_state: LocalTransactionState
     outcome: str
+    broker_name: str = ""
+    """The broker group holding the half."""
+
+    @property
+    def end_confirmed(self) -> bool:
+        """False when the end request failed ("UNKNOWN_END"): check-back settles the
+        transaction from the local transaction log."""
+        return self.outcome != "UNKNOWN_END"
 
 
 class PullResult(msgspec.Struct):
@@ -269,14 +311,16 @@ def send_request_header(msg: Message, group: str, queue_id: int, born_ms: int, *
         properties=encode_properties(props) if props else None, batch=batch or None))
 
 
-def send_result(topic: str, msg_id: str, cmd: Command) -> SendResult:
+def send_result(topic: str, msg_id: str, cmd: Command, broker_name: str = "") -> SendResult:
     """The :class:`SendResult` of a SEND_MESSAGE response (``msg_id``: the sent ``UNIQ_KEY``;
-    for a batch, the first). Raises MalformedHeader for a header or an offset message id that does
-    not decode (MalformedMessage)."""
+    for a batch, the first) whose code is SUCCESS or one of :data:`SEND_STATUS_OF_CODE`. Raises
+    MalformedHeader for a header or an offset message id that does not decode (MalformedMessage)."""
     h = from_ext(cmd.ext, SendMessageResponseHeader)
     first = h.msg_id.split(",", 1)[0]
     _, offset = decode_offset_msg_id(first)
-    return SendResult(msg_id, topic, h.queue_id, h.queue_offset, offset, offset_msg_id=first)
+    return SendResult(msg_id, topic, h.queue_id, h.queue_offset, offset,
+                      SEND_STATUS_OF_CODE[ResponseCode(cmd.code)], offset_msg_id=first,
+                      broker_name=broker_name)
 
 
 class RouteInfo(msgspec.Struct, frozen=True):

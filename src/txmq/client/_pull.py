@@ -14,6 +14,7 @@ import time
 
 from txmq import limits
 from txmq.client._async import _Client
+from txmq.client._connection import AsyncConnection
 from txmq.client._core import (
     ConsumeFromWhere,
     PullResult,
@@ -249,7 +250,7 @@ class AsyncPullConsumer(_PullMixin):
         return consumer_heartbeat(self.client_id, self.group, "CLUSTERING",
                                   dict(self.subscriptions))
 
-    def _on_request(self, cmd: Command) -> None:
+    def _on_request(self, conn: AsyncConnection, cmd: Command) -> None:
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and self._rebalance_now is not None:
             self._rebalance_now.set()
 

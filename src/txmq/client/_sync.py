@@ -19,7 +19,6 @@ from txmq.client._admin import AsyncAdmin, ResendResult
 from txmq.client._async import AsyncProducer, AsyncTransactionProducer, TransactionListener
 from txmq.client._consumer import AsyncPushConsumer, MessageListener
 from txmq.client._core import (
-    LocalTransactionState,
     PullResult,
     RawPullResult,
     SendResult,
@@ -27,7 +26,7 @@ from txmq.client._core import (
     check_response,
 )
 from txmq.client._pull import AsyncPullConsumer
-from txmq.client._transaction import TransactionCore
+from txmq.client._transaction import LOCAL_RAISED, EndStep, LocalStep, SendHalfStep
 from txmq.protocol import (
     BrokerRuntimeInfo,
     Command,
@@ -163,29 +162,40 @@ class TransactionProducer(Producer):
         self.listener = self._a.listener
 
     def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
-        """Half message → local transaction (in this thread) → commit or rollback. The decisions
-        are :class:`~txmq.client.TransactionCore`'s, as in the async producer; a coroutine
+        """Half message → local transaction (in this thread) → commit or rollback: the steps of
+        :meth:`TransactionCore.flow`, the same generator the async producer drives; a coroutine
         listener is awaited on the client's loop.
 
-        Raises (before the local transaction runs): MessageTooLarge, RemoteError,
-        BrokerUnavailable, RequestTimeout. An exception in the local transaction counts as UNKNOWN.
+        Raises (only before the local transaction runs): MessageTooLarge, ConfigError,
+        RemoteError, TransportError. An exception in the local transaction counts as UNKNOWN.
         TypeError (after the end request, the transaction left UNKNOWN): the listener returned
         something that is not a LocalTransactionState.
         """
-        half = self._run(self._a.send_half(msg))
+        flow = self._a._tx.flow(msg, arg)
+        value: Any = None
         try:
-            result = self.listener.execute_local_transaction(msg, arg)
+            while True:
+                step = flow.send(value)
+                if isinstance(step, SendHalfStep):
+                    value = self._run(self._a.send(step.msg))
+                elif isinstance(step, LocalStep):
+                    value = self._run_local(step)
+                else:
+                    assert isinstance(step, EndStep)
+                    value = self._run(self._a.end_transaction(step.half, step.state))
+        except StopIteration as stop:
+            result: TransactionSendResult = stop.value
+            return result
+
+    def _run_local(self, step: LocalStep) -> Any:
+        try:
+            result = self.listener.execute_local_transaction(step.msg, step.arg)
             if inspect.isawaitable(result):
                 result = self._run(_awaited(result))
         except Exception:
-            log.exception("local transaction of %s raised; state UNKNOWN", half.msg_id)
-            result = LocalTransactionState.UNKNOWN
-        state, complaint = TransactionCore.local_state(result)
-        outcome = self._run(self._a.end_transaction(half, state))
-        if complaint:
-            raise TypeError(complaint)
-        return TransactionSendResult(half.msg_id, msg.topic, half.queue_id, half.queue_offset,
-                                     state, outcome)
+            log.exception("local transaction of %s raised; state UNKNOWN", step.half.msg_id)
+            return LOCAL_RAISED
+        return result
 
 
 class PushConsumer(_SyncClient):

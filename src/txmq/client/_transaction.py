@@ -8,12 +8,20 @@ RocketMQ ``TransactionMQProducer`` / ``DefaultMQProducerImpl.sendMessageInTransa
 from __future__ import annotations
 
 import logging
+from collections.abc import Generator
 from enum import Enum
+from typing import Any
 
 import msgspec
 
 from txmq import limits
-from txmq.client._core import LocalTransactionState, MessageIdGenerator, SendResult
+from txmq.client._core import (
+    LocalTransactionState,
+    MessageIdGenerator,
+    SendResult,
+    SendStatus,
+    TransactionSendResult,
+)
 from txmq.errors import ProtocolError, ResponseCode
 from txmq.protocol import (
     PROPERTY_PRODUCER_GROUP,
@@ -34,7 +42,22 @@ from txmq.protocol import (
     to_ext,
 )
 
-__all__ = ["CheckBack", "EndAnswer", "EndBatcher", "EndMode", "TransactionCore"]
+__all__ = [
+    "UNCONFIRMED_END",
+    "CheckBack",
+    "EndAnswer",
+    "EndBatcher",
+    "EndMode",
+    "EndStep",
+    "LocalStep",
+    "SendHalfStep",
+    "TransactionCore",
+    "TransactionFlow",
+]
+
+UNCONFIRMED_END = "UNKNOWN_END"
+"""The outcome of a transaction whose end request failed after the local outcome was known: the
+broker's check-back settles it from the local transaction log."""
 
 log = logging.getLogger("txmq.client")
 
@@ -61,6 +84,38 @@ class EndAnswer(msgspec.Struct, frozen=True):
     duplicate: bool = False
 
 
+class SendHalfStep(msgspec.Struct, frozen=True):
+    """Shell: store ``msg`` as a half message; send back its :class:`SendResult` (an exception
+    propagates to the caller: nothing ran locally)."""
+
+    msg: Message
+
+
+class LocalStep(msgspec.Struct, frozen=True):
+    """Shell: run the application's ``execute_local_transaction(msg, arg)`` (in the caller's thread
+    for the sync shell; awaited, or in a worker thread when it is a plain function, for the async
+    one); send back its return value, or :data:`LOCAL_RAISED` when it raised (logged)."""
+
+    msg: Message
+    arg: Any
+    half: SendResult
+
+
+class EndStep(msgspec.Struct, frozen=True):
+    """Shell: end the transaction (:meth:`AsyncTransactionProducer.end_transaction`, which never
+    raises); send back the outcome string."""
+
+    half: SendResult
+    state: LocalTransactionState
+
+
+LOCAL_RAISED = object()
+"""What a shell sends for a local transaction that raised (counts as UNKNOWN, as in RocketMQ)."""
+
+TransactionFlow = Generator[SendHalfStep | LocalStep | EndStep, Any, "TransactionSendResult"]
+"""``send_message_in_transaction`` as steps a shell performs (:meth:`TransactionCore.flow`)."""
+
+
 class EndMode(Enum):
     """How ends go out: batched and answered (txmq), or one-way END_TRANSACTION each (what an
     Apache RocketMQ broker takes: it answers the batch code REQUEST_CODE_NOT_SUPPORTED)."""
@@ -80,6 +135,30 @@ class TransactionCore:
     def __init__(self, group: str, ids: MessageIdGenerator) -> None:
         self.group = group
         self._ids = ids
+
+    def flow(self, msg: Message, arg: Any) -> TransactionFlow:
+        """Half message → local transaction → end, as steps (RocketMQ
+        ``sendMessageInTransaction``): the sync and asyncio shells drive the same generator, so the
+        flow is written once. A half stored with a weaker status than SEND_OK
+        (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE) is rolled back without
+        running the local transaction, as RocketMQ does. Once the local outcome is known nothing
+        raises but a listener's wrong return type (TypeError, after the end request, the
+        transaction left UNKNOWN); a failed end is the outcome :data:`UNCONFIRMED_END`."""
+        half: SendResult = yield SendHalfStep(self.half(msg))
+        if half.status != SendStatus.SEND_OK:
+            log.warning("half %s stored with %s; rolled back without the local transaction",
+                        half.msg_id, half.status.name)
+            state, complaint = LocalTransactionState.ROLLBACK_MESSAGE, ""
+        else:
+            result = yield LocalStep(msg, arg, half)
+            if result is LOCAL_RAISED:
+                result = LocalTransactionState.UNKNOWN
+            state, complaint = self.local_state(result)
+        outcome: str = yield EndStep(half, state)
+        if complaint:
+            raise TypeError(complaint)
+        return TransactionSendResult(half.msg_id, msg.topic, half.queue_id, half.queue_offset,
+                                     state, outcome, broker_name=half.broker_name)
 
     def half(self, msg: Message) -> Message:
         """Mark ``msg`` as a half message of this group, with a fresh id (``UNIQ_KEY``, also the
@@ -111,7 +190,8 @@ class TransactionCore:
                     ) -> EndTransactionRequestHeader:
         """END_TRANSACTION for a half this producer sent (RocketMQ
         ``DefaultMQProducerImpl.endTransaction``: the queue offset as ``tranStateTableOffset``,
-        the commit log offset from the offset message id)."""
+        the commit log offset from the offset message id, ``bname`` the half's broker group; the
+        shell sends it to that group's current master)."""
         return EndTransactionRequestHeader(
             producer_group=self.group, tran_state_table_offset=half.queue_offset,
             commit_log_offset=half.commit_log_offset, commit_or_rollback=_END_TYPE[state],

@@ -1,0 +1,183 @@
+"""One connection to a broker or name server, asyncio: pipelined requests matched by ``opaque``,
+a connect timeout, TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from txmq import limits
+from txmq.client._core import RemotingCore
+from txmq.errors import BrokerUnavailable, ConfigError, ConnectTimeout, ProtocolError, RequestTimeout
+from txmq.protocol import Command, parse_address
+
+__all__ = ["AsyncConnection", "RequestHandler", "parse_endpoint", "tls_client_context"]
+
+log = logging.getLogger("txmq.client")
+_READ_BYTES = 256 * 1024
+"""Bytes asked of the socket per read (txmq)."""
+
+
+def parse_endpoint(endpoints: str) -> tuple[str, int]:
+    """``"host:port"`` (the first of a ``;``-separated list) → ``(host, port)``. Raises ConfigError."""
+    return parse_address(endpoints.split(";")[0])
+
+
+def tls_client_context(ca_file: str = "", verify_hostname: bool = True) -> ssl.SSLContext:
+    """The SSLContext of a client with ``tls=True``: TLS 1.2 or later, the server's certificate
+    checked against ``ca_file`` (PEM; the system's CAs when empty) and, with ``verify_hostname``,
+    its names (DNS or IP subject alternative names) against the address dialled.
+
+    Raises:
+        ConfigError: ``ca_file`` cannot be read or holds no PEM certificate.
+    """
+    try:
+        ctx = ssl.create_default_context(cafile=ca_file or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"tls_ca_file {ca_file}: cannot load CA certificates: {exc}") from exc
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = verify_hostname
+    return ctx
+
+
+def _expire(fut: asyncio.Future[Command], code: int) -> None:
+    if not fut.done():
+        fut.set_exception(RequestTimeout(f"request code {code} timed out"))
+
+
+RequestHandler = Callable[["AsyncConnection", Command], None]
+"""Called with the connection and each request the peer sends (check-back, notifications)."""
+
+
+class AsyncConnection:
+    """One TCP connection to a broker with pipelined requests matched by ``opaque``.
+
+    Args:
+        endpoint: ``host:port``.
+        on_request: called with this connection and each broker-initiated request (check-back,
+            notifications), so an answer goes back to the broker that asked.
+        timeout_ms: default request timeout.
+        connect_timeout_ms: give up connecting after this (RocketMQ ``connectTimeoutMillis``).
+        access_key, secret_key: sign every request (RocketMQ ACL; see ``RemotingCore``).
+        tls: speak TLS with this context (:func:`tls_client_context`); None: plaintext.
+    """
+
+    def __init__(self, endpoint: str, on_request: RequestHandler | None = None,
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, *, access_key: str = "",
+                 secret_key: str = "", tls: ssl.SSLContext | None = None,
+                 connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS) -> None:
+        self.host, self.port = parse_endpoint(endpoint)
+        self.addr = f"{self.host}:{self.port}"
+        self._connect_timeout_s = connect_timeout_ms / 1000
+        self._tls = tls
+        self._on_request = on_request
+        self._timeout_s = timeout_ms / 1000
+        self._core = RemotingCore(access_key=access_key, secret_key=secret_key)
+        self._pending: dict[int, asyncio.Future[Command]] = {}
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._out: list[bytes] = []
+        self.closed = True
+
+    async def connect(self) -> None:
+        """Open the connection (and its TLS handshake).
+
+        Raises:
+            ConnectTimeout: no connection within ``connect_timeout_ms``.
+            BrokerUnavailable: refused, or a TLS failure (a certificate that does not verify, a
+                plaintext-only server).
+        """
+        tls: dict[str, Any] = {}
+        if self._tls is not None:
+            tls = {"ssl": self._tls, "server_hostname": self.host,
+                   "ssl_handshake_timeout": limits.TLS_HANDSHAKE_TIMEOUT_MS / 1000}
+        try:
+            reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port, **tls), self._connect_timeout_s)
+        except TimeoutError as exc:
+            raise ConnectTimeout(f"cannot connect to {self.host}:{self.port}: no answer in "
+                                 f"{self._connect_timeout_s:g} s") from exc
+        except OSError as exc:
+            raise BrokerUnavailable(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        self.closed = False
+        self._reader_task = asyncio.create_task(self._read_loop(reader))
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while data := await reader.read(_READ_BYTES):
+                for cmd in self._core.receive(data):
+                    if cmd.is_response:
+                        fut = self._pending.pop(cmd.opaque, None)
+                        if fut is not None and not fut.done():
+                            fut.set_result(cmd)
+                    elif self._on_request is not None:
+                        self._on_request(self, cmd)
+        except (OSError, ProtocolError) as exc:
+            log.warning("connection to %s:%d lost: %s", self.host, self.port, exc)
+        finally:
+            self._fail_all()
+
+    def _fail_all(self) -> None:
+        self.closed = True
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(BrokerUnavailable(f"connection to {self.host}:{self.port} closed"))
+        self._pending.clear()
+        if self._writer is not None:
+            self._writer.close()
+
+    async def request(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
+                      timeout_s: float | None = None) -> Command:
+        """Send a request and wait for its response (any code; see ``check_response``).
+
+        Raises:
+            BrokerUnavailable: not connected, or the connection dropped before the answer.
+            RequestTimeout: no answer within the timeout.
+        """
+        if self.closed or self._writer is None:
+            raise BrokerUnavailable(f"not connected to {self.host}:{self.port}")
+        opaque, frame = self._core.request(code, ext, body)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Command] = loop.create_future()
+        self._pending[opaque] = fut
+        self._write(frame)
+        timer = loop.call_later(timeout_s or self._timeout_s, _expire, fut, code)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            self._pending.pop(opaque, None)
+
+    def oneway(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> None:
+        """Send a request that gets no response. Raises BrokerUnavailable if not connected."""
+        if self.closed or self._writer is None:
+            raise BrokerUnavailable(f"not connected to {self.host}:{self.port}")
+        self._write(self._core.request(code, ext, body, oneway=True)[1])
+
+    def _write(self, frame: bytes) -> None:
+        """Queue a frame; all frames queued in one turn of the loop go out in one write (one
+        syscall and one TCP segment train instead of one per request)."""
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._write_out)
+        self._out.append(frame)
+
+    def _write_out(self) -> None:
+        out, self._out = self._out, []
+        if out and self._writer is not None and not self._writer.is_closing():
+            self._writer.write(out[0] if len(out) == 1 else b"".join(out))
+
+    async def close(self) -> None:
+        self._write_out()
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader_task
+        self.closed = True

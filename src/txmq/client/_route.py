@@ -1,0 +1,214 @@
+"""Routes and broker choice, sans-IO: what a client makes of a ``TopicRouteData`` (publish and
+subscribe queues over every broker group) and which queue a send picks (round robin with latency
+fault tolerance).
+
+Sources: RocketMQ ``MQClientInstance.topicRouteData2TopicPublishInfo`` /
+``topicRouteData2TopicSubscribeInfo`` (queue lists), ``findBrokerAddressInPublish`` /
+``findBrokerAddressInSubscribe`` (addresses), ``TopicPublishInfo.selectOneMessageQueue`` (round
+robin avoiding the last broker) and 5.x ``latency.MQFaultStrategy`` /
+``LatencyFaultToleranceImpl`` (the latency → not-available tables).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import msgspec
+
+from txmq.errors import MalformedHeader
+from txmq.protocol import (
+    MASTER_ID,
+    PERM_READ,
+    PERM_WRITE,
+    MessageQueue,
+    TopicRouteData,
+    decode_route,
+)
+
+__all__ = [
+    "FAULT_ISOLATION_LATENCY_MS",
+    "FAULT_LATENCY_MAX_MS",
+    "FAULT_NOT_AVAILABLE_DURATION_MS",
+    "FaultStrategy",
+    "QueueSelector",
+    "TopicRoute",
+    "build_route",
+    "decode_topic_route",
+]
+
+FAULT_LATENCY_MAX_MS = (50, 100, 550, 1800, 3000, 5000, 15000)
+"""Latency steps of a send (RocketMQ 5.x ``MQFaultStrategy.latencyMax``)."""
+FAULT_NOT_AVAILABLE_DURATION_MS = (0, 0, 2000, 5000, 6000, 10000, 30000)
+"""How long a broker is avoided after a send of the matching latency step (RocketMQ 5.x
+``MQFaultStrategy.notAvailableDuration``)."""
+FAULT_ISOLATION_LATENCY_MS = 10_000
+"""The latency a failed send counts as (RocketMQ 5.x ``updateFaultItem(..., isolation=true)`` uses
+10 000 ms), so a broker that cannot be reached is avoided for 10 s."""
+
+assert len(FAULT_LATENCY_MAX_MS) == len(FAULT_NOT_AVAILABLE_DURATION_MS)
+
+
+class TopicRoute(msgspec.Struct, frozen=True):
+    """A topic's route as a client uses it.
+
+    Attributes:
+        topic: the topic.
+        publish: writable queues of every broker group that has a master (id 0), in broker-name
+            order, queue ids ascending (RocketMQ ``TopicPublishInfo.messageQueueList``); or the
+            ``orderTopicConf`` list when the route has one.
+        subscribe: readable queues of every broker group, master or not, sorted
+            (RocketMQ ``topicRouteData2TopicSubscribeInfo``).
+        brokers: broker name → {broker id → ``host:port``} (id 0 is the master).
+    """
+
+    topic: str
+    publish: tuple[MessageQueue, ...]
+    subscribe: tuple[MessageQueue, ...]
+    brokers: dict[str, dict[int, str]]
+
+    def master(self, broker_name: str) -> str | None:
+        """The master address of ``broker_name``, or None when the group has no master
+        (RocketMQ ``findBrokerAddressInPublish``)."""
+        return self.brokers.get(broker_name, {}).get(MASTER_ID)
+
+    def broker_names(self) -> list[str]:
+        """Every broker group of the route, sorted."""
+        return sorted(self.brokers)
+
+
+def _order_conf(topic: str, conf: str) -> list[MessageQueue]:
+    """``"broker-a:4;broker-b:4"`` → queues (RocketMQ ``orderTopicConf``). Raises MalformedHeader."""
+    out: list[MessageQueue] = []
+    for item in filter(None, conf.split(";")):
+        name, _, nums = item.partition(":")
+        if not name or not nums.isdigit():
+            raise MalformedHeader(f"orderTopicConf item {item!r} is not broker:queues")
+        out.extend(MessageQueue(topic, i, name) for i in range(int(nums)))
+    return out
+
+
+def build_route(route: TopicRouteData, topic: str) -> TopicRoute:
+    """The :class:`TopicRoute` of a decoded ``TopicRouteData``. Raises MalformedHeader for an
+    ``orderTopicConf`` that does not parse."""
+    brokers = {bd.broker_name: dict(bd.broker_addrs) for bd in route.broker_datas}
+    if route.order_topic_conf:
+        publish = _order_conf(topic, route.order_topic_conf)
+    else:
+        publish = []
+        for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+            if qd.perm & PERM_WRITE and MASTER_ID in brokers.get(qd.broker_name, {}):
+                publish.extend(MessageQueue(topic, i, qd.broker_name)
+                               for i in range(qd.write_queue_nums))
+    subscribe = sorted({MessageQueue(topic, i, qd.broker_name)
+                        for qd in route.queue_datas if qd.perm & PERM_READ
+                        for i in range(qd.read_queue_nums)})
+    return TopicRoute(topic, tuple(publish), tuple(subscribe), brokers)
+
+
+def decode_topic_route(data: bytes, topic: str) -> TopicRoute:
+    """The :class:`TopicRoute` of a GET_ROUTEINFO_BY_TOPIC body. Raises MalformedHeader."""
+    return build_route(decode_route(data), topic)
+
+
+class _FaultItem(msgspec.Struct):
+    latency_ms: int
+    available_from_ms: int
+    reachable: bool
+
+
+class FaultStrategy:
+    """Latency fault tolerance (RocketMQ 5.x ``MQFaultStrategy`` with
+    ``sendLatencyFaultEnable``): each send's latency per broker maps to a time the broker is avoided
+    (``FAULT_NOT_AVAILABLE_DURATION_MS``); a send that failed counts as ``FAULT_ISOLATION_LATENCY_MS``
+    and marks the broker unreachable. On by default in txmq (RocketMQ's default is off, so its
+    producer keeps choosing a dead broker).
+
+    Args:
+        enabled: False: plain round robin avoiding only the last broker tried, as RocketMQ's default.
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._items: dict[str, _FaultItem] = {}
+
+    @staticmethod
+    def not_available_ms(latency_ms: int) -> int:
+        """How long a send of ``latency_ms`` makes its broker avoided (the tables' lookup, from the
+        top: the first step the latency reaches)."""
+        for step, duration in zip(reversed(FAULT_LATENCY_MAX_MS),
+                                  reversed(FAULT_NOT_AVAILABLE_DURATION_MS), strict=True):
+            if latency_ms >= step:
+                return duration
+        return 0
+
+    def update(self, broker: str, latency_ms: int, now_ms: int, *, failed: bool = False) -> None:
+        """Record a send to ``broker`` that took ``latency_ms`` (or failed: isolation)."""
+        if not self.enabled:
+            return
+        latency = FAULT_ISOLATION_LATENCY_MS if failed else latency_ms
+        self._items[broker] = _FaultItem(latency, now_ms + self.not_available_ms(latency),
+                                         reachable=not failed)
+
+    def available(self, broker: str, now_ms: int) -> bool:
+        """Whether ``broker`` may be chosen now."""
+        item = self._items.get(broker)
+        return item is None or now_ms >= item.available_from_ms
+
+    def reachable(self, broker: str) -> bool:
+        """False while the last send to ``broker`` failed."""
+        item = self._items.get(broker)
+        return item is None or item.reachable
+
+
+class QueueSelector:
+    """Round-robin queue choice of one producer (RocketMQ ``TopicPublishInfo.sendWhichQueue``, a
+    counter with a random start), filtered by a :class:`FaultStrategy`.
+
+    Args:
+        faults: the producer's fault strategy.
+        rng: randomness for the counter's start (a parameter, for replayable simulations).
+    """
+
+    def __init__(self, faults: FaultStrategy, rng: random.Random | None = None) -> None:
+        self.faults = faults
+        self._rng = rng or random.Random()
+        self._index: dict[str, int] = {}
+
+    def _next(self, topic: str) -> int:
+        i = self._index.get(topic)
+        if i is None:
+            i = self._rng.randrange(1 << 16)
+        self._index[topic] = i + 1
+        return i
+
+    def select(self, topic: str, queues: Sequence[MessageQueue], last_broker: str | None,
+               now_ms: int) -> MessageQueue:
+        """The queue for the next attempt: the next in round robin whose broker is available and not
+        ``last_broker`` (the broker of the failed previous attempt); else one on a reachable broker
+        other than ``last_broker``; else one not on ``last_broker``; else plain round robin
+        (RocketMQ 5.x ``MQFaultStrategy.selectOneMessageQueue``).
+
+        Raises:
+            ValueError: ``queues`` is empty.
+        """
+        if not queues:
+            raise ValueError(f"topic {topic!r} has no queue to send to")
+        start = self._next(topic)
+        n = len(queues)
+        f = self.faults
+        if f.enabled:
+            for i in range(n):
+                mq = queues[(start + i) % n]
+                if mq.broker_name != last_broker and f.available(mq.broker_name, now_ms):
+                    return mq
+            for i in range(n):
+                mq = queues[(start + i) % n]
+                if mq.broker_name != last_broker and f.reachable(mq.broker_name):
+                    return mq
+        if last_broker is not None:
+            for i in range(n):
+                mq = queues[(start + i) % n]
+                if mq.broker_name != last_broker:
+                    return mq
+        return queues[start % n]

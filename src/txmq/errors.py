@@ -6,14 +6,59 @@ error response code). Each carries a stable ``code`` string and a ``retriable`` 
 decide whether to try again without parsing messages.
 
 Response codes reuse RocketMQ's ``ResponseCode`` numbers where the condition exists there
-(``remoting/protocol/ResponseCode.java``); txmq-specific ones live at 2000 and above.
+(``remoting/protocol/ResponseCode.java``); txmq-specific ones live at 9000 and above.
+
+The tree (as httpx/httpcore document theirs)::
+
+    TxmqError
+    ├── LocalError
+    │   ├── ConfigError
+    │   ├── ProtocolError
+    │   │   ├── MalformedFrame
+    │   │   ├── MalformedHeader
+    │   │   ├── MalformedMessage
+    │   │   └── FrameTooLarge
+    │   ├── InvalidRequest
+    │   │   └── InvalidReceiptHandle
+    │   ├── MessageTooLarge
+    │   ├── OutboxError
+    │   └── StoreError
+    │       ├── CorruptRecord
+    │       ├── CommitLogDamaged
+    │       └── DiskFull
+    ├── DataLossError
+    ├── TransportError                 the request may or may not have taken effect
+    │   ├── BrokerUnavailable          no connection could be made or kept
+    │   │   └── ConnectTimeout         no connection within the connect timeout (3 s)
+    │   └── RequestTimeout             no answer within the request timeout
+    └── RemoteError                    the broker answered an error code (``response_code``)
+        ├── BrokerSystemError          SYSTEM_ERROR (1)
+        ├── SystemBusy                 SYSTEM_BUSY (2), retriable
+        ├── RequestCodeNotSupported    REQUEST_CODE_NOT_SUPPORTED (3)
+        ├── MessageIllegal             MESSAGE_ILLEGAL (13)
+        ├── ServiceNotAvailable        SERVICE_NOT_AVAILABLE (14), retriable
+        ├── NoPermission               NO_PERMISSION (16)
+        ├── TopicNotExist              TOPIC_NOT_EXIST (17)
+        ├── SubscriptionGroupNotExist  SUBSCRIPTION_GROUP_NOT_EXIST (26)
+        ├── InvalidParameter           INVALID_PARAMETER (29)
+        ├── TransactionStateGroupWrong TRANSACTION_STATE_GROUP_WRONG (203)
+        ├── IllegalOperation           ILLEGAL_OPERATION (604)
+        ├── GoAway                     GO_AWAY (1500)
+        └── TransactionNotFound        TRANSACTION_NOT_FOUND (9003, txmq)
+
+The remote branch is keyed by response code: :meth:`RemoteError.of` builds the subclass registered
+for a code (a plain :class:`RemoteError` for any other code), and every client raises through it, so
+``except TopicNotExist`` and ``except RemoteError as e: e.response_code == 17`` both work.
+:meth:`RemoteError.for_code` gives the class of a code.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import ClassVar
 
 __all__ = [
+    "BrokerSystemError",
     "BrokerUnavailable",
     "CommitLogDamaged",
     "ConfigError",
@@ -22,19 +67,31 @@ __all__ = [
     "DataLossError",
     "DiskFull",
     "FrameTooLarge",
+    "GoAway",
+    "IllegalOperation",
+    "InvalidParameter",
     "InvalidReceiptHandle",
     "InvalidRequest",
     "LocalError",
     "MalformedFrame",
     "MalformedHeader",
     "MalformedMessage",
+    "MessageIllegal",
     "MessageTooLarge",
+    "NoPermission",
     "OutboxError",
     "ProtocolError",
     "RemoteError",
+    "RequestCodeNotSupported",
     "RequestTimeout",
     "ResponseCode",
+    "ServiceNotAvailable",
     "StoreError",
+    "SubscriptionGroupNotExist",
+    "SystemBusy",
+    "TopicNotExist",
+    "TransactionNotFound",
+    "TransactionStateGroupWrong",
     "TransportError",
     "TxmqError",
 ]
@@ -267,6 +324,24 @@ class RemoteError(TxmqError):
     """
 
     code = "REMOTE_ERROR"
+    response_code_of_class: int | None = None
+    """The response code a subclass stands for (None: any code)."""
+    _by_code: ClassVar[dict[int, type[RemoteError]]] = {}
+
+    def __init_subclass__(cls, **kw: object) -> None:
+        super().__init_subclass__(**kw)
+        if cls.response_code_of_class is not None:
+            RemoteError._by_code[cls.response_code_of_class] = cls
+
+    @classmethod
+    def for_code(cls, response_code: int) -> type[RemoteError]:
+        """The class raised for ``response_code``: its registered subclass, else RemoteError."""
+        return RemoteError._by_code.get(response_code, RemoteError)
+
+    @classmethod
+    def of(cls, response_code: int, remark: str) -> RemoteError:
+        """The error for a response: an instance of :meth:`for_code`'s class."""
+        return RemoteError.for_code(response_code)(response_code, remark)
 
     def __init__(self, response_code: int, remark: str) -> None:
         self.response_code = response_code
@@ -278,3 +353,106 @@ class RemoteError(TxmqError):
             name, retriable = f"CODE_{response_code}", False
         self.code = name
         super().__init__(f"{name} ({response_code}): {remark}", retriable=retriable)
+
+
+class BrokerSystemError(RemoteError):
+    """The broker failed to handle the request (RocketMQ SYSTEM_ERROR; also a header that does not
+    decode). Response code ``SYSTEM_ERROR``."""
+
+    response_code_of_class = ResponseCode.SYSTEM_ERROR
+
+
+class SystemBusy(RemoteError):
+    """The broker is overloaded (its page cache or send thread pool is busy); try again later.
+
+    Response code ``SYSTEM_BUSY``."""
+
+    response_code_of_class = ResponseCode.SYSTEM_BUSY
+
+
+class RequestCodeNotSupported(RemoteError):
+    """The peer does not know the request code (an older or foreign broker).
+
+    Response code ``REQUEST_CODE_NOT_SUPPORTED``."""
+
+    response_code_of_class = ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+
+class MessageIllegal(RemoteError):
+    """The broker refused the message (too large a body or properties, a bad delay level).
+
+    Response code ``MESSAGE_ILLEGAL``."""
+
+    response_code_of_class = ResponseCode.MESSAGE_ILLEGAL
+
+
+class ServiceNotAvailable(RemoteError):
+    """The broker cannot serve now (a full disk, a slave asked to write, shutting down).
+
+    Response code ``SERVICE_NOT_AVAILABLE``."""
+
+    response_code_of_class = ResponseCode.SERVICE_NOT_AVAILABLE
+
+
+class NoPermission(RemoteError):
+    """Refused by permission: ACL, or a topic or broker not writable/readable.
+
+    Response code ``NO_PERMISSION``."""
+
+    response_code_of_class = ResponseCode.NO_PERMISSION
+
+
+class TopicNotExist(RemoteError):
+    """No route or no such topic on the broker.
+
+    Response code ``TOPIC_NOT_EXIST``."""
+
+    response_code_of_class = ResponseCode.TOPIC_NOT_EXIST
+
+
+class SubscriptionGroupNotExist(RemoteError):
+    """The consumer group is not known to the broker.
+
+    Response code ``SUBSCRIPTION_GROUP_NOT_EXIST``."""
+
+    response_code_of_class = ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+
+
+class InvalidParameter(RemoteError):
+    """A request naming something illegal (a bad name, an id out of range).
+
+    Response code ``INVALID_PARAMETER``."""
+
+    response_code_of_class = ResponseCode.INVALID_PARAMETER
+
+
+class TransactionStateGroupWrong(RemoteError):
+    """An end request whose producer group is not the half message's.
+
+    Response code ``TRANSACTION_STATE_GROUP_WRONG``."""
+
+    response_code_of_class = ResponseCode.TRANSACTION_STATE_GROUP_WRONG
+
+
+class IllegalOperation(RemoteError):
+    """An operation the broker refuses in its state (RocketMQ ILLEGAL_OPERATION).
+
+    Response code ``ILLEGAL_OPERATION``."""
+
+    response_code_of_class = ResponseCode.ILLEGAL_OPERATION
+
+
+class GoAway(RemoteError):
+    """The broker is going away: send elsewhere.
+
+    Response code ``GO_AWAY``."""
+
+    response_code_of_class = ResponseCode.GO_AWAY
+
+
+class TransactionNotFound(RemoteError):
+    """No half message at the named offset or id (txmq).
+
+    Response code ``TRANSACTION_NOT_FOUND``."""
+
+    response_code_of_class = ResponseCode.TRANSACTION_NOT_FOUND

@@ -291,7 +291,7 @@ class AsyncProducer(ClientBase):
         self.faults.update(mq.broker_name, int((time.monotonic() - started) * 1000), _now_ms())
         if resp.code in SEND_STATUS_OF_CODE:
             return send_result(mq.topic, msg_id, resp, mq.broker_name)
-        exc_r = RemoteError(resp.code, resp.remark or "")
+        exc_r = RemoteError.of(resp.code, resp.remark or "")
         if resp.code not in SEND_RETRY_CODES:
             raise exc_r
         self._failed(mq, exc_r, at)
@@ -388,7 +388,7 @@ class AsyncTransactionProducer(AsyncProducer):
                 return "SENT"
             item = await self._batched_end(addr, batcher, h)
             if item.code != ResponseCode.SUCCESS:
-                raise RemoteError(item.code, item.remark)
+                raise RemoteError.of(item.code, item.remark)
         except Exception as exc:
             self.end_failures += 1
             log.warning("end transaction of %s (%s) not confirmed: %s; check-back will settle it",

@@ -294,7 +294,7 @@ def check_response(cmd: Command, *ok: ResponseCode) -> Command:
     """Return ``cmd`` if its code is SUCCESS (or one of ``ok``), else raise RemoteError."""
     if cmd.code == ResponseCode.SUCCESS or cmd.code in ok:
         return cmd
-    raise RemoteError(cmd.code, cmd.remark or "")
+    raise RemoteError.of(cmd.code, cmd.remark or "")
 
 
 def send_request_header(msg: Message, group: str, queue_id: int, born_ms: int, *,

@@ -301,7 +301,7 @@ class Backend:
                 await conn.connect()
                 r = await conn.request(RequestCode.GET_BROKER_CLUSTER_INFO)
                 if r.code != ResponseCode.SUCCESS:
-                    raise RemoteError(r.code, r.remark or "")
+                    raise RemoteError.of(r.code, r.remark or "")
                 info = decode_cluster_info(r.body)
                 return [a for _, b in sorted(info.broker_addr_table.items())
                         if (a := b.broker_addrs.get(0))]
@@ -334,7 +334,7 @@ class Backend:
     async def _broker_info(self, b: BrokerClients) -> tuple[BrokerInfo, BrokerRuntimeInfo]:
         r = await b.admin.call(RequestCode.GET_BROKER_RUNTIME_INFO)
         if r.code != ResponseCode.SUCCESS:
-            raise RemoteError(r.code, r.remark or "")
+            raise RemoteError.of(r.code, r.remark or "")
         info = BrokerRuntimeInfo.decode(r.body)
         table = msgspec.json.decode(r.body, type=dict[str, dict[str, str]]).get("table", {})
         version = table.get("brokerVersionDesc") or f"remoting v{r.version}"
@@ -803,7 +803,7 @@ def _check_ident(ident: str) -> None:
 async def _known(call: Awaitable[dict[str, Any]], ident: str) -> dict[str, Any]:
     st = await call
     if st.get("state") == "UNKNOWN_OFFSET":
-        raise RemoteError(ResponseCode.TRANSACTION_NOT_FOUND, f"no transaction {ident}")
+        raise RemoteError.of(ResponseCode.TRANSACTION_NOT_FOUND, f"no transaction {ident}")
     return st
 
 

@@ -19,11 +19,15 @@ from txmq.errors import ConfigError, RemoteError, ResponseCode
 from txmq.protocol import (
     PULL_FLAG_COMMIT_OFFSET,
     Command,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
     MessageQueue,
     OffsetResponseHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
     RequestCode,
+    decode_body,
+    encode_body,
     from_ext,
     to_ext,
 )
@@ -88,6 +92,8 @@ class FakeBrokers:
             return self.pull(len([c for c in self.calls if c[2] == code]))
         if code == RequestCode.QUERY_CONSUMER_OFFSET:
             return Command(0, 1, 1, ext=to_ext(OffsetResponseHeader(offset=10)))
+        if code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            return Command(0, 1, 1)
         raise AssertionError(f"unexpected request {code}")
 
     def pulls(self) -> list[tuple[str, int, dict[str, str]]]:
@@ -176,3 +182,70 @@ async def _a_pull_body_that_does_not_decode_does_not_stop_the_queue() -> None:
         w.stopped.set()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def test_offsets_go_to_the_master_and_wait_while_the_group_has_none() -> None:
+    asyncio.run(asyncio.wait_for(_offsets_go_to_the_master(), 30))
+
+
+async def _offsets_go_to_the_master() -> None:
+    c = AsyncPushConsumer("g", "127.0.0.1:1", lambda ms: ConsumeStatus.CONSUME_SUCCESS)
+    brokers = FakeBrokers(lambda n: pull_answer(ResponseCode.PULL_NOT_FOUND, 0))
+    fake(c, brokers)
+    w = _QueueWorker(MQ)
+    w.pq.next_offset = 33
+    c._brokers["broker-a"] = {1: "s:1"}  # master gone: nothing is sent, nothing marked committed
+    await c._commit_queue(w)
+    assert brokers.calls == [] and w.pq.committed_offset == -1
+    c._brokers["broker-a"] = {0: "m:1", 1: "s:1"}
+    await c._commit_queue(w)
+    [(name, bid, code, _)] = brokers.calls
+    assert (name, bid, code, w.pq.committed_offset) == (
+        "broker-a", 0, RequestCode.UPDATE_CONSUMER_OFFSET, 33)
+
+
+def test_consumers_heartbeat_slaves_too() -> None:
+    c = AsyncPushConsumer("g", "", lambda ms: ConsumeStatus.CONSUME_SUCCESS,
+                          namesrv_addr="127.0.0.1:1")
+    c._brokers["broker-a"] = {0: "m:1", 1: "s:1"}
+    assert c._heartbeat_targets() == ["m:1", "s:1"]
+    p = AsyncPullConsumer("", "g", namesrv_addr="127.0.0.1:1")
+    p._brokers["broker-a"] = {0: "m:1", 1: "s:1"}
+    assert p._heartbeat_targets() == ["m:1", "s:1"]
+
+
+def test_orderly_locks_go_to_each_queues_master_in_one_batch_per_group() -> None:
+    asyncio.run(asyncio.wait_for(_orderly_locks(), 30))
+
+
+async def _orderly_locks() -> None:
+    c = AsyncPushConsumer("g", "", lambda ms: ConsumeStatus.CONSUME_SUCCESS, orderly=True,
+                          namesrv_addr="127.0.0.1:1")
+    sent: list[tuple[str, list[MessageQueue]]] = []
+
+    class Conn:
+        def __init__(self, addr: str) -> None:
+            self.addr = addr
+
+        async def request(self, code: int, ext: Any = None, body: bytes = b"") -> Command:
+            req = decode_body(body, LockBatchRequestBody)
+            sent.append((self.addr, req.mq_set))
+            ok = [mq for mq in req.mq_set if mq.queue_id != 3]  # someone else holds queue 3
+            return Command(0, 1, 1, body=encode_body(LockBatchResponseBody(lock_ok_mq_set=ok)))
+
+    conns = {"a:1": Conn("a:1"), "b:1": Conn("b:1")}
+    c._brokers.update({"broker-a": {0: "a:1"}, "broker-b": {0: "b:1"}})
+    c._conns.update(conns)  # type: ignore[arg-type]
+
+    async def connection(addr: str) -> Any:
+        return conns[addr]
+
+    c.connection = connection  # type: ignore[method-assign]
+    ws = [_QueueWorker(MessageQueue("t", q, b)) for b, q in
+          [("broker-a", 0), ("broker-b", 1), ("broker-a", 2), ("broker-b", 3)]]
+    assert not await c._lock(ws)
+    assert sorted((a, [(m.broker_name, m.queue_id) for m in mqs]) for a, mqs in sent) == [
+        ("a:1", [("broker-a", 0), ("broker-a", 2)]), ("b:1", [("broker-b", 1), ("broker-b", 3)])]
+    assert [w.pq.locked for w in ws] == [True, True, True, False]
+    assert ws[0].pq.lock_token is conns["a:1"] and ws[1].pq.lock_token is conns["b:1"]
+    assert c._lock_token(ws[1].mq) is conns["b:1"]

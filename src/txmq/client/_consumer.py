@@ -665,8 +665,15 @@ class AsyncPushConsumer(_PullMixin):
 
     # -- offsets ------------------------------------------------------------------------------------
     async def _commit_queue(self, w: _QueueWorker) -> None:
+        """Commit ``w``'s offset to the master of its broker group (broadcasting: note it for the
+        local file). A group the routes show without a master is skipped: the persist loop tries
+        again once a route names one (offsets never go to a slave)."""
         off = w.pq.commit_offset()
         if self._clustering:
+            addrs = self.broker_addresses(w.mq.broker_name)
+            if addrs and MASTER_ID not in addrs:
+                log.debug("offset of %s not committed: its group has no master now", _name(w.mq))
+                return
             try:
                 await self.commit_offset(w.mq.topic, w.mq.queue_id, off,
                                          broker_name=w.mq.broker_name)

@@ -219,6 +219,11 @@ class PushConsumer(_SyncClient):
         """The queues this member consumes now."""
         return self._run(_on_loop(self._a.assignment))
 
+    def loop_errors(self) -> dict[str, int]:
+        """Failures of each background loop so far (pull, rebalance, persist, lock, heartbeat,
+        route refresh): each was logged and its loop went on."""
+        return self._run(_on_loop(lambda: dict(self._a.loop_errors)))
+
 
 class PullConsumer(_SyncClient):
     """Sync :class:`~txmq.client.AsyncPullConsumer`: explicit offsets, or assign/subscribe with
@@ -290,6 +295,10 @@ class PullConsumer(_SyncClient):
     def assignment(self) -> list[MessageQueue]:
         """See :meth:`AsyncPullConsumer.assignment`."""
         return self._run(_on_loop(self._a.assignment))
+
+    def loop_errors(self) -> dict[str, int]:
+        """Failures of each background loop so far (rebalance, heartbeat, route refresh)."""
+        return self._run(_on_loop(lambda: dict(self._a.loop_errors)))
 
     def poll(self, timeout_ms: int = 5_000) -> list[MessageExt]:
         """See :meth:`AsyncPullConsumer.poll`."""

@@ -420,14 +420,6 @@ class AsyncPushConsumer(_PullMixin):
             await asyncio.wait({previous})
         if self._locking and not await self._lock_until_held(w):
             return
-        while not w.pq.dropped:
-            try:
-                w.pq.next_offset = await self._start_offset(w.mq)
-                break
-            except _NETWORK_ERRORS as exc:
-                log.warning("start offset of %s/%d: %s", w.mq.topic, w.mq.queue_id, exc)
-                await self._pause(w, _PULL_RETRY_AFTER_ERROR_S)
-        log.info("%s: consuming %s from offset %d", self.client_id, _name(w.mq), w.pq.next_offset)
         await run_supervised("pull", partial(self._pull_once, w), lambda: not w.pq.dropped,
                              self.loop_errors, pause=partial(self._pause, w))
 
@@ -446,6 +438,14 @@ class AsyncPushConsumer(_PullMixin):
         """One step of a queue's pull loop (run by :func:`run_supervised`: an unexpected error,
         such as a body that does not decode, is logged and counted, and pulling goes on)."""
         pq, mq = w.pq, w.mq
+        if pq.next_offset < 0:
+            try:
+                pq.next_offset = await self._start_offset(mq)
+            except _NETWORK_ERRORS as exc:
+                log.warning("start offset of %s: %s", _name(mq), exc)
+                await self._pause(w, _PULL_RETRY_AFTER_ERROR_S)
+                return
+            log.info("%s: consuming %s from offset %d", self.client_id, _name(mq), pq.next_offset)
         if pq.is_full(*self.thresholds):  # flow control (RocketMQ pullThreshold*ForQueue)
             w.room.clear()
             if pq.is_full(*self.thresholds):

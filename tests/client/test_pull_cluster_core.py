@@ -249,3 +249,15 @@ async def _orderly_locks() -> None:
     assert [w.pq.locked for w in ws] == [True, True, True, False]
     assert ws[0].pq.lock_token is conns["a:1"] and ws[1].pq.lock_token is conns["b:1"]
     assert c._lock_token(ws[1].mq) is conns["b:1"]
+
+
+def test_a_pull_answered_retry_immediately_moves_on() -> None:
+    """Defect 8 through the consumer's pull: the next pull starts at the header's next offset."""
+    asyncio.run(asyncio.wait_for(_retry_immediately_moves_on(), 30))
+
+
+async def _retry_immediately_moves_on() -> None:
+    c = AsyncPullConsumer("127.0.0.1:1", "g")
+    fake(c, FakeBrokers(lambda n: pull_answer(ResponseCode.PULL_RETRY_IMMEDIATELY, 42)))
+    r = await c.pull("t", 0, 10, broker_name="broker-a")
+    assert (r.status, r.next_begin_offset, r.messages) == (PullStatus.NO_MATCHED_MSG, 42, [])

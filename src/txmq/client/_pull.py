@@ -343,8 +343,7 @@ class AsyncPullConsumer(_PullMixin):
         """
         route = await self.route(topic, refresh=True)
         name = await self._broker_of(topic, "")
-        return sorted(mq.queue_id for mq in route.subscribe if mq.broker_name == name) or (
-            list(range(len(route.publish))))
+        return sorted(mq.queue_id for mq in route.subscribe if mq.broker_name == name)
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32, *,
                    broker_name: str = "") -> PullResult:

@@ -341,12 +341,30 @@ class AsyncTransactionProducer(AsyncProducer):
         oneway_end: send END_TRANSACTION one-way like RocketMQ's ``endTransactionOneway`` (faster;
             the result's ``outcome`` is then "SENT"). By default the broker's recorded outcome is
             awaited, so a returned COMMIT is durable and visible.
-        **kw: the arguments of :class:`AsyncProducer`.
+        max_message_size, timeout_ms, namesrv_addr, retry_times_when_send_failed,
+        send_latency_fault_enable, access_key, secret_key, tls, tls_ca_file, tls_verify_hostname,
+        connect_timeout_ms, poll_name_server_interval_ms: as :class:`AsyncProducer`.
     """
 
-    def __init__(self, group: str, endpoints: str = "", listener: TransactionListener | None = None,
-                 *, check_threads: int = 4, oneway_end: bool = False, **kw: Any) -> None:
-        super().__init__(group, endpoints, **kw)
+    def __init__(self, group: str, endpoints: str = "",
+                 listener: TransactionListener | None = None, *, check_threads: int = 4,
+                 oneway_end: bool = False,
+                 max_message_size: int = limits.MESSAGE_SIZE_MAX_BYTES,
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
+                 retry_times_when_send_failed: int = limits.SEND_RETRY_TIMES,
+                 send_latency_fault_enable: bool = True,
+                 access_key: str = "", secret_key: str = "", tls: bool = False,
+                 tls_ca_file: str = "", tls_verify_hostname: bool = True,
+                 connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
+                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS) -> None:
+        super().__init__(group, endpoints, max_message_size=max_message_size,
+                         timeout_ms=timeout_ms, namesrv_addr=namesrv_addr,
+                         retry_times_when_send_failed=retry_times_when_send_failed,
+                         send_latency_fault_enable=send_latency_fault_enable,
+                         access_key=access_key, secret_key=secret_key, tls=tls,
+                         tls_ca_file=tls_ca_file, tls_verify_hostname=tls_verify_hostname,
+                         connect_timeout_ms=connect_timeout_ms,
+                         poll_name_server_interval_ms=poll_name_server_interval_ms)
         if listener is None:
             raise ConfigError("a transaction producer needs a TransactionListener")
         if check_threads < 1:
@@ -450,7 +468,7 @@ class AsyncTransactionProducer(AsyncProducer):
         """
         return await drive_flow(self._tx.flow(msg, arg), self)
 
-    async def run_local(self, step: LocalStep) -> Any:
+    async def _run_local(self, step: LocalStep) -> Any:
         """Run the listener's ``execute_local_transaction`` for a flow step (awaited when a
         coroutine function, else in a worker thread); :data:`LOCAL_RAISED` if it raised."""
         try:
@@ -502,7 +520,7 @@ async def drive_flow(flow: TransactionFlow, p: AsyncTransactionProducer) -> Tran
             if isinstance(step, SendHalfStep):
                 value = await p.send(step.msg)
             elif isinstance(step, LocalStep):
-                value = await p.run_local(step)
+                value = await p._run_local(step)
             else:
                 assert isinstance(step, EndStep)
                 value = await p.end_transaction(step.half, step.state)

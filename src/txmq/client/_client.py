@@ -320,6 +320,15 @@ class ClientBase:
         conn = await self._connection()
         return await conn.request(code, ext, body, timeout_s)
 
+    async def request(self, code: int, ext: dict[str, str] | None = None,
+                      body: bytes = b"") -> Command:
+        """One raw request to the default broker (admin tools); the response, checked.
+
+        Raises:
+            RemoteError (the subclass of its code), BrokerUnavailable, RequestTimeout.
+        """
+        return check_response(await self.call(code, ext, body))
+
     async def call_broker(self, broker_name: str, code: int, ext: dict[str, str] | None = None,
                           body: bytes = b"", timeout_s: float | None = None, *,
                           topic: str = "", broker_id: int = MASTER_ID) -> Command:

@@ -491,6 +491,13 @@ class AsyncPullConsumer(_PullMixin):
         """See :meth:`search_offset` (RocketMQ ``offsetForTimestamp``)."""
         return await self.search_offset(topic, queue_id, timestamp_ms, broker_name=broker_name)
 
+    async def transaction_stats(self) -> dict[str, int]:
+        """Counts of the default broker's transaction index (PENDING, COMMIT, ROLLBACK, checks …;
+        see :meth:`AsyncAdmin.transaction_stats`). Raises RemoteError, BrokerUnavailable,
+        RequestTimeout."""
+        r = await self.request(RequestCode.GET_TRANSACTION_STATS)
+        return decode_body(r.body, dict[str, int])
+
     async def committed(self, topic: str, queue_id: int, *, broker_name: str = "") -> int | None:
         """The group's committed offset of a queue, or None."""
         return await self.fetch_consumer_offset(topic, queue_id, broker_name=broker_name)

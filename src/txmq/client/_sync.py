@@ -10,24 +10,36 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from txmq import limits
 from txmq.client._admin import AsyncAdmin, ResendResult
-from txmq.client._async import AsyncProducer, AsyncTransactionProducer, TransactionListener
+from txmq.client._async import (
+    AsyncProducer,
+    AsyncTransactionProducer,
+    MessageQueueSelector,
+    QueueChoice,
+    TransactionListener,
+)
+from txmq.client._client import ClientBase
 from txmq.client._consumer import AsyncPushConsumer, MessageListener
 from txmq.client._core import (
+    ConsumeFromWhere,
+    LocalTransactionState,
+    MessageModel,
     PullResult,
     RawPullResult,
     SendResult,
     TransactionSendResult,
-    check_response,
 )
-from txmq.client._pull import AsyncPullConsumer
+from txmq.client._pull import AsyncPullConsumer, _PullMixin
+from txmq.client._route import TopicRoute
 from txmq.client._transaction import LOCAL_RAISED, EndStep, LocalStep, SendHalfStep
 from txmq.protocol import (
+    MASTER_ID,
     BrokerRuntimeInfo,
     Command,
     ConsumerGroupInfo,
@@ -36,18 +48,17 @@ from txmq.protocol import (
     MessageExt,
     MessageQueue,
     QueueConsumeStats,
-    RequestCode,
     ResetOffsetEntry,
     TopicConfigSerializeWrapper,
     TopicRouteData,
     TopicStatsTable,
-    decode_body,
 )
 
 __all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
 
 log = logging.getLogger("txmq.client")
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -77,18 +88,37 @@ class _LoopThread:
 
 
 class _SyncClient:
-    _a: Any
+    _a: ClientBase
 
     def __init__(self) -> None:
         self._lt = _LoopThread(f"txmq-{type(self).__name__}")
         self._started = False
 
+    def _build(self, cls: type[A], *args: Any, **kw: Any) -> A:
+        """Construct the async twin on the loop thread; on failure stop the thread and close its
+        loop (nothing leaks from a failed constructor) and re-raise."""
+        try:
+            return self._lt.run(_make(cls, *args, **kw))
+        except BaseException:
+            self._lt.stop()
+            raise
+
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._lt.run(coro)
 
     def start(self) -> None:
-        """Connect and start background work. Raises BrokerUnavailable."""
-        self._run(self._a.start())
+        """Connect and start background work. On failure the connections, the loop and its thread
+        are released (the client cannot be started again).
+
+        Raises:
+            BrokerUnavailable, ConnectTimeout, RequestTimeout, RemoteError: as the async
+                ``start()``.
+        """
+        try:
+            self._run(self._a.start())
+        except BaseException:
+            self._lt.stop()
+            raise
         self._started = True
 
     def shutdown(self) -> None:
@@ -105,20 +135,48 @@ class _SyncClient:
         return str(self._a.client_id)
 
     def request(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> Command:
-        """One raw request (admin tools); returns the response, raising RemoteError on an error code.
+        """See :meth:`ClientBase.request`."""
+        return self._run(self._a.request(code, ext, body))
 
-        Raises:
-            RemoteError, BrokerUnavailable, RequestTimeout.
-        """
-        return check_response(self._run(self._a.call(code, ext or {}, body)))
+    def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
+             timeout_s: float | None = None) -> Command:
+        """See :meth:`ClientBase.call`."""
+        return self._run(self._a.call(code, ext, body, timeout_s))
+
+    def call_broker(self, broker_name: str, code: int, ext: dict[str, str] | None = None,
+                    body: bytes = b"", timeout_s: float | None = None, *, topic: str = "",
+                    broker_id: int = MASTER_ID) -> Command:
+        """See :meth:`ClientBase.call_broker`."""
+        return self._run(self._a.call_broker(broker_name, code, ext, body, timeout_s, topic=topic,
+                                             broker_id=broker_id))
+
+    def cluster_masters(self) -> dict[str, str]:
+        """See :meth:`ClientBase.cluster_masters`."""
+        return self._run(self._a.cluster_masters())
+
+    def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        """See :meth:`ClientBase.route`."""
+        return self._run(self._a.route(topic, refresh))
+
+    def queue_nums(self, topic: str, refresh: bool = False) -> int:
+        """See :meth:`ClientBase.queue_nums`."""
+        return self._run(self._a.queue_nums(topic, refresh))
+
+    def master_address(self, broker_name: str, topic: str = "") -> str:
+        """See :meth:`ClientBase.master_address`."""
+        return self._run(self._a.master_address(broker_name, topic))
+
+    def broker_addresses(self, broker_name: str) -> dict[int, str]:
+        """See :meth:`ClientBase.broker_addresses`."""
+        return self._run(_on_loop(lambda: self._a.broker_addresses(broker_name)))
 
     def broker_address(self) -> str:
-        """See :meth:`AsyncProducer.broker_address`."""
-        return str(self._run(self._a.broker_address()))
+        """See :meth:`ClientBase.broker_address`."""
+        return self._run(self._a.broker_address())
 
     def create_topic(self, topic: str, queue_nums: int = limits.DEFAULT_QUEUE_NUMS) -> int:
-        """Create a topic on the broker (admin). Returns its queue count."""
-        return int(self._run(self._a.create_topic(topic, queue_nums)))
+        """See :meth:`ClientBase.create_topic`."""
+        return self._run(self._a.create_topic(topic, queue_nums))
 
     def __enter__(self) -> Self:
         self.start()
@@ -128,26 +186,79 @@ class _SyncClient:
         self.shutdown()
 
 
+class _SyncQueues(_SyncClient):
+    """Sync wrappers of the queue-addressed requests every consumer and the admin share
+    (``_PullMixin``)."""
+
+    _a: _PullMixin
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """See :meth:`AsyncPullConsumer.queues`."""
+        return self._run(self._a.queues(topic))
+
+    def min_offset(self, topic: str, queue_id: int, *, broker_name: str = "") -> int:
+        """See :meth:`AsyncPullConsumer.min_offset`."""
+        return self._run(self._a.min_offset(topic, queue_id, broker_name=broker_name))
+
+    def max_offset(self, topic: str, queue_id: int, *, broker_name: str = "") -> int:
+        """See :meth:`AsyncPullConsumer.max_offset`."""
+        return self._run(self._a.max_offset(topic, queue_id, broker_name=broker_name))
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int, *,
+                      broker_name: str = "") -> int:
+        """See :meth:`AsyncPullConsumer.search_offset`."""
+        return self._run(self._a.search_offset(topic, queue_id, timestamp_ms,
+                                               broker_name=broker_name))
+
+    def fetch_consumer_offset(self, topic: str, queue_id: int, *,
+                              broker_name: str = "") -> int | None:
+        """See :meth:`AsyncPullConsumer.fetch_consumer_offset`."""
+        return self._run(self._a.fetch_consumer_offset(topic, queue_id, broker_name=broker_name))
+
+    def commit_offset(self, topic: str, queue_id: int, offset: int, *,
+                      broker_name: str = "") -> None:
+        """See :meth:`AsyncPullConsumer.commit_offset`."""
+        self._run(self._a.commit_offset(topic, queue_id, offset, broker_name=broker_name))
+
+    def consumer_ids(self, topic: str = "") -> list[str]:
+        """See :meth:`AsyncPullConsumer.consumer_ids`."""
+        return self._run(self._a.consumer_ids(topic))
+
+
 class Producer(_SyncClient):
     """Sync :class:`~txmq.client.AsyncProducer` (same arguments)."""
 
     _a: AsyncProducer
 
-    def __init__(self, group: str, endpoints: str = "", **kw: Any) -> None:
+    def __init__(self, group: str, endpoints: str = "", *,
+                 max_message_size: int = limits.MESSAGE_SIZE_MAX_BYTES,
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
+                 retry_times_when_send_failed: int = limits.SEND_RETRY_TIMES,
+                 send_latency_fault_enable: bool = True,
+                 access_key: str = "", secret_key: str = "", tls: bool = False,
+                 tls_ca_file: str = "", tls_verify_hostname: bool = True,
+                 connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
+                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS) -> None:
         super().__init__()
-        self._a = self._lt.run(_make(AsyncProducer, group, endpoints, **kw))
+        self._a = self._build(AsyncProducer, **_args(locals()))
 
-    def send(self, msg: Message, queue_id: int | None = None, *, delay_level: int = 0) -> SendResult:
-        """See :meth:`AsyncProducer.send`."""
-        return self._run(self._a.send(msg, queue_id, delay_level=delay_level))
+    def publish_queues(self, topic: str) -> list[MessageQueue]:
+        """See :meth:`AsyncProducer.publish_queues`."""
+        return self._run(self._a.publish_queues(topic))
 
-    def send_batch(self, msgs: list[Message], queue_id: int | None = None) -> SendResult:
+    def send(self, msg: Message, queue: QueueChoice = None, *, delay_level: int = 0,
+             selector: MessageQueueSelector | None = None, arg: Any = None) -> SendResult:
+        """See :meth:`AsyncProducer.send` (``selector`` runs on the client's loop thread)."""
+        return self._run(self._a.send(msg, queue, delay_level=delay_level, selector=selector,
+                                      arg=arg))
+
+    def send_batch(self, msgs: list[Message], queue: QueueChoice = None) -> SendResult:
         """See :meth:`AsyncProducer.send_batch`."""
-        return self._run(self._a.send_batch(msgs, queue_id))
+        return self._run(self._a.send_batch(msgs, queue))
 
 
 class TransactionProducer(Producer):
-    """Sync :class:`~txmq.client.AsyncTransactionProducer`.
+    """Sync :class:`~txmq.client.AsyncTransactionProducer` (same arguments).
 
     ``execute_local_transaction`` runs in the thread that calls :meth:`send_message_in_transaction`;
     ``check_local_transaction`` runs in a worker thread when the broker checks back.
@@ -155,11 +266,32 @@ class TransactionProducer(Producer):
 
     _a: AsyncTransactionProducer
 
-    def __init__(self, group: str, endpoints: str = "", listener: TransactionListener | None = None,
-                 **kw: Any) -> None:
+    def __init__(self, group: str, endpoints: str = "",
+                 listener: TransactionListener | None = None, *, check_threads: int = 4,
+                 oneway_end: bool = False,
+                 max_message_size: int = limits.MESSAGE_SIZE_MAX_BYTES,
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
+                 retry_times_when_send_failed: int = limits.SEND_RETRY_TIMES,
+                 send_latency_fault_enable: bool = True,
+                 access_key: str = "", secret_key: str = "", tls: bool = False,
+                 tls_ca_file: str = "", tls_verify_hostname: bool = True,
+                 connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
+                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS) -> None:
         _SyncClient.__init__(self)
-        self._a = self._lt.run(_make(AsyncTransactionProducer, group, endpoints, listener, **kw))
+        self._a = self._build(AsyncTransactionProducer, **_args(locals()))
         self.listener = self._a.listener
+
+    def send_half(self, msg: Message, queue: QueueChoice = None) -> SendResult:
+        """See :meth:`AsyncTransactionProducer.send_half`."""
+        return self._run(self._a.send_half(msg, queue))
+
+    def send_half_batch(self, msgs: list[Message], queue: QueueChoice = None) -> SendResult:
+        """See :meth:`AsyncTransactionProducer.send_half_batch`."""
+        return self._run(self._a.send_half_batch(msgs, queue))
+
+    def end_transaction(self, half: SendResult, state: LocalTransactionState) -> str:
+        """See :meth:`AsyncTransactionProducer.end_transaction` (never raises)."""
+        return self._run(self._a.end_transaction(half, state))
 
     def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
         """Half message → local transaction (in this thread) → commit or rollback: the steps of
@@ -198,18 +330,35 @@ class TransactionProducer(Producer):
         return result
 
 
-class PushConsumer(_SyncClient):
+class PushConsumer(_SyncQueues):
     """Sync :class:`~txmq.client.AsyncPushConsumer` (same arguments); the listener runs in the
     consumer's thread pool."""
 
     _a: AsyncPushConsumer
 
     def __init__(self, group: str, endpoints: str, listener: MessageListener, *,
-                 message_model: Literal["CLUSTERING", "BROADCASTING"] = "CLUSTERING",
-                 **kw: Any) -> None:
+                 message_model: MessageModel = "CLUSTERING",
+                 consume_from_where: ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
+                 consume_timestamp_ms: int | None = None,
+                 orderly: bool = False,
+                 consume_threads: int = limits.CONSUME_THREADS,
+                 pull_batch_size: int = limits.PULL_BATCH_SIZE,
+                 consume_message_batch_max_size: int = limits.CONSUME_BATCH_MAX_SIZE,
+                 pull_threshold_for_queue: int = limits.PULL_THRESHOLD_FOR_QUEUE,
+                 pull_threshold_size_for_queue: int = limits.PULL_THRESHOLD_SIZE_FOR_QUEUE_BYTES,
+                 consume_concurrently_max_span: int = limits.CONSUME_CONCURRENTLY_MAX_SPAN,
+                 max_reconsume_times: int = limits.MAX_RECONSUME_TIMES,
+                 consume_timeout_ms: int = limits.CONSUME_TIMEOUT_MS,
+                 suspend_current_queue_time_ms: int = limits.SUSPEND_CURRENT_QUEUE_TIME_MS,
+                 suspend_ms: int = limits.PULL_SUSPEND_MS,
+                 offset_store_dir: str | os.PathLike[str] | None = None,
+                 instance_name: str = "DEFAULT",
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
+                 access_key: str = "", secret_key: str = "",
+                 tls: bool = False, tls_ca_file: str = "",
+                 tls_verify_hostname: bool = True) -> None:
         super().__init__()
-        self._a = self._lt.run(_make(AsyncPushConsumer, group, endpoints, listener,
-                                     message_model=message_model, **kw))
+        self._a = self._build(AsyncPushConsumer, **_args(locals()))
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
         """Consume ``topic`` filtered by a tag expression (``*`` or ``TagA || TagB``)."""
@@ -225,37 +374,26 @@ class PushConsumer(_SyncClient):
         return self._run(_on_loop(lambda: dict(self._a.loop_errors)))
 
 
-class PullConsumer(_SyncClient):
+class PullConsumer(_SyncQueues):
     """Sync :class:`~txmq.client.AsyncPullConsumer`: explicit offsets, or assign/subscribe with
     poll, seek and commit."""
 
     _a: AsyncPullConsumer
 
-    def __init__(self, endpoints: str = "", consumer_group: str = "txmq-pull", **kw: Any) -> None:
+    def __init__(self, endpoints: str = "", consumer_group: str = "txmq-pull", *,
+                 consume_from_where: ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
+                 consume_timestamp_ms: int | None = None,
+                 pull_batch_size: int = limits.PULL_BATCH_SIZE,
+                 timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
+                 access_key: str = "", secret_key: str = "",
+                 tls: bool = False, tls_ca_file: str = "",
+                 tls_verify_hostname: bool = True) -> None:
         super().__init__()
-        self._a = self._lt.run(_make(AsyncPullConsumer, endpoints, consumer_group, **kw))
-
-    def queues(self, topic: str) -> list[MessageQueue]:
-        """See :meth:`AsyncPullConsumer.queues`."""
-        return self._run(self._a.queues(topic))
+        self._a = self._build(AsyncPullConsumer, **_args(locals()))
 
     def queue_ids(self, topic: str) -> list[int]:
         """See :meth:`AsyncPullConsumer.queue_ids`."""
         return list(self._run(self._a.queue_ids(topic)))
-
-    def min_offset(self, topic: str, queue_id: int, *, broker_name: str = "") -> int:
-        """See :meth:`AsyncPullConsumer.min_offset`."""
-        return int(self._run(self._a.min_offset(topic, queue_id, broker_name=broker_name)))
-
-    def max_offset(self, topic: str, queue_id: int, *, broker_name: str = "") -> int:
-        """See :meth:`AsyncPullConsumer.max_offset`."""
-        return int(self._run(self._a.max_offset(topic, queue_id, broker_name=broker_name)))
-
-    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int, *,
-                      broker_name: str = "") -> int:
-        """See :meth:`AsyncPullConsumer.search_offset`."""
-        return int(self._run(self._a.search_offset(topic, queue_id, timestamp_ms,
-                                                   broker_name=broker_name)))
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int, *,
                              broker_name: str = "") -> int:
@@ -273,16 +411,6 @@ class PullConsumer(_SyncClient):
         """See :meth:`AsyncPullConsumer.pull_raw`."""
         return self._run(self._a.pull_raw(topic, queue_id, offset, max_nums,
                                           broker_name=broker_name))
-
-    def commit_offset(self, topic: str, queue_id: int, offset: int, *,
-                      broker_name: str = "") -> None:
-        """See :meth:`AsyncPullConsumer.commit_offset`."""
-        self._run(self._a.commit_offset(topic, queue_id, offset, broker_name=broker_name))
-
-    def fetch_consumer_offset(self, topic: str, queue_id: int, *,
-                              broker_name: str = "") -> int | None:
-        """See :meth:`AsyncPullConsumer.fetch_consumer_offset`."""
-        return self._run(self._a.fetch_consumer_offset(topic, queue_id, broker_name=broker_name))
 
     def assign(self, queues: list[MessageQueue] | list[tuple[str, int]]) -> None:
         """See :meth:`AsyncPullConsumer.assign`."""
@@ -330,19 +458,22 @@ class PullConsumer(_SyncClient):
 
     def transaction_stats(self) -> dict[str, int]:
         """Counts of the broker's transaction index (pending, COMMIT, ROLLBACK, checks …)."""
-        r = self.request(RequestCode.GET_TRANSACTION_STATS)
-        return decode_body(r.body, dict[str, int])
+        return self._run(self._a.transaction_stats())
 
 
-class Admin(_SyncClient):
+class Admin(_SyncQueues):
     """Sync :class:`~txmq.client.AsyncAdmin`: consumer groups, lag, offset reset, DLQ, messages by
     key or id."""
 
     _a: AsyncAdmin
 
-    def __init__(self, endpoints: str = "", **kw: Any) -> None:
+    def __init__(self, endpoints: str = "", *, timeout_ms: int = limits.REQUEST_TIMEOUT_MS,
+                 namesrv_addr: str = "", access_key: str = "",
+                 secret_key: str = "",
+                 tls: bool = False, tls_ca_file: str = "",
+                 tls_verify_hostname: bool = True) -> None:
         super().__init__()
-        self._a = self._lt.run(_make(AsyncAdmin, endpoints, **kw))
+        self._a = self._build(AsyncAdmin, **_args(locals()))
 
     def transaction_stats(self) -> dict[str, int]:
         """See :meth:`TransactionAdmin.transaction_stats`."""
@@ -447,6 +578,11 @@ async def _awaited(result: Awaitable[T]) -> T:
 async def _on_loop(fn: Callable[[], T]) -> T:
     """Run a plain method of an async client on its loop thread (it reads loop-owned state)."""
     return fn()
+
+
+def _args(local: dict[str, Any]) -> dict[str, Any]:
+    """A sync constructor's arguments (its ``locals()``), to pass on to its async twin."""
+    return {k: v for k, v in local.items() if k not in ("self", "__class__")}
 
 
 async def _make(cls: type[T], *args: Any, **kw: Any) -> T:

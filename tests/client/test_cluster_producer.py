@@ -70,7 +70,7 @@ def read_bodies(c: ClusterProcess, prefix: bytes) -> Counter[bytes]:
 def test_sends_spread_over_every_broker(cluster: ClusterProcess) -> None:
     before = max_offsets(cluster)
     with Producer("p-spread", namesrv_addr=cluster.namesrv_addr) as p:
-        results = [p.send(Message(TOPIC, b"spread-%d" % i)) for i in range(30)]
+        results = [p.send(Message(topic=TOPIC, body=b"spread-%d" % i)) for i in range(30)]
     by_broker = Counter(r.broker_name for r in results)
     assert set(by_broker) == set(BROKERS)
     assert all(n == 10 for n in by_broker.values()), by_broker  # round robin over 12 queues
@@ -110,11 +110,11 @@ def test_transactions_settled_by_check_back_from_each_broker(cluster: ClusterPro
     txlog = TxLog()
     with TransactionProducer("tx-cluster", namesrv_addr=cluster.namesrv_addr,
                              listener=txlog) as tp:
-        commits = [tp.send_message_in_transaction(Message(TOPIC, b"tx-commit-%d" % i))
+        commits = [tp.send_message_in_transaction(Message(topic=TOPIC, body=b"tx-commit-%d" % i))
                    for i in range(6)]
-        rollbacks = [tp.send_message_in_transaction(Message(TOPIC, b"tx-rollback-%d" % i))
+        rollbacks = [tp.send_message_in_transaction(Message(topic=TOPIC, body=b"tx-rollback-%d" % i))
                      for i in range(6)]
-        unknowns = [tp.send_message_in_transaction(Message(TOPIC, b"tx-unknown-%d" % i))
+        unknowns = [tp.send_message_in_transaction(Message(topic=TOPIC, body=b"tx-unknown-%d" % i))
                     for i in range(12)]
         assert {r.outcome for r in commits} == {"COMMIT"}
         assert {r.outcome for r in rollbacks} == {"ROLLBACK"}
@@ -149,7 +149,7 @@ def test_broker_killed_mid_run_is_avoided_and_nothing_acknowledged_is_lost(
             body = b"kill-%d" % i
             i += 1
             try:
-                acked[body] = p.send(Message(TOPIC, body)).broker_name
+                acked[body] = p.send(Message(topic=TOPIC, body=body)).broker_name
             except (TransportError, RemoteError) as exc:
                 failed.append((time.monotonic(), exc))
 
@@ -199,7 +199,7 @@ def test_end_to_a_dead_broker_is_unconfirmed_and_settled_by_check_back(
 
     with TransactionProducer("tx-dead-end", namesrv_addr=cluster.namesrv_addr,
                              listener=KillHalfsBroker()) as tp:
-        r = tp.send_message_in_transaction(Message(TOPIC, b"dead-end-1"))
+        r = tp.send_message_in_transaction(Message(topic=TOPIC, body=b"dead-end-1"))
         assert killed == [r.broker_name]
         assert r.end_confirmed is False
         assert r.outcome == "UNKNOWN_END"

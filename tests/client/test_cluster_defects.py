@@ -236,6 +236,25 @@ def test_topics_go_to_the_brokers_of_their_routes_via_the_second_name_server(
     assert {r.broker_name for r in rb} == {"broker-b"} and len(b.sent) == 4
 
 
+def test_a_route_without_a_master_is_broker_unavailable_not_a_value_error(
+        fake: Callable[..., FakeBroker]) -> None:
+    b = fake(name="broker-a")
+
+    def namesrv(cmd: Command) -> Command:
+        if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:  # only a slave (id 1) left
+            return cmd.response(0, body=encode_route(TopicRouteData(
+                queue_datas=[QueueData(broker_name="broker-a", read_queue_nums=2,
+                                       write_queue_nums=2, perm=PERM_RW)],
+                broker_datas=[BrokerData(cluster="c", broker_name="broker-a",
+                                         broker_addrs={1: b.addr})])))
+        return cmd.response(0, body=encode_cluster_info(ClusterInfo()))
+
+    with (serve(namesrv) as ns, Producer("g3m", namesrv_addr=ns.addr) as p,
+          pytest.raises(BrokerUnavailable, match="no writable queue")):
+        p.send(Message(topic="tm", body=b"x"))
+    assert b.sent == []
+
+
 # -- defect 4: routes are refreshed: widened topics use new queues, shrunk ones do not fail -------
 def test_a_widened_then_shrunk_topic_after_route_refresh(fake: Callable[..., FakeBroker]) -> None:
     b = fake(name="broker-a", queues=2)

@@ -209,7 +209,7 @@ class AsyncProducer(ClientBase):
             set_delay_level(msg, delay_level)
         self._validate(msg)
         ensure_msg_id(msg, self._ids)
-        route = await self.route(msg.topic)
+        route = await self._writable(msg.topic)
         fixed = self._fixed_queue(route, queue)
         if selector is not None:
             fixed = self._fixed_queue(route, selector(list(route.publish), msg, arg))
@@ -231,7 +231,7 @@ class AsyncProducer(ClientBase):
             if m.topic != topic:
                 raise ConfigError("all messages of a batch must have the same topic")
             ensure_msg_id(m, self._ids)
-        route = await self.route(topic)
+        route = await self._writable(topic)
         half = msgs[0].properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
         return await self._send(Message(topic=topic, body=b""), msgs[0].msg_id, half,
                                 RequestCode.SEND_BATCH_MESSAGE, encode_batch(msgs), route,
@@ -262,6 +262,18 @@ class AsyncProducer(ClientBase):
         if at.error is None:
             raise BrokerUnavailable(f"send to {route.topic!r} ran out of its {self._timeout_ms} ms")
         raise at.error
+
+    async def _writable(self, topic: str) -> TopicRoute:
+        """``topic``'s route, fetched again when it has no publish queue (every broker group
+        without a master, or not writable). Raises BrokerUnavailable when it still has none
+        (RocketMQ: "No route info of this topic"), RemoteError (TOPIC_NOT_EXIST)."""
+        route = await self.route(topic)
+        if not route.publish:
+            route = await self.route(topic, refresh=True)
+        if not route.publish:
+            raise BrokerUnavailable(f"topic {topic!r} has no writable queue on a broker group "
+                                    f"with a master (groups: {route.broker_names()})")
+        return route
 
     async def _refreshed(self, route: TopicRoute) -> TopicRoute:
         try:

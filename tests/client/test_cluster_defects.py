@@ -367,7 +367,7 @@ def test_failed_sync_constructor_and_start_leak_nothing() -> None:
     closed.bind(("127.0.0.1", 0))
     addr = f"127.0.0.1:{closed.getsockname()[1]}"  # bound, not listening: refused
     try:
-        Producer("warm-up", addr)  # imports and lazy initialisation out of the count
+        Producer("warm-up", addr).shutdown()  # imports and lazy initialisation out of the count
         threads, fds = threading.active_count(), _fds()
         for _ in range(5):
             with pytest.raises(ConfigError):

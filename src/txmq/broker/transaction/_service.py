@@ -238,6 +238,26 @@ class TransactionService:
                             parked.get(h.tran_state_table_offset)) if r is None else r
                 for h, r in zip(headers, results, strict=True)]
 
+    def half_topic(self, h: EndTransactionRequestHeader) -> str | None:
+        """The REAL_TOPIC of the half message end request ``h`` names, found as :meth:`end` finds
+        it (by commit log offset, then half queue offset), pending or settled; None when ``h``
+        names no half message. What ACL authorizes an end against (Pub on that topic: an end
+        cannot borrow a topic its sender may publish to). Raises nothing but what reading the
+        store may raise past :class:`~txmq.errors.StoreError` (the ACL check refuses then)."""
+        h = self._by_commit_log_offset(h)
+        entry = self.index.pending.get(h.tran_state_table_offset)
+        if entry is not None:
+            return entry.real_topic
+        if h.commit_log_offset < self.store.min_offset:
+            return None
+        try:
+            rec = self.store.read_at(h.commit_log_offset)
+        except (StoreError, ValueError, IndexError):
+            return None
+        if rec.topic != HALF_TOPIC or rec.queue_offset != h.tran_state_table_offset:
+            return None
+        return rec.properties.get(PROPERTY_REAL_TOPIC)
+
     def _by_commit_log_offset(self, h: EndTransactionRequestHeader) -> EndTransactionRequestHeader:
         """``h`` naming its half message by commit log offset, as RocketMQ's broker finds it
         (``EndTransactionProcessor``: ``lookMessageByOffset(commitLogOffset)``): the C++ client

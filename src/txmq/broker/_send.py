@@ -162,10 +162,11 @@ class SendPath:
                 r.queue_id = recs[0][1].queue_id
         staged: list[_Staged] = []
         retries: dict[int, int] = {}  # request index → the index of the same half staged before
+        halves: dict[tuple[str, str, str], int] = {}  # (UNIQ_KEY, group, topic) → request index
         for i, rec in [] if batch and failed else recs:
             try:
                 group = requests[i].producer_group
-                again = None if batch else self._retried(rec, group, staged, requests)
+                again = None if batch else self._retried(rec, group, halves, i)
                 if isinstance(again, SendOutcome):
                     out[i] = again
                     continue
@@ -190,22 +191,22 @@ class SendPath:
             out[i] = out[first]
         return out  # type: ignore[return-value]  # every slot is filled
 
-    def _retried(self, rec: Record, group: str, staged: list[_Staged],
-                 requests: list[SendRequest]) -> SendOutcome | int | None:
-        """For a half send that retries a half already stored or staged in this call (same
-        ``UNIQ_KEY``, producer group and topic): the stored half's outcome, or the index of the
-        staged request; else None (:meth:`_retried_half`)."""
+    def _retried(self, rec: Record, group: str, halves: dict[tuple[str, str, str], int],
+                 i: int) -> SendOutcome | int | None:
+        """For half send ``i`` that retries a half already stored (same ``UNIQ_KEY``, producer
+        group and topic): the stored half's outcome (:meth:`_retried_half`); one that repeats a
+        half staged earlier in this call: that request's index (``halves`` records the half
+        sends of the call). Else None."""
         if (again := self._retried_half(rec, group)) is not None:
             return again
         uniq = rec.properties.get(PROPERTY_UNIQ_KEY, "")
         if not uniq or rec.properties.get(PROPERTY_TRANSACTION_PREPARED) != "true":
             return None
-        for j, first, _ in staged:
-            if (first.properties.get(PROPERTY_UNIQ_KEY) == uniq and first.topic == rec.topic
-                    and requests[j].producer_group == group
-                    and first.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"):
-                return j
-        return None
+        key = (uniq, group, rec.topic)
+        first = halves.get(key)
+        if first is None:
+            halves[key] = i
+        return first
 
     def _retried_half(self, rec: Record, group: str) -> SendOutcome | None:
         """The SEND_OK of the pending half a half send retries, storing nothing: its msgId,

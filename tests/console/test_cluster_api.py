@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from txmq.cli._cluster import cluster_masters
 from txmq.client import Admin, Message, Producer, PullConsumer
 from txmq.console import ConsoleConfig
 from txmq.testing import BrokerProcess, run_cluster, wait_until
@@ -37,6 +38,7 @@ def test_topics_go_to_every_master_and_lag_is_per_broker(
                                                      "namesrv_addr": cluster.namesrv_addr})
         late.start()
         try:
+            wait_until(lambda: "broker-c" in cluster_masters(cluster.namesrv_addr), 30)
             addrs = {**{n: b.endpoints for n, b in cluster.brokers.items()}, "broker-c": late.endpoints}
             made = api.post("/api/topics", json={"topic": "orders", "queues": 2})
             assert (made.status_code, made.json()) == (201, {"topic": "orders", "queues": 2})

@@ -17,6 +17,7 @@ from txmq.broker.acl import (
     Accounts,
     AclGuard,
     RuleKind,
+    Scope,
     User,
     rules_markdown,
 )
@@ -63,7 +64,7 @@ def test_the_check_never_raises_and_a_normal_user_without_policy_gets_nothing(
     kind = REMOTING_RULES[code].kind
     if kind == RuleKind.RESOURCE and refusal is None:  # allowed only when it needed nothing
         needs = REMOTING_RULES[code].needs
-        assert needs is not None and needs(cmd, "DefaultCluster") == []
+        assert needs is not None and needs(cmd, Scope("DefaultCluster")) == []
     if kind != RuleKind.RESOURCE:
         assert refusal is None
 

@@ -252,6 +252,7 @@ def _transaction_metrics(broker: Broker, now_ms: int) -> Iterator[Metric]:
                        ("checks_sent", "Check-back requests sent"),
                        ("checks_answered", "Check-back answers received"),
                        ("duplicate_ends", "End-transaction requests for decided transactions"),
+                       ("retried_halves", "Half sends answered with the pending half they retry"),
                        ("check_errors", "Check-backs that failed on the broker"),
                        ("checks_no_producer", "Check-backs deferred: no live producer")):
         c = CounterMetricFamily(f"txmq_transaction_{key}", help_)

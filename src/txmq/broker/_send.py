@@ -161,9 +161,19 @@ class SendPath:
             for _, r in recs[1:]:
                 r.queue_id = recs[0][1].queue_id
         staged: list[_Staged] = []
+        retries: dict[int, int] = {}  # request index → the index of the same half staged before
+        halves: dict[tuple[str, str, str], int] = {}  # (UNIQ_KEY, group, topic) → request index
         for i, rec in [] if batch and failed else recs:
             try:
-                staged.append((i, rec, self._stored(conn, rec, requests[i].producer_group)))
+                group = requests[i].producer_group
+                again = None if batch else self._retried(rec, group, halves, i)
+                if isinstance(again, SendOutcome):
+                    out[i] = again
+                    continue
+                if again is not None:
+                    retries[i] = again
+                    continue
+                staged.append((i, rec, self._stored(conn, rec, group)))
             except Exception as exc:
                 out[i] = _failed(exc)
                 failed = True
@@ -177,13 +187,51 @@ class SendPath:
         for (i, rec, stored), res in zip(staged, results, strict=True):
             self._stored_one(rec, stored, res)
             out[i] = self._outcome(rec, res)
+        for i, first in retries.items():
+            out[i] = out[first]
         return out  # type: ignore[return-value]  # every slot is filled
+
+    def _retried(self, rec: Record, group: str, halves: dict[tuple[str, str, str], int],
+                 i: int) -> SendOutcome | int | None:
+        """For half send ``i`` that retries a half already stored (same ``UNIQ_KEY``, producer
+        group and topic): the stored half's outcome (:meth:`_retried_half`); one that repeats a
+        half staged earlier in this call: that request's index (``halves`` records the half
+        sends of the call). Else None."""
+        if (again := self._retried_half(rec, group)) is not None:
+            return again
+        uniq = rec.properties.get(PROPERTY_UNIQ_KEY, "")
+        if not uniq or rec.properties.get(PROPERTY_TRANSACTION_PREPARED) != "true":
+            return None
+        key = (uniq, group, rec.topic)
+        first = halves.get(key)
+        if first is None:
+            halves[key] = i
+        return first
+
+    def _retried_half(self, rec: Record, group: str) -> SendOutcome | None:
+        """The SEND_OK of the pending half a half send retries, storing nothing: its msgId,
+        queue and offsets (:meth:`~txmq.broker.transaction.TransactionService.stored_half`:
+        same ``UNIQ_KEY``, producer group and topic); None for any other send."""
+        p = rec.properties
+        if p.get(PROPERTY_TRANSACTION_PREPARED) != "true" or self.b.config.reject_transaction_message:
+            return None
+        uniq = p.get(PROPERTY_UNIQ_KEY, "")
+        half = self.b.tx.stored_half(uniq, group, rec.topic)
+        if half is None:
+            return None
+        clo = half.commit_log_offset
+        return SendOutcome(code=_SUCCESS, msg_id=offset_msg_id(self.b.store_host, clo),
+                           uniq_key=uniq, transaction_id=uniq, queue_id=half.real_queue_id,
+                           queue_offset=half.half_offset, commit_log_offset=clo,
+                           durable_offset=half.end_offset)
 
     def _send_one(self, conn: int, req: SendRequest, now_ms: int) -> SendOutcome:
         try:
             rec = self.record(req, now_ms)
             p = rec.properties
             plain = PROPERTY_TRANSACTION_PREPARED not in p and PROPERTY_DELAY_TIME_LEVEL not in p
+            if not plain and (again := self._retried_half(rec, req.producer_group)) is not None:
+                return again
             stored = rec if plain else self._stored(conn, rec, req.producer_group)
             res = self.b.append([stored])[0]
         except Exception as exc:

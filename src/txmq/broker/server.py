@@ -252,7 +252,8 @@ class BrokerServer:
         self._accept_errors = 0
         self._accept_logged_s = float("-inf")
         self._acl_watch = AccountsWatcher(Path(config.acl_file)) if config.acl_enable else None
-        self.acl = (AclGuard(self._acl_watch.accounts, config.broker_cluster_name)
+        self.acl = (AclGuard(self._acl_watch.accounts, config.broker_cluster_name,
+                             half_topic=self.broker.tx.half_topic)
                     if self._acl_watch is not None else None)
         """The ACL check of both doors (docs/security.md); None when ``acl_enable`` is off."""
         self._acl_refused = 0
@@ -381,8 +382,6 @@ class BrokerServer:
                 t0 = time.perf_counter()  # the requests' arrival (rocketmq_rpc_latency)
                 try:
                     cmds = decoder.feed(data)
-                    if self.acl is not None:
-                        cmds = self._admit(conn, cmds)
                 except ProtocolError as exc:
                     log.warning("connection %d: %s; closing", conn, exc)
                     bad = Command(code=ResponseCode.SYSTEM_ERROR, flag=FLAG_RESPONSE,
@@ -390,6 +389,10 @@ class BrokerServer:
                     writer.write(encode_command(bad))
                     break
                 for run in _runs(cmds):
+                    # checked just before it is handled (an end of a transaction is authorized
+                    # against its half message, which an earlier request may have stored)
+                    if self.acl is not None and not (run := self._admit(conn, run)):
+                        continue
                     if len(run) > 1:  # SEND_MESSAGE requests that came together: one append
                         self._apply(self.broker.handle_sends(conn, run, _now_ms()), run[0].code, t0)
                     elif not run[0].is_response:

@@ -26,6 +26,9 @@ def console_cmd(
                                         "unless --namesrv-addr is given.")] = None,
     namesrv_addr: Annotated[str, typer.Option(
         help="Name servers host:port[;host:port]: the masters found there, and routes.")] = "",
+    cluster: Annotated[str, typer.Option(
+        "--cluster", "-c", help="With --namesrv-addr: only the masters of this cluster (default: "
+                                "every master the name servers list).")] = "",
     outbox_url: Annotated[str, typer.Option(
         help="SQLAlchemy URL of an outbox database, for the outbox page.")] = "",
     outbox_prefix: Annotated[str, typer.Option(help="The outbox tables' name prefix.")] = "txmq_",
@@ -61,7 +64,8 @@ def console_cmd(
         app = create_app(ConsoleConfig(brokers=brokers, namesrv_addr=namesrv_addr,
                                        outbox_url=outbox_url, outbox_prefix=outbox_prefix, acl=acl,
                                        access_key=access_key, secret_key=secret_key,
-                                       tls=broker_tls, tls_ca_file=broker_tls_ca_file))
+                                       tls=broker_tls, tls_ca_file=broker_tls_ca_file,
+                                       cluster=cluster))
     except TxmqError as exc:
         _err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc

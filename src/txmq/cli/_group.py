@@ -19,12 +19,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from txmq.cli._cluster import ClusterName, on_each
 from txmq.cli._credentials import credential_kw, with_credentials
+from txmq.cli._topic import NamesrvAddr, masters_or_exit
 from txmq.client import Admin
-from txmq.errors import TxmqError
-from txmq.protocol import PROPERTY_RETRY_TOPIC, MessageExt, dlq_topic
+from txmq.errors import RemoteError, ResponseCode, TxmqError
+from txmq.protocol import PROPERTY_RETRY_TOPIC, MessageExt, QueueConsumeStats, dlq_topic
 
-__all__ = ["dlq_app", "dlq_row", "group_app", "parse_timestamp_ms"]
+__all__ = ["BrokerQueueLag", "dlq_app", "dlq_row", "group_app", "parse_timestamp_ms"]
 
 group_app = typer.Typer(help="Consumer groups: members, lag per queue, offset reset.",
                         no_args_is_help=True)
@@ -95,16 +97,52 @@ def group_list(endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False
     _table(rows, "consumer groups", as_json)
 
 
+class BrokerQueueLag(QueueConsumeStats, kw_only=True):
+    """One row of ``group lag`` on a cluster: a queue's :class:`QueueConsumeStats` and the name of
+    the broker it is on."""
+
+    broker: str
+
+
 @group_app.command("lag")
 @with_credentials
 def group_lag(group: Group, topic: Annotated[str, typer.Option(help="Only this topic.")] = "",
-              endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
-    """Per queue: broker offset, consumer offset, lag (and the orderly lock holder)."""
-    stats = _run(endpoints, lambda a: a.consume_stats(group, topic))
-    rows: list[dict[str, Any]] = [msgspec.to_builtins(s) for s in stats]
+              endpoints: Annotated[str | None, typer.Option(
+                  "--endpoints", "--broker", "-b",
+                  help="Broker host:port (default 127.0.0.1:10911 without a name server).")] = None,
+              namesrv_addr: NamesrvAddr = "", cluster: ClusterName = "",
+              as_json: AsJson = False) -> None:
+    """Per queue: broker offset, consumer offset, lag (and the orderly lock holder). With
+    --namesrv-addr and no --broker: a row per broker and queue (the `broker` column) and the lag
+    summed over every master broker of the cluster; a broker that is down is reported by name
+    (exit 1) after the others' rows."""
+    brokers = masters_or_exit(endpoints, namesrv_addr, cluster)
+    if brokers is None:
+        stats = _run(endpoints or "127.0.0.1:10911", lambda a: a.consume_stats(group, topic))
+        rows: list[dict[str, Any]] = [msgspec.to_builtins(s) for s in stats]
+        if not as_json and rows:
+            rows.append({k: "" for k in rows[0]} | {"topic": "total", "lag": sum(s.lag for s in stats)})
+        _table(rows, f"lag of {group}", as_json)
+        return
+    per = on_each(brokers, lambda name, adm: _lag_or_empty(adm, group, topic))
+    lags = [BrokerQueueLag(broker=name, **msgspec.structs.asdict(s))
+            for name, stats in per.done.items() for s in stats]
+    rows = [msgspec.to_builtins(s) for s in lags]
     if not as_json and rows:
-        rows.append({k: "" for k in rows[0]} | {"topic": "total", "lag": sum(s.lag for s in stats)})
+        rows.append({k: "" for k in rows[0]} | {"broker": "total", "lag": sum(s.lag for s in lags)})
     _table(rows, f"lag of {group}", as_json)
+    per.report()
+    raise typer.Exit(per.exit_code())
+
+
+def _lag_or_empty(adm: Admin, group: str, topic: str) -> list[QueueConsumeStats]:
+    """The group's stats on one broker; [] when that broker does not have ``topic``."""
+    try:
+        return adm.consume_stats(group, topic)
+    except RemoteError as exc:
+        if exc.response_code == ResponseCode.TOPIC_NOT_EXIST:
+            return []
+        raise
 
 
 @group_app.command("reset-offset")

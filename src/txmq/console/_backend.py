@@ -60,7 +60,7 @@ from txmq.console._models import (
 )
 from txmq.console._trace import read_queue, read_topic
 from txmq.console._user import Credentials, acting_user, current_credentials
-from txmq.errors import ConfigError, InvalidRequest, RemoteError, ResponseCode
+from txmq.errors import BrokerUnavailable, ConfigError, InvalidRequest, RemoteError, ResponseCode
 from txmq.protocol import (
     DEFAULT_TOPIC,
     DLQ_PREFIX,
@@ -81,6 +81,7 @@ from txmq.protocol import (
     RETRY_PREFIX,
     TRANS_CHECK_MAX_TIME_TOPIC,
     BrokerRuntimeInfo,
+    ClusterInfo,
     ConsumerGroupInfo,
     MessageExt,
     QueueConsumeStats,
@@ -121,6 +122,8 @@ class ConsoleConfig:
             sampler) and, without ``acl``, for every request.
         tls, tls_ca_file: reach the brokers over TLS, their certificates checked against
             ``tls_ca_file`` (default: the system's CAs) (docs/security.md "TLS").
+        cluster: with ``namesrv_addr`` and no ``brokers``: only the master brokers of this
+            cluster (default: every master the name servers list).
     """
 
     brokers: list[str] = field(default_factory=list)
@@ -134,6 +137,7 @@ class ConsoleConfig:
     secret_key: str = field(default="", repr=False)
     tls: bool = False
     tls_ca_file: str = ""
+    cluster: str = ""
 
 
 @dataclass
@@ -180,6 +184,23 @@ def _check_send_topic(topic: str) -> None:
         raise bad(f"{DEFAULT_TOPIC} is the broker's default topic", ResponseCode.NO_PERMISSION)
 
 
+async def _on_all(brokers: list[BrokerClients], fn: Callable[[BrokerClients], Awaitable[T]],
+                  what: str) -> list[T]:
+    """``fn`` on every broker at once; their answers in broker order. When some fail: the first
+    failure if all did, else BrokerUnavailable naming the brokers done and those that failed (name,
+    address, reason), so a partial change is never reported as done."""
+    got = await asyncio.gather(*(fn(b) for b in brokers), return_exceptions=True)
+    failed = [(b, g) for b, g in zip(brokers, got, strict=True) if isinstance(g, BaseException)]
+    if not failed:
+        return [g for g in got if not isinstance(g, BaseException)]
+    if len(failed) == len(brokers):
+        raise failed[0][1]
+    done = ", ".join(b.name or b.addr for b, g in zip(brokers, got, strict=True)
+                     if not isinstance(g, BaseException))
+    why = "; ".join(f"{b.name or b.addr} ({b.addr}): {g}" for b, g in failed)
+    raise BrokerUnavailable(f"{what}: done on {done}; failed on {why}")
+
+
 async def _or_empty(call: Awaitable[list[T]]) -> list[T]:
     """``call``'s answer, or [] when the broker says there is no such topic or message."""
     try:
@@ -224,25 +245,28 @@ class Backend:
 
             self._outbox = OutboxReader(self.config.outbox_url, self.config.outbox_prefix)
 
-    def _add(self, addr: str) -> None:
+    def _add(self, addr: str, name: str = "") -> None:
         if any(b.addr == addr for b in self._brokers):
             return
         self._brokers.append(self._clients(addr, Credentials(self.config.access_key,
-                                                             self.config.secret_key)))
+                                                             self.config.secret_key), name))
 
-    def _clients(self, addr: str, creds: Credentials) -> BrokerClients:
+    def _clients(self, addr: str, creds: Credentials, name: str = "") -> BrokerClients:
         kw: dict[str, Any] = {"namesrv_addr": self.config.namesrv_addr, "access_key": creds.user,
                               "secret_key": creds.secret_key}
         if self.config.tls or self.config.tls_ca_file:
             kw |= {"tls": True, "tls_ca_file": self.config.tls_ca_file}
-        return BrokerClients(addr, AsyncAdmin(addr, **kw), AsyncPullConsumer(addr, READER_GROUP, **kw))
+        return BrokerClients(addr, AsyncAdmin(addr, **kw), AsyncPullConsumer(addr, READER_GROUP, **kw),
+                             name)
 
     def _user_clients(self, creds: Credentials, base: list[BrokerClients]) -> list[BrokerClients]:
         """The clients of one logged-in user (created on its first request, the least recently
         used user's closed beyond ``CONSOLE_USER_CLIENTS_MAX``)."""
         clients = self._users.get(creds)
-        if clients is None or len(clients) != len(base):
-            clients = [self._clients(b.addr, creds) for b in base]
+        if clients is None or [c.addr for c in clients] != [b.addr for b in base]:
+            if clients is not None:
+                self._close_later(clients)
+            clients = [self._clients(b.addr, creds, b.name) for b in base]
             self._users[creds] = clients
             while len(self._users) > limits.CONSOLE_USER_CLIENTS_MAX:
                 self._close_later(self._users.popitem(last=False)[1])
@@ -280,8 +304,8 @@ class Backend:
         if not self._brokers:
             async with self._lock:
                 if not self._brokers:
-                    for addr in await self._discover():
-                        self._add(addr)
+                    for name, addr in (await self._discover()).items():
+                        self._add(addr, name)
         creds = current_credentials.get()
         return self._brokers if creds is None else self._user_clients(creds, self._brokers)
 
@@ -293,7 +317,10 @@ class Backend:
         finally:
             current_credentials.reset(token)
 
-    async def _discover(self) -> list[str]:
+    async def _discover(self) -> dict[str, str]:
+        """Broker name → master address of every broker group the first name server that answers
+        lists (of ``config.cluster`` when given; possibly none). Raises BrokerUnavailable (no name
+        server answered), ConfigError (no such cluster)."""
         last: Exception | None = None
         for ns in self.config.namesrv_addr.split(";"):
             conn = AsyncConnection(ns.strip(), None, limits.REQUEST_TIMEOUT_MS)
@@ -302,16 +329,31 @@ class Backend:
                 r = await conn.request(RequestCode.GET_BROKER_CLUSTER_INFO)
                 if r.code != ResponseCode.SUCCESS:
                     raise RemoteError.of(r.code, r.remark or "")
-                info = decode_cluster_info(r.body)
-                return [a for _, b in sorted(info.broker_addr_table.items())
-                        if (a := b.broker_addrs.get(0))]
+                info = decode_cluster_info(r.body) if r.body else ClusterInfo()
+                return info.masters(self.config.cluster)
+            except ConfigError:
+                raise
             except Exception as exc:
                 last = exc
             finally:
                 await conn.close()
-        from txmq.errors import BrokerUnavailable
-
         raise BrokerUnavailable(f"no master broker found on {self.config.namesrv_addr}: {last}")
+
+    async def refresh_brokers(self) -> list[BrokerClients]:
+        """With name servers and no fixed broker list: the masters they list now (brokers that
+        registered since are added, those no longer listed are dropped), then :meth:`brokers`.
+        What a topic is created on, so that it reaches every master of the cluster."""
+        if self.config.namesrv_addr and not self.config.brokers:
+            masters = await self._discover()
+            async with self._lock:
+                gone = [b for b in self._brokers if b.addr not in masters.values()]
+                self._brokers = [b for b in self._brokers if b not in gone]
+                for name, addr in masters.items():
+                    self._add(addr, name)
+                self._brokers.sort(key=lambda b: b.name or b.addr)
+                if gone:
+                    self._close_later(gone)
+        return await self.brokers()
 
     async def each(self, fn: Callable[[BrokerClients], Awaitable[T]]) -> list[T]:
         """``fn`` on every broker, concurrently; answers in broker order."""
@@ -440,14 +482,17 @@ class Backend:
         return TopicDetail(topic=topic, queues=queues, route=route)
 
     async def create_topic(self, topic: str, queues: int) -> TopicQueues:
-        """Create ``topic`` with ``queues`` queues on every broker. Raises InvalidRequest: an
-        illegal or reserved name, a queue count out of range, TOPIC_EXIST_ALREADY."""
+        """Create ``topic`` with ``queues`` queues on every broker: with name servers, every
+        master they list now (mqadmin ``updateTopic -c``). Raises InvalidRequest: an illegal or
+        reserved name, a queue count out of range, TOPIC_EXIST_ALREADY; BrokerUnavailable naming
+        the brokers that failed (and those where it was created) when some did."""
         _check_send_topic(topic)
         _check_queues(queues)
+        brokers = await self.refresh_brokers()
         if have := await self._queue_counts(topic):
             raise bad(f"topic {topic} exists ({max(have.values())} queues); update it instead",
                       ResponseCode.TOPIC_EXIST_ALREADY)
-        made = await self.each(lambda b: b.admin.update_topic(topic, queues))
+        made = await _on_all(brokers, lambda b: b.admin.update_topic(topic, queues), f"topic {topic}")
         return TopicQueues(topic=topic, queues=min(made))
 
     async def update_topic(self, topic: str, queues: int) -> TopicQueues:
@@ -455,6 +500,7 @@ class Backend:
         Raises InvalidRequest: bad name or count, TOPIC_NOT_EXIST, fewer queues than now."""
         _check_send_topic(topic)
         _check_queues(queues)
+        await self.refresh_brokers()
         have = await self._queue_counts(topic)
         if not have:
             raise bad(f"topic {topic} does not exist; create it first", ResponseCode.TOPIC_NOT_EXIST)

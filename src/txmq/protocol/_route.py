@@ -131,6 +131,21 @@ class ClusterInfo(msgspec.Struct, kw_only=True):
         default_factory=dict, name="clusterAddrTable")
     """``{clusterName: [brokerName]}`` (a Java ``Set``, written as an array)."""
 
+    def masters(self, cluster: str = "") -> dict[str, str]:
+        """Broker name → master address (broker id ``MASTER_ID``) of every broker group of
+        ``cluster`` (every cluster when empty), sorted by broker name; groups without a master
+        are left out. RocketMQ mqadmin ``CommandUtil.fetchMasterAddrByClusterName``.
+
+        Raises:
+            ConfigError: ``cluster`` is not a cluster of this table.
+        """
+        if cluster and cluster not in self.cluster_addr_table:
+            known = ", ".join(sorted(self.cluster_addr_table)) or "none"
+            raise ConfigError(f"no cluster {cluster!r} on the name server (clusters: {known})")
+        names = set(self.cluster_addr_table[cluster]) if cluster else set(self.broker_addr_table)
+        return {n: addr for n in sorted(names)
+                if (bd := self.broker_addr_table.get(n)) and (addr := bd.broker_addrs.get(MASTER_ID))}
+
 
 class TopicList(msgspec.Struct, kw_only=True):
     """What GET_ALL_TOPIC_LIST_FROM_NAMESERVER answers (RocketMQ ``body.TopicList``)."""

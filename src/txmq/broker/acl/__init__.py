@@ -24,7 +24,15 @@ from txmq.broker.acl._model import (
     User,
     UserType,
 )
-from txmq.broker.acl._rules import GRPC_RULES, REMOTING_RULES, Rule, RuleKind, rules_markdown
+from txmq.broker.acl._rules import (
+    GRPC_RULES,
+    REMOTING_RULES,
+    HalfTopic,
+    Rule,
+    RuleKind,
+    Scope,
+    rules_markdown,
+)
 
 __all__ = [
     "GRPC_RULES",
@@ -34,6 +42,7 @@ __all__ = [
     "AclGuard",
     "Action",
     "Decision",
+    "HalfTopic",
     "Need",
     "PolicyEntry",
     "Refusal",
@@ -41,6 +50,7 @@ __all__ = [
     "ResourceType",
     "Rule",
     "RuleKind",
+    "Scope",
     "User",
     "UserType",
     "load_accounts",

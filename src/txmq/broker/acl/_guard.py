@@ -23,7 +23,7 @@ from typing import Any
 
 from txmq import limits
 from txmq.broker.acl._model import Accounts, Need, User
-from txmq.broker.acl._rules import GRPC_RULES, REMOTING_RULES, RuleKind
+from txmq.broker.acl._rules import GRPC_RULES, REMOTING_RULES, HalfTopic, RuleKind, Scope
 from txmq.errors import ResponseCode
 from txmq.protocol import (
     ACCESS_KEY,
@@ -73,11 +73,18 @@ class AclGuard:
     Args:
         accounts: the users and policies (swap :attr:`accounts` to reload).
         cluster: the broker's cluster name, the resource ``Cluster:<name>`` of admin requests.
+        half_topic: the REAL_TOPIC of the half message an end request names, or None
+            (:meth:`~txmq.broker.transaction.TransactionService.half_topic`): an end of a
+            transaction needs Pub on that topic. Without it (no broker), only on the topic the
+            request claims. Check a request just before it is handled, so the half it names
+            cannot appear in between.
     """
 
-    def __init__(self, accounts: Accounts, cluster: str) -> None:
+    def __init__(self, accounts: Accounts, cluster: str,
+                 half_topic: HalfTopic | None = None) -> None:
         self.accounts = accounts
         self.cluster = cluster
+        self.scope = Scope(cluster) if half_topic is None else Scope(cluster, half_topic)
 
     # -- remoting ---------------------------------------------------------------------------------
     def check_remoting(self, cmd: Command, source_ip: str) -> Refusal | None:
@@ -154,7 +161,7 @@ class AclGuard:
         if needs is None:  # credentials only
             return None
         try:
-            wanted: list[Need] = needs(request, self.cluster)
+            wanted: list[Need] = needs(request, self.scope)
         except Exception as exc:  # a body that does not parse: refused, never handled unchecked
             return Refusal(True, f"cannot read the request to authorize it: {exc}")
         why = self.accounts.decide(user, wanted, source_ip)

@@ -19,27 +19,43 @@ A request code the remoting door dispatches but this table does not list is refu
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from txmq.broker.acl._model import Action, Need, Resource, ResourceType
+from txmq.errors import MalformedHeader, MalformedMessage
 from txmq.protocol import (
     RETRY_PREFIX,
     Command,
+    EndTransactionRequestHeader,
     HeartbeatData,
     LockBatchRequestBody,
     RequestCode,
     decode_body,
+    decode_offset_msg_id,
+    from_ext,
 )
 
-__all__ = ["GRPC_RULES", "REMOTING_RULES", "Rule", "RuleKind", "rules_markdown"]
+__all__ = ["GRPC_RULES", "REMOTING_RULES", "HalfTopic", "Rule", "RuleKind", "Scope", "rules_markdown"]
 
-Needs = Callable[[Command, str], list[Need]]
-"""``(request, cluster name) -> needs``; raises (any exception) when the request cannot be read."""
-GrpcNeeds = Callable[[Any, str], list[Need]]
-"""``(parsed request message, cluster name) -> needs``."""
+HalfTopic = Callable[[EndTransactionRequestHeader], str | None]
+"""``end request -> REAL_TOPIC of the half message it names``, None when it names none."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What the needs of a request may depend on besides the request: the broker's cluster name
+    (the resource ``Cluster:<name>``) and its half messages (:data:`HalfTopic`), so that an end
+    of a transaction is authorized against the half's real topic, not the topic it claims."""
+
+    cluster: str
+    half_topic: HalfTopic = field(default=lambda h: None)
+
+
+Needs = Callable[[Command, Scope], list[Need]]
+"""``(request, scope) -> needs``; raises (any exception) when the request cannot be read."""
+GrpcNeeds = Callable[[Any, Scope], list[Need]]
+"""``(parsed request message, scope) -> needs``."""
 
 A = Action
 SUB_GET = (A.SUB, A.GET)
@@ -58,7 +74,7 @@ class Rule:
 
     kind: str
     text: str
-    needs: Callable[[Any, str], list[Need]] | None = None
+    needs: Callable[[Any, Scope], list[Need]] | None = None
 
 
 def _public(text: str) -> Rule:
@@ -69,7 +85,7 @@ def _authenticated(text: str) -> Rule:
     return Rule(RuleKind.AUTHENTICATED, text)
 
 
-def _rule(text: str, needs: Callable[[Any, str], list[Need]]) -> Rule:
+def _rule(text: str, needs: Callable[[Any, Scope], list[Need]]) -> Rule:
     return Rule(RuleKind.RESOURCE, text, needs)
 
 
@@ -93,7 +109,7 @@ def _topic_and_group(topic: str, group: str, *actions: Action) -> list[Need]:
 
 # -- remoting -----------------------------------------------------------------------------------
 def _send(topic_key: str) -> Needs:
-    def needs(cmd: Command, cluster: str) -> list[Need]:
+    def needs(cmd: Command, scope: Scope) -> list[Need]:
         topic = cmd.ext.get(topic_key, "")
         if topic.startswith(RETRY_PREFIX):  # a consumer's retry, or an operator's DLQ resend
             return [_group(topic, A.SUB, A.DLQ_RESEND)]
@@ -102,23 +118,23 @@ def _send(topic_key: str) -> Needs:
 
 
 def _field_topic(key: str, *actions: Action) -> Needs:
-    return lambda cmd, cluster: [_topic(cmd.ext.get(key, ""), *actions)]
+    return lambda cmd, scope: [_topic(cmd.ext.get(key, ""), *actions)]
 
 
 def _field_group(key: str, *actions: Action) -> Needs:
-    return lambda cmd, cluster: [_group(cmd.ext.get(key, ""), *actions)]
+    return lambda cmd, scope: [_group(cmd.ext.get(key, ""), *actions)]
 
 
 def _consumer_offsets(*actions: Action) -> Needs:
-    return lambda cmd, cluster: _topic_and_group(cmd.ext.get("topic", ""),
+    return lambda cmd, scope: _topic_and_group(cmd.ext.get("topic", ""),
                                                  cmd.ext.get("consumerGroup", ""), *actions)
 
 
 def _on_cluster(*actions: Action) -> Needs:
-    return lambda cmd, cluster: [_cluster(cluster, *actions)]
+    return lambda cmd, scope: [_cluster(scope.cluster, *actions)]
 
 
-def _heartbeat(cmd: Command, cluster: str) -> list[Need]:
+def _heartbeat(cmd: Command, scope: Scope) -> list[Need]:
     out: list[Need] = []
     for cd in decode_body(cmd.body, HeartbeatData).consumer_data_set:
         out.append(_group(cd.group_name, A.SUB))
@@ -127,29 +143,42 @@ def _heartbeat(cmd: Command, cluster: str) -> list[Need]:
     return out
 
 
-def _lock(cmd: Command, cluster: str) -> list[Need]:
+def _lock(cmd: Command, scope: Scope) -> list[Need]:
     body = decode_body(cmd.body, LockBatchRequestBody)
     return [_group(body.consumer_group, A.SUB),
             *(_topic(mq.topic, A.SUB) for mq in body.mq_set if not mq.topic.startswith(RETRY_PREFIX))]
 
 
-def _unregister(cmd: Command, cluster: str) -> list[Need]:
+def _unregister(cmd: Command, scope: Scope) -> list[Need]:
     group = cmd.ext.get("consumerGroup", "")
     return [_group(group, A.SUB)] if group else []
 
 
-def _end_transaction(cmd: Command, cluster: str) -> list[Need]:
-    topic = cmd.ext.get("topic", "")
+def _end_need(h: EndTransactionRequestHeader, scope: Scope) -> list[Need]:
+    """Pub on the real topic of the half message ``h`` names (its ``REAL_TOPIC``, whatever topic
+    ``h`` claims); when it names none, Pub on the claimed topic if any (the broker then answers
+    TRANSACTION_NOT_FOUND). RocketMQ 5 (``DefaultAuthorizationContextBuilder``, END_TRANSACTION)
+    asks Pub on the header's topic only, if present."""
+    topic = scope.half_topic(h) or h.topic or ""
     return [_topic(topic, A.PUB)] if topic else []
 
 
-def _end_transaction_batch(cmd: Command, cluster: str) -> list[Need]:
-    entries = msgspec.json.decode(cmd.body, type=list[dict[str, Any]])
-    topics = {str(e.get("topic") or "") for e in entries}
-    return [_topic(t, A.PUB) for t in sorted(topics) if t]
+def _end_transaction(cmd: Command, scope: Scope) -> list[Need]:
+    return _end_need(from_ext(cmd.ext, EndTransactionRequestHeader), scope)
 
 
-def _consume_stats(cmd: Command, cluster: str) -> list[Need]:
+def _end_transaction_batch(cmd: Command, scope: Scope) -> list[Need]:
+    out: list[Need] = []
+    for ext in decode_body(cmd.body, list[dict[str, str]]):
+        try:
+            h = from_ext(ext, EndTransactionRequestHeader)
+        except MalformedHeader:  # answered INVALID_PARAMETER for that entry, nothing ended
+            continue
+        out += [n for n in _end_need(h, scope) if n not in out]
+    return out
+
+
+def _consume_stats(cmd: Command, scope: Scope) -> list[Need]:
     out = [_group(cmd.ext.get("consumerGroup", ""), A.GET)]
     topic = cmd.ext.get("topic", "")
     return out + ([_topic(topic, A.GET)] if topic else [])
@@ -185,8 +214,9 @@ REMOTING_RULES: dict[int, Rule] = {
     R.UNREGISTER_CLIENT: _rule("Sub on Group:`consumerGroup` if given; else credentials only",
                                _unregister),
     R.CONSUMER_SEND_MSG_BACK: _rule("Sub on Group:`group`", _field_group("group", A.SUB)),
-    R.END_TRANSACTION: _rule("Pub on Topic:`topic` if given; else credentials only (the broker "
-                             "also checks the producer group)", _end_transaction),
+    R.END_TRANSACTION: _rule("Pub on the Topic of the half message it names (its REAL_TOPIC, "
+                             "whatever `topic` says; RocketMQ: Pub on `topic` if given); no such "
+                             "half: Pub on `topic` if given, else credentials only", _end_transaction),
     R.GET_CONSUMER_LIST_BY_GROUP: _rule("Sub or Get on Group:`consumerGroup`",
                                         _field_group("consumerGroup", *SUB_GET)),
     R.LOCK_BATCH_MQ: _rule("Sub on the body's group and its queues' topics", _lock),
@@ -202,8 +232,7 @@ REMOTING_RULES: dict[int, Rule] = {
     R.QUERY_TRANSACTION: _rule("Get on Cluster", _on_cluster(A.GET)),
     R.ADMIN_END_TRANSACTION: _rule("TxAdmin on Cluster (an operator's commit or rollback)",
                                    _on_cluster(A.TX_ADMIN)),
-    R.END_TRANSACTION_BATCH: _rule("Pub on each entry's topic (entries without one: credentials "
-                                   "only)", _end_transaction_batch),
+    R.END_TRANSACTION_BATCH: _rule("as END_TRANSACTION, for every entry", _end_transaction_batch),
     R.VIEW_MESSAGE_BY_UNIQ_KEY: _rule("Get on Cluster (every copy of a message, any topic)",
                                       _on_cluster(A.GET)),
     R.GET_CONSUMER_GROUPS: _rule("List on Cluster", _on_cluster(A.LIST)),
@@ -223,25 +252,34 @@ REMOTING_RULES: dict[int, Rule] = {
 _PRODUCER_TYPES = (0, 1)  # ClientType CLIENT_TYPE_UNSPECIFIED, PRODUCER
 
 
-def _g_heartbeat(req: Any, cluster: str) -> list[Need]:
+def _g_heartbeat(req: Any, scope: Scope) -> list[Need]:
     if req.client_type in _PRODUCER_TYPES:
         return []
     return [_group(req.group.name, A.SUB)]
 
 
-def _g_send(req: Any, cluster: str) -> list[Need]:
+def _g_send(req: Any, scope: Scope) -> list[Need]:
     return [_topic(t, A.PUB) for t in sorted({m.topic.name for m in req.messages})]
 
 
-def _g_end(req: Any, cluster: str) -> list[Need]:
-    return [_topic(req.topic.name, A.PUB)]
+def _g_end(req: Any, scope: Scope) -> list[Need]:
+    """Pub on the real topic of the half message ``transaction_id`` names (its commit log
+    offset), else on the request's topic."""
+    try:
+        _, clo = decode_offset_msg_id(req.transaction_id)
+    except MalformedMessage:  # answered INVALID_TRANSACTION_ID, nothing ended
+        return [_topic(req.topic.name, A.PUB)]
+    h = EndTransactionRequestHeader(topic=req.topic.name, producer_group=req.topic.name,
+                                    tran_state_table_offset=-1, commit_log_offset=clo,
+                                    commit_or_rollback=0, msg_id=req.message_id)
+    return _end_need(h, scope) or [_topic(req.topic.name, A.PUB)]
 
 
-def _g_terminate(req: Any, cluster: str) -> list[Need]:
+def _g_terminate(req: Any, scope: Scope) -> list[Need]:
     return [_group(req.group.name, A.SUB)] if req.group.name else []
 
 
-def _g_telemetry(cmd: Any, cluster: str) -> list[Need]:
+def _g_telemetry(cmd: Any, scope: Scope) -> list[Need]:
     if cmd.WhichOneof("command") != "settings":
         return []
     s, out = cmd.settings, []
@@ -253,15 +291,15 @@ def _g_telemetry(cmd: Any, cluster: str) -> list[Need]:
     return out
 
 
-def _g_receive(req: Any, cluster: str) -> list[Need]:
+def _g_receive(req: Any, scope: Scope) -> list[Need]:
     return _topic_and_group(req.message_queue.topic.name, req.group.name, A.SUB)
 
 
-def _g_group_topic(req: Any, cluster: str) -> list[Need]:
+def _g_group_topic(req: Any, scope: Scope) -> list[Need]:
     return _topic_and_group(req.topic.name, req.group.name, A.SUB)
 
 
-def _g_group(req: Any, cluster: str) -> list[Need]:
+def _g_group(req: Any, scope: Scope) -> list[Need]:
     return [_group(req.group.name, A.SUB)]
 
 
@@ -284,7 +322,8 @@ GRPC_RULES: dict[str, Rule] = {
     "UpdateOffset": _unsupported(),
     "GetOffset": _unsupported(),
     "QueryOffset": _unsupported(),
-    "EndTransaction": _rule("Pub on Topic:`topic`", _g_end),
+    "EndTransaction": _rule("Pub on the Topic of the half message `transaction_id` names (its "
+                            "REAL_TOPIC), else on Topic:`topic` (the proxy: Pub on `topic`)", _g_end),
     "Telemetry": _rule("settings: Pub on each publishing topic; Sub on the subscription's group "
                        "and topics; other commands: credentials only", _g_telemetry),
     "NotifyClientTermination": _rule("Sub on Group:`group` if given; else credentials only",

@@ -7,6 +7,7 @@ from txmq.broker.transaction._service import (
     REMOVE_TAG,
     TRANS_CHECK_MAX_TIME_TOPIC,
     EndResult,
+    StoredHalf,
     TransactionService,
 )
 from txmq.broker.transaction._sink import (
@@ -26,6 +27,7 @@ __all__ = [
     "EndResult",
     "HalfEntry",
     "Outcome",
+    "StoredHalf",
     "TransactionIndex",
     "TransactionService",
 ]

@@ -71,6 +71,7 @@ __all__ = [
     "REMOVE_TAG",
     "TRANS_CHECK_MAX_TIME_TOPIC",
     "EndResult",
+    "StoredHalf",
     "TransactionService",
 ]
 
@@ -108,6 +109,17 @@ class EndResult:
                  durable_offset: int = 0, remark: str = "") -> None:
         self.code, self.outcome, self.duplicate = code, outcome, duplicate
         self.durable_offset, self.remark = durable_offset, remark
+
+
+class StoredHalf(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a pending half message is stored (:meth:`TransactionService.stored_half`): its half
+    queue offset, commit log offset, the real queue the producer sent it to (``REAL_QID``) and the
+    commit log offset its record ends at (bytes)."""
+
+    half_offset: int
+    commit_log_offset: int
+    real_queue_id: int
+    end_offset: int
 
 
 class TransactionService:
@@ -151,7 +163,8 @@ class TransactionService:
         self.stats = {"commits": 0, "rollbacks": 0, "discards": 0, "checks_sent": 0,
                       "checks_answered": 0, "duplicate_ends": 0, "check_errors": 0,
                       "checks_no_producer": 0, "sink_batches": 0, "sink_duplicate_batches": 0,
-                      "sink_orphans_rolled_back": 0, "parked": 0, "recovery_skipped": 0}
+                      "sink_orphans_rolled_back": 0, "parked": 0, "recovery_skipped": 0,
+                      "retried_halves": 0}
         self._last_tick_ms = 0
         self.finish_latency = LatencyHistogram()
         """Prepare-to-finish latency of settled transactions, seconds."""
@@ -172,6 +185,28 @@ class TransactionService:
         return Record(topic=HALF_TOPIC, queue_id=0, body=rec.body, tags=rec.tags, keys=rec.keys,
                       properties=props, born_timestamp_ms=rec.born_timestamp_ms,
                       store_timestamp_ms=rec.store_timestamp_ms)
+
+    def stored_half(self, uniq_key: str, producer_group: str, real_topic: str) -> StoredHalf | None:
+        """The pending half message a half send retries, or None: one whose ``UNIQ_KEY``,
+        producer group and real topic are the send's. A producer retries a half send to the same
+        broker after a timeout or a lost connection; the broker stores a half at most once and
+        answers the retry with the stored one (docs/transactions.md, "A retried half is not a
+        second transaction"). RocketMQ has no such rule: its retried half may become an orphan
+        that is checked back and committed a second time (shared/reference/cluster.md §1.4).
+        Settled halves are not looked at (a retry after the end is a new half). Raises nothing
+        but what reading the store raises (StoreError)."""
+        if not uniq_key:
+            return None
+        off = self.index.by_msg_id.get(uniq_key)
+        entry = None if off is None else self.index.pending.get(off)
+        if entry is None or entry.producer_group != producer_group or entry.real_topic != real_topic:
+            return None
+        half = self.store.read_at(entry.commit_log_offset)
+        self.stats["retried_halves"] += 1
+        qid = half.properties.get(PROPERTY_REAL_QUEUE_ID, "")
+        return StoredHalf(half_offset=entry.half_offset, commit_log_offset=entry.commit_log_offset,
+                          real_queue_id=int(qid) if qid.isascii() and qid.isdigit() else 0,
+                          end_offset=entry.commit_log_offset + max(1, half.store_size))
 
     def on_half_stored(self, rec: Record, res: AppendResult, *, cache: bool = True) -> None:
         """Index a half message once appended (also used by recovery, with ``cache=False``); keep
@@ -237,6 +272,26 @@ class TransactionService:
         return [_end_result(first[h.tran_state_table_offset], durable,
                             parked.get(h.tran_state_table_offset)) if r is None else r
                 for h, r in zip(headers, results, strict=True)]
+
+    def half_topic(self, h: EndTransactionRequestHeader) -> str | None:
+        """The REAL_TOPIC of the half message end request ``h`` names, found as :meth:`end` finds
+        it (by commit log offset, then half queue offset), pending or settled; None when ``h``
+        names no half message. What ACL authorizes an end against (Pub on that topic: an end
+        cannot borrow a topic its sender may publish to). Raises nothing but what reading the
+        store may raise past :class:`~txmq.errors.StoreError` (the ACL check refuses then)."""
+        h = self._by_commit_log_offset(h)
+        entry = self.index.pending.get(h.tran_state_table_offset)
+        if entry is not None:
+            return entry.real_topic
+        if h.commit_log_offset < self.store.min_offset:
+            return None
+        try:
+            rec = self.store.read_at(h.commit_log_offset)
+        except (StoreError, ValueError, IndexError):
+            return None
+        if rec.topic != HALF_TOPIC or rec.queue_offset != h.tran_state_table_offset:
+            return None
+        return rec.properties.get(PROPERTY_REAL_TOPIC)
 
     def _by_commit_log_offset(self, h: EndTransactionRequestHeader) -> EndTransactionRequestHeader:
         """``h`` naming its half message by commit log offset, as RocketMQ's broker finds it

@@ -4,14 +4,15 @@ cluster of separate JVMs (:class:`SparkCluster`), and Debian's Chromium under Pl
 tests (:mod:`txmq.testing.browser`)."""
 
 from txmq.testing._broker import BrokerProcess, run_broker
-from txmq.testing._cluster import ClusterProcess, NamesrvProcess, run_cluster
 from txmq.testing._certs import TestCertificates, make_test_certificates
+from txmq.testing._cluster import ClusterProcess, NamesrvProcess, run_cluster
 from txmq.testing._harness import END_TYPES, BrokerHarness
 from txmq.testing._ports import free_port
 from txmq.testing._spark_cluster import SparkCluster, SparkClusterError
 from txmq.testing._wait import wait_until
 from txmq.testing.browser import ChromiumUnavailable, chromium, ensure_chromium
 
-__all__ = ["END_TYPES", "BrokerHarness", "BrokerProcess", "ChromiumUnavailable", "ClusterProcess", "NamesrvProcess", "SparkCluster",
-           "SparkClusterError", "TestCertificates", "chromium", "ensure_chromium",
-           "free_port", "make_test_certificates", "run_broker", "run_cluster", "wait_until"]
+__all__ = ["END_TYPES", "BrokerHarness", "BrokerProcess", "ChromiumUnavailable", "ClusterProcess",
+           "NamesrvProcess", "SparkCluster", "SparkClusterError", "TestCertificates", "chromium",
+           "ensure_chromium", "free_port", "make_test_certificates", "run_broker", "run_cluster",
+           "wait_until"]

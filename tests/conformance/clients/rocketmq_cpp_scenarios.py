@@ -10,12 +10,14 @@ imports only the standard library and ``rocketmq``. Every event is one JSON obje
     {"event": "check", "key", "msg_id", "answer", "transaction_id", "topic"}   a check-back answered
     {"event": "received", "topic", "key", "body", "msg_id", "reconsume_times", "queue_id", "tags",
      "queue_offset", "props": {...}, "answer"}
+    {"event": "failed", "mode": "sync", "key", "error"}  a sync send raised (produce --keep-going)
     {"event": "error", "stage", "error"}
     {"event": "done", ...}
 
 Sub-commands (``--namesrv`` is the name server or broker address, ``host:port``):
 
     produce   --topic T --group G --count N [--mode sync|oneway|orderly] [--prefix P] [--shards S]
+              [--keep-going] [--interval S]
     transact  --topic T --group G --plan commit,rollback,unknown,... [--prefix P]
               [--check-answer commit|rollback|unknown|marker:PATH] [--expect-checks N] [--linger S]
               [--die-in-local --marker PATH]
@@ -106,8 +108,15 @@ def cmd_produce(a: argparse.Namespace) -> int:
                 emit("sent", mode="orderly", key=key, shard=shard, status=int(r.status), msg_id=r.msg_id,
                      offset=r.offset)
                 continue
-            r = p.send_sync(msg)
-            emit("sent", mode="sync", key=key, status=int(r.status), msg_id=r.msg_id, offset=r.offset)
+            try:
+                r = p.send_sync(msg)
+            except Exception as e:
+                if not a.keep_going:
+                    raise
+                emit("failed", mode="sync", key=key, error=repr(e))
+            else:
+                emit("sent", mode="sync", key=key, status=int(r.status), msg_id=r.msg_id, offset=r.offset)
+            time.sleep(a.interval)
     except Exception as e:
         emit("error", stage="send", error=repr(e))
         return 1
@@ -225,6 +234,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--mode", choices=("sync", "oneway", "orderly"), default="sync")
     p.add_argument("--shards", type=int, default=2)
+    p.add_argument("--keep-going", action="store_true", help="a failed sync send: a 'failed' event, go on")
+    p.add_argument("--interval", type=float, default=0.0, help="seconds between sync sends")
     t = sub.choices["transact"]
     t.add_argument("--plan", default="commit")
     t.add_argument("--check-answer", default="unknown")

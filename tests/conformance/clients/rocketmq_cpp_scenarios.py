@@ -17,7 +17,7 @@ imports only the standard library and ``rocketmq``. Every event is one JSON obje
 Sub-commands (``--namesrv`` is the name server or broker address, ``host:port``):
 
     produce   --topic T --group G --count N [--mode sync|oneway|orderly] [--prefix P] [--shards S]
-              [--keep-going] [--interval S]
+              [--keep-going] [--interval S] [--log-dir DIR]
     transact  --topic T --group G --plan commit,rollback,unknown,... [--prefix P]
               [--check-answer commit|rollback|unknown|marker:PATH] [--expect-checks N] [--linger S]
               [--die-in-local --marker PATH]
@@ -92,6 +92,8 @@ def describe(msg: ReceivedMessage) -> dict[str, Any]:
 def cmd_produce(a: argparse.Namespace) -> int:
     p = Producer(a.group, orderly=a.mode == "orderly")
     p.set_name_server_address(a.namesrv)
+    if a.log_dir:
+        dll.SetProducerLogPath(p._handle, a.log_dir.encode())
     p.start()
     emit("started", role="producer", group=a.group)
     try:
@@ -236,6 +238,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--shards", type=int, default=2)
     p.add_argument("--keep-going", action="store_true", help="a failed sync send: a 'failed' event, go on")
     p.add_argument("--interval", type=float, default=0.0, help="seconds between sync sends")
+    p.add_argument("--log-dir", default="", help="the C++ core's log directory (default /logs/...)")
     t = sub.choices["transact"]
     t.add_argument("--plan", default="commit")
     t.add_argument("--check-answer", default="unknown")

@@ -123,27 +123,33 @@ def test_sends_spread_over_every_broker_each_stored_once(ccpp: CppFactory, clust
 
 def test_two_push_consumers_share_the_queues_of_every_broker(ccpp: CppFactory, cluster: ClusterProcess,
                                                              tmp_path: Path) -> None:
+    """Clustering is at-least-once: a member shutting down unregisters before it persists its last
+    offsets (the C++ core's order), so the other may take over a queue and get a message again. Exactly
+    once is asserted for the steady state (deliveries before the members are told to stop); over the
+    whole run, the set of deliveries equals the set sent."""
     stop = tmp_path / "stop"
     members = [ccpp("consume", "--topic", TOPIC, "--group", "cl-shared", "--stop-file", str(stop),
                     "--timeout", str(CONSUME_TIMEOUT_S)) for _ in range(2)]
     for m in members:
         m.wait_for("started")
     settle(REBALANCE_SETTLE_S)  # both members heartbeat every broker and rebalance the 24 queues
-    count = SHARED_SENDS
     ok = sent_ok(ccpp("produce", "--topic", TOPIC, "--group", "cl-producers", "--prefix", "b",
-                      "--count", str(count)).ok())
-    assert len(ok) == count
+                      "--count", str(SHARED_SENDS)).ok())
+    assert len(ok) == SHARED_SENDS
     wait_until(lambda: set(keys(members[0].events)) | set(keys(members[1].events)) >= set(ok),
                DELIVERY_TIMEOUT_S)
     settle(DUPLICATE_SETTLE_S)  # a duplicate delivery would show up now
+    stop_t = time.time()
     stop.touch()
     got = [[e for e in m.ok() if e["event"] == "received"] for m in members]
-    located = where(stores(cluster))
-    dup = {k for k, n in Counter(e["key"] for g in got for e in g).items() if n > 1}
+    expected = {(k, e["msg_id"], k.replace("-", ":")) for k, e in ok.items()}
+    assert {(e["key"], e["msg_id"], e["body"]) for g in got for e in g} == expected
+    steady = [[e for e in g if e["t"] < stop_t] for g in got]
+    dup = {k for k, n in Counter(e["key"] for g in steady for e in g).items() if n > 1}
     assert not dup, f"delivered twice: {[(i, e) for i, g in enumerate(got) for e in g if e['key'] in dup]}"
-    assert sorted(e["key"] for g in got for e in g) == sorted(ok), "every message, exactly once"
-    assert all(e["msg_id"] == ok[e["key"]]["msg_id"] for g in got for e in g)
-    queues = [{(located[e["key"]], e["queue_id"]) for e in g} for g in got]
+    assert sorted(e["key"] for g in steady for e in g) == sorted(ok), "every message once before the stop"
+    located = where(stores(cluster))
+    queues = [{(located[e["key"]], e["queue_id"]) for e in g} for g in steady]
     assert queues[0] and queues[1], "clustering: both members of the group consume a share"
     assert not queues[0] & queues[1], "a queue is consumed by one member of the group"
     assert {b for b, _ in queues[0] | queues[1]} == set(BROKERS)

@@ -117,7 +117,8 @@ def test_sends_spread_over_every_broker_each_stored_once(ccpp: CppFactory, clust
     reader = ccpp("consume", "--topic", TOPIC, "--group", "cl-readers", "--expect", str(count),
                   "--idle", IDLE_S)
     got = [e for e in reader.ok() if e["event"] == "received"]
-    assert sorted((e["key"], e["msg_id"]) for e in got) == sorted(total), \
+    assert sorted((e["key"], e["msg_id"], e["body"]) for e in got) == sorted(
+        (k, e["msg_id"], k.replace("-", ":")) for k, e in ok.items()), \
         "one push consumer reads every message of the topic, from every broker, once"
 
 
@@ -171,10 +172,12 @@ def test_transactions_checked_back_by_every_broker(ccpp: CppFactory, cluster: Cl
     checks = [e for e in events if e["event"] == "check"]
     assert {c["key"] for c in checks} == set(unknown), "every UNKNOWN half, and only those, checked back"
     assert all(c["msg_id"] == sent[c["key"]]["msg_id"] and c["topic"] == TOPIC for c in checks)
+    assert {(c["key"], c["answer"]) for c in checks} == {
+        (k, "commit" if k in unknown[::2] else "rollback") for k in unknown}
 
     halves = {name: {m.keys for m in stored(b.endpoints, HALF_TOPIC, 1)}
               for name, b in cluster.brokers.items()}
-    assert sum(len(h) for h in halves.values()) == len(plans), f"each half stored once: {halves}"
+    assert sorted(k for h in halves.values() for k in h) == sorted(sent), f"each half on one broker: {halves}"
     for name in BROKERS:
         assert set(unknown) & halves[name], f"no UNKNOWN half on {name} (so no check-back from it): {halves}"
     committed = {k for k, p in zip(sent, plans, strict=True) if p == "commit"} | set(unknown[::2])

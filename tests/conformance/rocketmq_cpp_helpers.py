@@ -4,6 +4,7 @@ read the JSON lines they print."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -11,6 +12,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from txmq.errors import ResponseCode
+from txmq.protocol import (
+    PULL_FLAG_SUBSCRIPTION,
+    Command,
+    FrameDecoder,
+    GetMaxOffsetRequestHeader,
+    MessageExt,
+    OffsetResponseHeader,
+    PullMessageRequestHeader,
+    RequestCode,
+    decode_message_exts,
+    encode_command,
+    from_ext,
+    to_ext,
+)
 from txmq.testing import wait_until
 
 SCENARIOS = Path(__file__).resolve().parent / "clients" / "rocketmq_cpp_scenarios.py"
@@ -103,3 +119,65 @@ def keys(events: list[Event], event: str = "received", answer: str | None = None
 def settle(seconds: float) -> None:
     """Give the system time to show something that must NOT happen (a rolled-back message delivered)."""
     time.sleep(seconds)
+
+
+AUDIT_GROUP = "txmq-cluster-audit"
+AUDIT_PULL_BATCH = 32  # messages per PULL_MESSAGE of the store audit
+AUDIT_TIMEOUT_S = 10.0  # one request of the store audit
+
+
+class StoreReader:
+    """What one broker stored, read over remoting with a plain socket (not the txmq SDK): GET_MAX_OFFSET
+    and PULL_MESSAGE (from offset 0, no suspend) under :data:`AUDIT_GROUP`, which commits nothing.
+
+    Raises ``OSError`` when the broker does not answer and ``AssertionError`` on an error response.
+    """
+
+    def __init__(self, endpoints: str) -> None:
+        host, port = endpoints.rsplit(":", 1)
+        self._sock = socket.create_connection((host, int(port)), timeout=AUDIT_TIMEOUT_S)
+        self._decoder = FrameDecoder()
+        self._opaque = 0
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._sock.close()
+
+    def _call(self, code: RequestCode, ext: dict[str, str]) -> Command:
+        self._opaque += 1
+        self._sock.sendall(encode_command(Command(code=code, opaque=self._opaque, ext=ext)))
+        while True:
+            data = self._sock.recv(1 << 20)
+            if not data:
+                raise OSError("the broker closed the connection")
+            for cmd in self._decoder.feed(data):
+                if cmd.is_response and cmd.opaque == self._opaque:
+                    return cmd
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's next offset to be written (messages stored in it, the queue starting at 0)."""
+        resp = self._call(RequestCode.GET_MAX_OFFSET, to_ext(GetMaxOffsetRequestHeader(topic=topic,
+                                                                                     queue_id=queue_id)))
+        assert resp.code == ResponseCode.SUCCESS, f"GET_MAX_OFFSET {topic}/{queue_id}: {resp.remark}"
+        return from_ext(resp.ext, OffsetResponseHeader).offset
+
+    def messages(self, topic: str, queue_id: int) -> list[MessageExt]:
+        """Every message of the queue, in queue order."""
+        got: list[MessageExt] = []
+        end = self.max_offset(topic, queue_id)
+        while len(got) < end:
+            h = PullMessageRequestHeader(consumer_group=AUDIT_GROUP, topic=topic, queue_id=queue_id,
+                                         queue_offset=len(got), max_msg_nums=AUDIT_PULL_BATCH,
+                                         sys_flag=PULL_FLAG_SUBSCRIPTION, subscription="*")
+            resp = self._call(RequestCode.PULL_MESSAGE, to_ext(h))
+            assert resp.code == ResponseCode.SUCCESS, f"PULL {topic}/{queue_id}@{len(got)}: {resp.remark}"
+            got.extend(decode_message_exts(resp.body))
+        return got
+
+
+def stored(endpoints: str, topic: str, queues: int) -> list[MessageExt]:
+    """Every message of ``topic`` (queues ``0 .. queues-1``) stored by the broker at ``endpoints``."""
+    with StoreReader(endpoints) as r:
+        return [m for q in range(queues) for m in r.messages(topic, q)]

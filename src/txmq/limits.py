@@ -646,6 +646,11 @@ before the broker rolls them back (txmq)."""
 SINK_MAX_IN_FLIGHT = 8
 """Default ``maxInFlight`` of the Spark sink: batch requests in flight per task (txmq)."""
 
+SINK_COMMIT_RETRY_INTERVAL_MS = 1_000
+"""Pause between two tries of a Spark sink batch commit on a broker group that did not answer (ms;
+txmq: a restarted broker answers again within seconds; the tries stop after the sink's
+``timeoutSeconds``, when its halves there are rolled back anyway)."""
+
 assert SINK_SEND_BATCH_ROWS <= BATCH_MESSAGES_MAX
 assert SINK_SEND_BATCH_BYTES + FRAME_HEADER_MAX_BYTES < FRAME_SIZE_MAX_BYTES
 

@@ -90,7 +90,7 @@ from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -136,6 +136,8 @@ from txmq.spark._offsets import (
     apply_read_limit,
     check_start,
     fair_shares,
+    key_name,
+    normalize_brokers,
     offsets_from_json,
     offsets_to_json,
     range_start,
@@ -220,14 +222,40 @@ class _PullResult(Protocol):
 
 
 class _PullConsumer(Protocol):
+    """The queue-addressed calls take ``broker_name`` ("" = the topic's only broker group); the
+    source passes it only when it names a group (:func:`_at`), so a client without broker groups
+    (the tests' fakes) is called as before."""
+
     def queue_ids(self, topic: str) -> Sequence[int]: ...
-    def min_offset(self, topic: str, queue_id: int) -> int: ...
-    def max_offset(self, topic: str, queue_id: int) -> int: ...
-    def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = ...) -> _PullResult: ...
-    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
-    def fetch_consumer_offset(self, topic: str, queue_id: int) -> int | None: ...
-    def commit_offset(self, topic: str, queue_id: int, offset: int) -> None: ...
+    def min_offset(self, topic: str, queue_id: int, *, broker_name: str = ...) -> int: ...
+    def max_offset(self, topic: str, queue_id: int, *, broker_name: str = ...) -> int: ...
+    def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = ..., *,
+             broker_name: str = ...) -> _PullResult: ...
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int, *,
+                      broker_name: str = ...) -> int: ...
+    def fetch_consumer_offset(self, topic: str, queue_id: int, *,
+                              broker_name: str = ...) -> int | None: ...
+    def commit_offset(self, topic: str, queue_id: int, offset: int, *,
+                      broker_name: str = ...) -> None: ...
     def shutdown(self) -> None: ...
+
+
+def _at(broker_name: str) -> dict[str, Any]:
+    """The ``broker_name`` keyword of a queue-addressed call: none for a queue of no named group."""
+    return {"broker_name": broker_name} if broker_name else {}
+
+
+def _queue_keys(consumer: _PullConsumer, topic: str) -> list[QueueKey]:
+    """Every queue of ``topic`` over all broker groups: the consumer's ``queues(topic)`` (subscribe
+    queues of every group, ``MessageQueue``), or ``queue_ids`` with no group named."""
+    queues = getattr(consumer, "queues", None)
+    if queues is None:
+        return [(topic, "", q) for q in consumer.queue_ids(topic)]
+    out = [(mq.topic, mq.broker_name, mq.queue_id) for mq in queues(topic)]
+    bad = sorted({b for _, b, _ in out if "/" in b})
+    if bad:
+        raise ConfigError(f"broker names holding '/' cannot key source offsets: {bad}")
+    return out
 
 
 def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "") -> _PullConsumer:
@@ -238,8 +266,8 @@ def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "") -
     """
     from txmq.client import PullConsumer
 
-    consumer: _PullConsumer = PullConsumer(endpoints=endpoints, consumer_group=consumer_group,
-                                           namesrv_addr=namesrv_addr)
+    consumer = cast(_PullConsumer, PullConsumer(endpoints=endpoints, consumer_group=consumer_group,
+                                                namesrv_addr=namesrv_addr))
     consumer.start()  # type: ignore[attr-defined]
     return consumer
 
@@ -288,40 +316,44 @@ class _Broker:
         return f"name server(s) {self._opts.namesrv_addr} (option namesrvAddr)"
 
     def queues(self) -> list[QueueKey]:
-        """Every (topic, queue) of the configured topics, sorted.
+        """Every (topic, broker group, queue) of the configured topics, over every broker group of
+        their routes, sorted.
 
         Raises:
             txmq.errors.RemoteError: TOPIC_NOT_EXIST for an unknown topic.
         """
-        return self._call(lambda c: sorted((t, q) for t in self._opts.topics for q in c.queue_ids(t)))
+        return self._call(lambda c: sorted(k for t in self._opts.topics for k in _queue_keys(c, t)))
 
     def max_offsets(self) -> dict[QueueKey, int]:
         """``{queue: max_offset}`` (the next offset to be written) for every queue."""
         keys = self.queues()
-        return self._call(lambda c: {k: c.max_offset(*k) for k in keys})
+        return self._call(lambda c: {k: c.max_offset(k[0], k[2], **_at(k[1])) for k in keys})
 
     def bounds(self) -> dict[QueueKey, tuple[int, int]]:
         """``{queue: (min_offset, max_offset)}`` for every queue."""
         keys = self.queues()
-        return self._call(lambda c: {k: (c.min_offset(*k), c.max_offset(*k)) for k in keys})
+        return self._call(lambda c: {k: (c.min_offset(k[0], k[2], **_at(k[1])),
+                                         c.max_offset(k[0], k[2], **_at(k[1]))) for k in keys})
 
     def resolve(self, spec: OffsetSpec) -> tuple[dict[QueueKey, int], dict[QueueKey, tuple[int, int]]]:
         """``spec`` resolved for every queue (timestamps searched on the broker), and the bounds
         it was resolved against."""
         bounds = self.bounds()
         times = spec.by_time(bounds)
-        found = self._call(lambda c: {k: c.search_offset(*k, t) for k, t in times.items()})
+        found = self._call(lambda c: {k: c.search_offset(k[0], k[2], t, **_at(k[1]))
+                                      for k, t in times.items()})
         return spec.resolve(bounds, found), bounds
 
     def pin(self, start: Mapping[QueueKey, int]) -> dict[QueueKey, int]:
         """The start pinned as the consumer group's offsets on the broker: a queue that has a
         group offset keeps it, the others get (and store) ``start``'s."""
-        stored = self._call(lambda c: {k: c.fetch_consumer_offset(*k) for k in start})
+        stored = self._call(lambda c: {k: c.fetch_consumer_offset(k[0], k[2], **_at(k[1]))
+                                       for k in start})
         missing = {k: v for k, v in start.items() if stored[k] is None}
 
         def store(c: _PullConsumer) -> None:
-            for (topic, queue_id), offset in missing.items():
-                c.commit_offset(topic, queue_id, offset)
+            for (topic, broker, queue_id), offset in missing.items():
+                c.commit_offset(topic, queue_id, offset, **_at(broker))
 
         self._call(store)
         return {k: start[k] if stored[k] is None else int(stored[k] or 0) for k in start}
@@ -349,6 +381,7 @@ class QueueRange(InputPartition):
         consumer_group: group name the consumer identifies itself with.
         topic, queue_id: the queue.
         start: first offset to read (inclusive).
+        broker_name: the queue's broker group ("" when not named: the topic's only one).
         end: offset to stop before (exclusive); ``end > start``.
         fail_on_data_loss: the ``failOnDataLoss`` option.
     """
@@ -361,6 +394,7 @@ class QueueRange(InputPartition):
     end: int
     fail_on_data_loss: bool = True
     namesrv_addr: str = ""
+    broker_name: str = ""
 
 
 def _plan_ranges(
@@ -377,7 +411,8 @@ def _plan_ranges(
                     endpoints=opts.endpoints,
                     consumer_group=opts.consumer_group,
                     topic=key[0],
-                    queue_id=key[1],
+                    broker_name=key[1],
+                    queue_id=key[2],
                     start=low,
                     end=high,
                     fail_on_data_loss=opts.fail_on_data_loss,
@@ -498,10 +533,11 @@ class _Pulls:
         want = min(PULL_MAX_NUMS, part.end - offset)
         raw = getattr(self.consumer, "pull_raw", None)
         if raw is None:  # a consumer without raw pulls (the tests' fakes): messages
-            result = self.consumer.pull(part.topic, part.queue_id, offset, max_nums=want)
+            result = self.consumer.pull(part.topic, part.queue_id, offset, max_nums=want,
+                                        **_at(part.broker_name))
             ms = result.messages if result.status.name == "FOUND" else ()
             return _Reply(result.status.name, b"", ms, ms[-1].queue_offset + 1 if ms else offset)
-        reply = raw(part.topic, part.queue_id, offset, max_nums=want)
+        reply = raw(part.topic, part.queue_id, offset, max_nums=want, **_at(part.broker_name))
         return _Reply(reply.status.name, reply.body, (), reply.next_begin_offset)
 
     def get(self, offset: int) -> _Reply:
@@ -584,7 +620,8 @@ def _checked_run(
 
 
 def _where(part: QueueRange) -> str:
-    return f"queue {part.topic}/{part.queue_id} range [{part.start}, {part.end})"
+    name = key_name((part.topic, part.broker_name, part.queue_id))
+    return f"queue {name} range [{part.start}, {part.end})"
 
 
 def _data_loss(part: QueueRange, what: str) -> None:
@@ -598,8 +635,8 @@ def _data_loss(part: QueueRange, what: str) -> None:
 
 def _after_missing(consumer: _PullConsumer, part: QueueRange, offset: int, status: str) -> int:
     """Where to continue after a pull at ``offset`` returned no message (or raise)."""
-    low = consumer.min_offset(part.topic, part.queue_id)
-    high = consumer.max_offset(part.topic, part.queue_id)
+    low = consumer.min_offset(part.topic, part.queue_id, **_at(part.broker_name))
+    high = consumer.max_offset(part.topic, part.queue_id, **_at(part.broker_name))
     if offset < low:
         _data_loss(part, f"offsets {offset}..{low - 1} were deleted (min_offset is {low})")
         return min(low, part.end)
@@ -614,7 +651,7 @@ def _after_missing(consumer: _PullConsumer, part: QueueRange, offset: int, statu
 
 def _after_gap(consumer: _PullConsumer, part: QueueRange, offset: int, found: int) -> int:
     """The pull at ``offset`` returned ``found`` instead: skip to it (retention) or raise."""
-    low = consumer.min_offset(part.topic, part.queue_id)
+    low = consumer.min_offset(part.topic, part.queue_id, **_at(part.broker_name))
     if offset < found <= max(low, offset):
         _data_loss(part, f"offsets {offset}..{found - 1} were deleted (min_offset is {low})")
         return found
@@ -687,14 +724,15 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             DataLossError: a queue's ``max_offset`` went below ``start`` (``failOnDataLoss``).
         """
         fault(self._opts.faults, "latest-offset")
-        begin = offsets_from_json(start)
         latest = self._broker.max_offsets()
+        begin = normalize_brokers(offsets_from_json(start), latest)
         self._latest = latest
         target = self._target
         if target is not None:
             latest = {k: min(v, target[k]) for k, v in latest.items() if k in target}
         end = advance_offsets(begin, latest, fail_on_data_loss=self._opts.fail_on_data_loss)
-        return offsets_to_json(apply_read_limit(begin, end, limit))
+        out = apply_read_limit(begin, end, limit)
+        return dict(start) if out == begin else offsets_to_json(out)  # a one-broker start stays
 
     def reportLatestOffset(self) -> dict[str, int] | None:
         """The broker's ``max_offset`` per queue seen by the last ``latestOffset`` (for progress
@@ -703,8 +741,17 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         """:class:`QueueRange` partitions of the rows between ``start`` and ``end``: one per queue,
-        more for a queue with over :data:`PARTITION_ROWS_MAX` of them."""
-        return _plan_ranges(self._opts, offsets_from_json(start), offsets_from_json(end))
+        more for a queue with over :data:`PARTITION_ROWS_MAX` of them. Queues named without a
+        broker (a checkpoint of the one-broker format) are read on the topic's only broker group.
+
+        Raises:
+            txmq.errors.ConfigError: such a queue's topic is on several broker groups.
+        """
+        begin, stop = offsets_from_json(start), offsets_from_json(end)
+        if any(not k[1] for k in (*begin, *stop)):
+            known = self._broker.queues()
+            begin, stop = normalize_brokers(begin, known), normalize_brokers(stop, known)
+        return _plan_ranges(self._opts, begin, stop)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Rows of one :class:`QueueRange` (see :func:`read_queue_range`)."""
@@ -741,7 +788,7 @@ class TxmqBatchReader(DataSourceReader):
             broker.close()
         check_start(start, bounds, fail_on_data_loss=self._opts.fail_on_data_loss)
         for key, high in end.items():
-            where = f"queue {key[0]}/{key[1]}"
+            where = f"queue {key_name(key)}"
             if high > bounds[key][1]:
                 raise ConfigError(
                     f"endingOffsets: {high} for {where} is beyond its max_offset {bounds[key][1]}"

@@ -275,7 +275,10 @@ def test_pull_consumer_assign_poll_seek_commit_and_subscribe(broker: BrokerProce
         pc.start()
     try:
         wait_until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
-        assert set(a.assignment()) | set(b.assignment()) == {MessageQueue("t", q) for q in range(4)}
+        name = a.queues("t")[0].broker_name  # queues carry their broker group (issue 23)
+        assert name
+        assert set(a.assignment()) | set(b.assignment()) == {MessageQueue("t", q, name)
+                                                              for q in range(4)}
     finally:
         a.shutdown()
         b.shutdown()

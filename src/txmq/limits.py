@@ -727,6 +727,14 @@ within it is stored once (nats-server default 2 min)."""
 OUTBOX_TRANSPORT_DLQ_READ_MAX = 1_000
 """Most dead letters :meth:`Transport.dead_letters` returns in one call (txmq)."""
 
+OUTBOX_TXMQ_TOPIC_ROUTE_WAIT_MS = 10_000
+"""How long the txmq transport's ``ensure_topic`` waits, over name servers, for a topic it created
+on every master to be routed (ms; txmq: brokers register a created topic within
+``NAMESRV_REGISTER_CHECK_MS``, 1 s, and ten of those ride out a loaded machine)."""
+
+OUTBOX_TXMQ_TOPIC_ROUTE_POLL_MS = 200
+"""Pause between two looks for that route (ms; txmq)."""
+
 OUTBOX_TRANSPORT_NAME_MAX_CHARS = 127
 """Longest topic or group name a transport maps to a broker name (RocketMQ
 ``TopicValidator.TOPIC_MAX_LENGTH`` 127; RabbitMQ queue names allow 255 bytes)."""

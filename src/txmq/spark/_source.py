@@ -22,7 +22,9 @@ Options (strings; Spark lower-cases the keys, so any case works):
 
 ``endpoints`` or ``namesrvAddr`` (one is required)
     ``host:port`` of the broker, or of the name server(s) (``host:port;host:port``, RocketMQ's
-    ``namesrvAddr``), as :class:`txmq.client.PullConsumer` takes them.
+    ``namesrvAddr``), as :class:`txmq.client.PullConsumer` takes them. With name servers the
+    source reads every broker group of each topic's route (a cluster): one partition (or more) per
+    queue of each group.
 ``topic`` (required)
     one topic or a comma-separated list.
 ``startingOffsets``
@@ -56,10 +58,16 @@ Options (strings; Spark lower-cases the keys, so any case works):
     start uses ``latest`` stores that start as this group's offsets (*Starting offsets*), so it
     must name a group of its own, used by no other consumer or query.
 
-Offsets: a flat JSON object ``{"<topic>/<queue_id>": next_offset}`` with keys in (topic, queue
-id) order, e.g. ``{"orders/0": 17, "orders/1": 4}``; ``next_offset`` is the first offset *not* yet
-read, like Kafka's. In ``startingOffsets``/``endingOffsets`` the nested form
-``{"orders": {"0": 17}}`` is accepted too, and ``-2`` means earliest, ``-1`` latest.
+Offsets: a flat JSON object ``{"<topic>/<broker_name>/<queue_id>": next_offset}`` over the queues
+of every broker group of the topics' routes, keys in (topic, broker name, queue id) order, e.g.
+``{"orders/broker-a/0": 17, "orders/broker-b/0": 4}``; ``next_offset`` is the first offset *not* yet
+read, like Kafka's. The one-broker format ``"<topic>/<queue_id>"`` (checkpoints and options written
+before broker groups were named) is still read: such a queue is on the topic's only broker group,
+and a ConfigError names the groups when the topic is on several (then the key must name one). A
+checkpoint of that format therefore resumes on a one-group topic; its first new batch writes the
+new keys. In ``startingOffsets``/``endingOffsets`` (and the ``…ByTimestamp`` maps) the nested form
+``{"orders": {"broker-a/0": 17}}`` (or ``{"orders": {"0": 17}}``) is accepted too, and ``-2`` means
+earliest, ``-1`` latest. Broker names holding ``/`` cannot be keyed (ConfigError).
 
 What Spark guarantees and what this source adds (facts from docs/pyspark.md, PySpark 4.3.0):
 
@@ -78,7 +86,8 @@ What Spark guarantees and what this source adds (facts from docs/pyspark.md, PyS
   ``consumerGroup``, and a new query (a new checkpoint) that should start at the then latest needs
   a new group (or the group's offsets removed).
 * ``read`` runs on executors in other processes: each partition carries everything it needs
-  (endpoints, topic, queue, start, end) and opens its own :class:`~txmq.client.PullConsumer`.
+  (endpoints or name servers, topic, broker group, queue, start, end) and opens its own
+  :class:`~txmq.client.PullConsumer`.
 * ``commit(end)`` is a no-op (like Spark's Kafka source): Spark calls it one batch late and not at
   all for the last batch before a stop.
 """
@@ -87,10 +96,10 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, cast
+from typing import cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -118,7 +127,7 @@ from pyspark.sql.types import (
 )
 
 from txmq import limits
-from txmq.errors import BrokerUnavailable, ConfigError, RequestTimeout, TxmqError
+from txmq.errors import ConfigError
 from txmq.protocol import MessageExt
 from txmq.spark._arrow import (
     ARROW_SCHEMA,
@@ -143,6 +152,7 @@ from txmq.spark._offsets import (
     range_start,
 )
 from txmq.spark._options import DEFAULT_CONSUMER_GROUP, SourceOptions, fault
+from txmq.spark._source_broker import Broker, PullConsumerShape, at_broker
 
 __all__ = [
     "ARROW_BATCH_BYTES_MAX",
@@ -211,54 +221,7 @@ SCHEMA = StructType(
 """The source's fixed schema as a ``StructType`` (same as :data:`SCHEMA_DDL`)."""
 
 
-# --- the client shape this module relies on (txmq.client.PullConsumer) ---------------------------
-
-
-class _PullResult(Protocol):
-    @property
-    def status(self) -> Any: ...  # an enum member whose .name is FOUND, NO_NEW_MSG, OFFSET_ILLEGAL
-    @property
-    def messages(self) -> Sequence[MessageExt]: ...
-
-
-class _PullConsumer(Protocol):
-    """The queue-addressed calls take ``broker_name`` ("" = the topic's only broker group); the
-    source passes it only when it names a group (:func:`_at`), so a client without broker groups
-    (the tests' fakes) is called as before."""
-
-    def queue_ids(self, topic: str) -> Sequence[int]: ...
-    def min_offset(self, topic: str, queue_id: int, *, broker_name: str = ...) -> int: ...
-    def max_offset(self, topic: str, queue_id: int, *, broker_name: str = ...) -> int: ...
-    def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = ..., *,
-             broker_name: str = ...) -> _PullResult: ...
-    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int, *,
-                      broker_name: str = ...) -> int: ...
-    def fetch_consumer_offset(self, topic: str, queue_id: int, *,
-                              broker_name: str = ...) -> int | None: ...
-    def commit_offset(self, topic: str, queue_id: int, offset: int, *,
-                      broker_name: str = ...) -> None: ...
-    def shutdown(self) -> None: ...
-
-
-def _at(broker_name: str) -> dict[str, Any]:
-    """The ``broker_name`` keyword of a queue-addressed call: none for a queue of no named group."""
-    return {"broker_name": broker_name} if broker_name else {}
-
-
-def _queue_keys(consumer: _PullConsumer, topic: str) -> list[QueueKey]:
-    """Every queue of ``topic`` over all broker groups: the consumer's ``queues(topic)`` (subscribe
-    queues of every group, ``MessageQueue``), or ``queue_ids`` with no group named."""
-    queues = getattr(consumer, "queues", None)
-    if queues is None:
-        return [(topic, "", q) for q in consumer.queue_ids(topic)]
-    out = [(mq.topic, mq.broker_name, mq.queue_id) for mq in queues(topic)]
-    bad = sorted({b for _, b, _ in out if "/" in b})
-    if bad:
-        raise ConfigError(f"broker names holding '/' cannot key source offsets: {bad}")
-    return out
-
-
-def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "") -> _PullConsumer:
+def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "") -> PullConsumerShape:
     """Create and start a pull consumer (module-level so tests can substitute a fake).
 
     Raises:
@@ -266,106 +229,15 @@ def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "") -
     """
     from txmq.client import PullConsumer
 
-    consumer = cast(_PullConsumer, PullConsumer(endpoints=endpoints, consumer_group=consumer_group,
+    consumer = cast(PullConsumerShape, PullConsumer(endpoints=endpoints, consumer_group=consumer_group,
                                                 namesrv_addr=namesrv_addr))
     consumer.start()  # type: ignore[attr-defined]
     return consumer
 
 
-# --- broker access (driver side) -----------------------------------------------------------------
-
-_T = TypeVar("_T")
-
-
-class _Broker:
-    """Driver-side metadata reads with a lazily started consumer.
-
-    After a retriable error (broker restarted, timeout) the consumer is replaced and the call is
-    tried once more. Pickling drops the consumer (Spark pickles readers to ship them).
-    """
-
-    def __init__(self, opts: SourceOptions) -> None:
-        self._opts = opts
-        self._consumer: _PullConsumer | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_opts": self._opts, "_consumer": None}
-
-    def _call(self, fn: Callable[[_PullConsumer], _T]) -> _T:
-        for attempt in (1, 2):
-            try:
-                if self._consumer is None:
-                    self._consumer = _new_consumer(self._opts.endpoints, self._opts.consumer_group,
-                                                   self._opts.namesrv_addr)
-                return fn(self._consumer)
-            except (BrokerUnavailable, RequestTimeout) as exc:
-                if attempt == 2:
-                    raise type(exc)(f"txmq source: no answer from {self._where()}: {exc}") from exc
-                _log.warning("txmq source: %s; reconnecting to %s", exc, self._where())
-                self.close()
-            except TxmqError as exc:
-                if not exc.retriable or attempt == 2:
-                    raise
-                _log.warning("txmq source: %s; reconnecting to %s", exc, self._opts.endpoints)
-                self.close()
-        raise AssertionError("unreachable")
-
-    def _where(self) -> str:
-        if self._opts.endpoints:
-            return f"broker {self._opts.endpoints} (option endpoints)"
-        return f"name server(s) {self._opts.namesrv_addr} (option namesrvAddr)"
-
-    def queues(self) -> list[QueueKey]:
-        """Every (topic, broker group, queue) of the configured topics, over every broker group of
-        their routes, sorted.
-
-        Raises:
-            txmq.errors.RemoteError: TOPIC_NOT_EXIST for an unknown topic.
-        """
-        return self._call(lambda c: sorted(k for t in self._opts.topics for k in _queue_keys(c, t)))
-
-    def max_offsets(self) -> dict[QueueKey, int]:
-        """``{queue: max_offset}`` (the next offset to be written) for every queue."""
-        keys = self.queues()
-        return self._call(lambda c: {k: c.max_offset(k[0], k[2], **_at(k[1])) for k in keys})
-
-    def bounds(self) -> dict[QueueKey, tuple[int, int]]:
-        """``{queue: (min_offset, max_offset)}`` for every queue."""
-        keys = self.queues()
-        return self._call(lambda c: {k: (c.min_offset(k[0], k[2], **_at(k[1])),
-                                         c.max_offset(k[0], k[2], **_at(k[1]))) for k in keys})
-
-    def resolve(self, spec: OffsetSpec) -> tuple[dict[QueueKey, int], dict[QueueKey, tuple[int, int]]]:
-        """``spec`` resolved for every queue (timestamps searched on the broker), and the bounds
-        it was resolved against."""
-        bounds = self.bounds()
-        times = spec.by_time(bounds)
-        found = self._call(lambda c: {k: c.search_offset(k[0], k[2], t, **_at(k[1]))
-                                      for k, t in times.items()})
-        return spec.resolve(bounds, found), bounds
-
-    def pin(self, start: Mapping[QueueKey, int]) -> dict[QueueKey, int]:
-        """The start pinned as the consumer group's offsets on the broker: a queue that has a
-        group offset keeps it, the others get (and store) ``start``'s."""
-        stored = self._call(lambda c: {k: c.fetch_consumer_offset(k[0], k[2], **_at(k[1]))
-                                       for k in start})
-        missing = {k: v for k, v in start.items() if stored[k] is None}
-
-        def store(c: _PullConsumer) -> None:
-            for (topic, broker, queue_id), offset in missing.items():
-                c.commit_offset(topic, queue_id, offset, **_at(broker))
-
-        self._call(store)
-        return {k: start[k] if stored[k] is None else int(stored[k] or 0) for k in start}
-
-    def close(self) -> None:
-        """Shut the consumer down (it is recreated on the next call)."""
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            try:
-                consumer.shutdown()
-            except TxmqError as exc:  # already broken; nothing to release
-                _log.debug("txmq source: shutdown failed: %s", exc)
+def _open_consumer(opts: SourceOptions) -> PullConsumerShape:
+    """The driver's consumer (:class:`~txmq.spark._source_broker.Broker`'s factory)."""
+    return _new_consumer(opts.endpoints, opts.consumer_group, opts.namesrv_addr)
 
 
 # --- reading one range (executor side) -----------------------------------------------------------
@@ -522,7 +394,7 @@ class _Pulls:
     consumer without it) of ``(topic, queue_id, offset, min(PULL_MAX_NUMS, end - offset))``.
     """
 
-    def __init__(self, consumer: _PullConsumer, part: QueueRange) -> None:
+    def __init__(self, consumer: PullConsumerShape, part: QueueRange) -> None:
         self.consumer = consumer
         self._part = part
         self._pool: ThreadPoolExecutor | None = None
@@ -534,10 +406,10 @@ class _Pulls:
         raw = getattr(self.consumer, "pull_raw", None)
         if raw is None:  # a consumer without raw pulls (the tests' fakes): messages
             result = self.consumer.pull(part.topic, part.queue_id, offset, max_nums=want,
-                                        **_at(part.broker_name))
+                                        **at_broker(part.broker_name))
             ms = result.messages if result.status.name == "FOUND" else ()
             return _Reply(result.status.name, b"", ms, ms[-1].queue_offset + 1 if ms else offset)
-        reply = raw(part.topic, part.queue_id, offset, max_nums=want, **_at(part.broker_name))
+        reply = raw(part.topic, part.queue_id, offset, max_nums=want, **at_broker(part.broker_name))
         return _Reply(reply.status.name, reply.body, (), reply.next_begin_offset)
 
     def get(self, offset: int) -> _Reply:
@@ -595,7 +467,7 @@ def _is_dense(rows: PullBatch, part: QueueRange, offset: int) -> bool:
 
 
 def _checked_run(
-    consumer: _PullConsumer, part: QueueRange, offset: int, rows: PullBatch
+    consumer: PullConsumerShape, part: QueueRange, offset: int, rows: PullBatch
 ) -> tuple[pa.RecordBatch, int]:
     """Check a pull at ``offset`` row by row: skip offsets deleted by retention (with
     ``failOnDataLoss=false``) or raise :class:`DataLossError`. Returns the rows to keep and the
@@ -633,10 +505,10 @@ def _data_loss(part: QueueRange, what: str) -> None:
     _log.warning("txmq %s: %s; skipping them (failOnDataLoss=false)", _where(part), what)
 
 
-def _after_missing(consumer: _PullConsumer, part: QueueRange, offset: int, status: str) -> int:
+def _after_missing(consumer: PullConsumerShape, part: QueueRange, offset: int, status: str) -> int:
     """Where to continue after a pull at ``offset`` returned no message (or raise)."""
-    low = consumer.min_offset(part.topic, part.queue_id, **_at(part.broker_name))
-    high = consumer.max_offset(part.topic, part.queue_id, **_at(part.broker_name))
+    low = consumer.min_offset(part.topic, part.queue_id, **at_broker(part.broker_name))
+    high = consumer.max_offset(part.topic, part.queue_id, **at_broker(part.broker_name))
     if offset < low:
         _data_loss(part, f"offsets {offset}..{low - 1} were deleted (min_offset is {low})")
         return min(low, part.end)
@@ -649,9 +521,9 @@ def _after_missing(consumer: _PullConsumer, part: QueueRange, offset: int, statu
     )
 
 
-def _after_gap(consumer: _PullConsumer, part: QueueRange, offset: int, found: int) -> int:
+def _after_gap(consumer: PullConsumerShape, part: QueueRange, offset: int, found: int) -> int:
     """The pull at ``offset`` returned ``found`` instead: skip to it (retention) or raise."""
-    low = consumer.min_offset(part.topic, part.queue_id, **_at(part.broker_name))
+    low = consumer.min_offset(part.topic, part.queue_id, **at_broker(part.broker_name))
     if offset < found <= max(low, offset):
         _data_loss(part, f"offsets {offset}..{found - 1} were deleted (min_offset is {low})")
         return found
@@ -671,7 +543,8 @@ def _as_range(partition: InputPartition) -> QueueRange:
 
 
 class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader: offsets ``{"<topic>/<queue_id>": next_offset}`` (module docstring).
+    """Micro-batch reader: offsets ``{"<topic>/<broker_name>/<queue_id>": next_offset}`` (module
+    docstring).
 
     Driver methods run in one long-lived Python process per query, so the reader keeps a broker
     connection between calls; ``read`` runs on executors on a separately pickled instance.
@@ -679,7 +552,7 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: SourceOptions) -> None:
         self._opts = opts
-        self._broker = _Broker(opts)
+        self._broker = Broker(opts, _open_consumer)
         self._target: dict[QueueKey, int] | None = None
         self._latest: dict[QueueKey, int] | None = None
         self._initial: dict[str, int] | None = None
@@ -780,7 +653,7 @@ class TxmqBatchReader(DataSourceReader):
             txmq.errors.RemoteError: TOPIC_NOT_EXIST. txmq.errors.BrokerUnavailable: no broker
                 or name server answers.
         """
-        broker = _Broker(self._opts)
+        broker = Broker(self._opts, _open_consumer)
         try:
             start, bounds = broker.resolve(self._opts.starting_offsets)
             end, _ = broker.resolve(self._opts.ending_offsets)

@@ -652,6 +652,11 @@ before the broker rolls them back (txmq)."""
 SINK_MAX_IN_FLIGHT = 8
 """Default ``maxInFlight`` of the Spark sink: batch requests in flight per task (txmq)."""
 
+SINK_COMMIT_RETRY_INTERVAL_MS = 1_000
+"""Pause between two tries of a Spark sink batch commit on a broker group that did not answer (ms;
+txmq: a restarted broker answers again within seconds; the tries stop after the sink's
+``timeoutSeconds``, when its halves there are rolled back anyway)."""
+
 assert SINK_SEND_BATCH_ROWS <= BATCH_MESSAGES_MAX
 assert SINK_SEND_BATCH_BYTES + FRAME_HEADER_MAX_BYTES < FRAME_SIZE_MAX_BYTES
 
@@ -721,6 +726,14 @@ within it is stored once (nats-server default 2 min)."""
 
 OUTBOX_TRANSPORT_DLQ_READ_MAX = 1_000
 """Most dead letters :meth:`Transport.dead_letters` returns in one call (txmq)."""
+
+OUTBOX_TXMQ_TOPIC_ROUTE_WAIT_MS = 10_000
+"""How long the txmq transport's ``ensure_topic`` waits, over name servers, for a topic it created
+on every master to be routed (ms; txmq: brokers register a created topic within
+``NAMESRV_REGISTER_CHECK_MS``, 1 s, and ten of those ride out a loaded machine)."""
+
+OUTBOX_TXMQ_TOPIC_ROUTE_POLL_MS = 200
+"""Pause between two looks for that route (ms; txmq)."""
 
 OUTBOX_TRANSPORT_NAME_MAX_CHARS = 127
 """Longest topic or group name a transport maps to a broker name (RocketMQ

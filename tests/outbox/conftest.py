@@ -25,6 +25,7 @@ from outbox_helpers import (
     DATABASES,
     SERVER_URLS,
     TRANSPORTS,
+    TXMQ_CONSUMER,
     FakeClock,
     fresh_tables,
     open_test_transport,
@@ -33,8 +34,8 @@ from outbox_helpers import (
 from prometheus_client import CollectorRegistry
 
 from txmq import outbox
-from txmq.outbox import OutboxMetrics, OutboxTables, Transport
-from txmq.testing import BrokerProcess, run_broker
+from txmq.outbox import OutboxMetrics, OutboxTables, Transport, open_transport
+from txmq.testing import BrokerProcess, ClusterProcess, run_broker, run_cluster
 
 
 @pytest.fixture(params=DATABASES)
@@ -106,10 +107,26 @@ def txmq_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc
         yield b
 
 
-@pytest.fixture(params=TRANSPORTS)
+@pytest.fixture(scope="session")
+def txmq_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
+    """A name server and two txmq broker processes (100 ms retry delays), for the contract on a
+    cluster: topics are created on both, so the relay sends to and the inbox consumes from both."""
+    with run_cluster(brokers=2, data_dir=tmp_path_factory.mktemp("transport-cluster"),
+                     message_delay_level=" ".join(["100ms"] * 18)) as c:
+        yield c
+
+
+@pytest.fixture(params=[*TRANSPORTS, pytest.param("txmq-cluster", marks=pytest.mark.slow)])
 def transport(request: pytest.FixtureRequest) -> Iterator[Transport]:
-    """Each transport on its real server: txmq (a broker process), RabbitMQ, NATS JetStream."""
+    """Each transport on its real server: txmq (a broker process), RabbitMQ, NATS JetStream, and
+    txmq on a two-broker cluster through its name server (``txmq://<ns>?namesrv=1``)."""
     kind = str(request.param)
+    if kind == "txmq-cluster":
+        ns = request.getfixturevalue("txmq_cluster").namesrv_addr
+        t = open_transport(f"txmq://{ns}?namesrv=1", consumer_kw=TXMQ_CONSUMER)
+        yield t
+        t.close()
+        return
     endpoints = request.getfixturevalue("txmq_broker").endpoints if kind == "txmq" else ""
     t = open_test_transport(kind, endpoints)
     yield t

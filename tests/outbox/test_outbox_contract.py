@@ -4,6 +4,7 @@ relay claims, leases and fencing, the inbox, the rollback emission, status and r
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import signal
@@ -41,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_e
 from sqlalchemy.orm import Session
 
 from txmq import limits, outbox
-from txmq.client import ConsumeStatus, Message, MessageExt
+from txmq.client import Admin, ConsumeStatus, Message, MessageExt, PullConsumer
 from txmq.errors import ConfigError, OutboxError
 from txmq.outbox import (
     PROPERTY_DLQ_REASON,
@@ -68,7 +69,7 @@ from txmq.outbox import (
 from txmq.outbox._claims import claim, claimable_clause
 from txmq.outbox._envelope import to_message
 from txmq.outbox._policy import claimable
-from txmq.testing import wait_until
+from txmq.testing import ClusterProcess, wait_until
 
 
 # -- put_message: atomic with the business rows (I8) -------------------------------------------------
@@ -676,3 +677,65 @@ def test_async_relay_and_listeners_on_every_transport(kind: str, tmp_path: Path,
     assert {(r.tx_type, r.status) for r in events(engine, down)} == {("ROLLBACK", "PRODUCE_PROCESSED")}
     assert {r.status for r in events(engine, up)} == {"PRODUCE_PROCESSED"}
     engine.dispose()
+
+
+# -- txmq on a cluster: the relay and the inbox over every broker group ------------------------------
+def booked_at_least(ledger: Counter[str], n: int) -> bool:
+    return sum(ledger.values()) >= n
+
+
+def stored_by_broker(ns: str, topic: str) -> Counter[str]:
+    """broker group → messages its queues of ``topic`` hold."""
+    stored = Counter[str]()
+    with PullConsumer(namesrv_addr=ns) as pc:
+        for mq in pc.queues(topic):
+            stored[mq.broker_name] += pc.max_offset(mq.topic, mq.queue_id, broker_name=mq.broker_name)
+    return stored
+
+
+def routed_brokers(ns: str, topic: str) -> set[str]:
+    with Admin(namesrv_addr=ns) as a:
+        return {q.broker_name for q in a.topic_route(topic).queue_datas}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_txmq_cluster_relay_and_inbox_span_every_broker(txmq_cluster: ClusterProcess,
+                                                       tmp_path: Path) -> None:
+    ns = txmq_cluster.namesrv_addr
+    with ExitStack() as stack:
+        setup = open_transport(f"txmq://{ns}?namesrv=1")
+        stack.callback(setup.close)
+        flow = Flow(setup, tmp_path, stack)  # creates the topics on both masters
+        # the name server routes a topic to a broker once that broker registered it (within a
+        # second); a client caches a route for poll_name_server_interval_ms (30 s), so the relay's
+        # producer starts after both registered
+        wait_until(lambda: routed_brokers(ns, flow.topic) == set(txmq_cluster.brokers), 20)
+        flow.t = open_transport(f"txmq://{ns}?namesrv=1", consumer_kw=TXMQ_CONSUMER)
+        stack.callback(flow.t.close)
+        ledger = Counter[str]()
+        lock = threading.Lock()
+
+        def book(conn: sa.Connection, ev: InboxEvent) -> None:
+            with lock:
+                ledger[ev.biz_key] += 1
+
+        flow.subscribe("ledger", flow.topic,
+                       CommitListener(flow.engine, book, tables=flow.down, metrics=flow.metrics),
+                       limits.MAX_RECONSUME_TIMES)
+        flow.relay(flow.up)
+        keys: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # a broker slow to answer is avoided for a while
+            batch = [str(len(keys) + i) for i in range(10)]  # (latency fault tolerance): go on
+            flow.put(batch)                                   # until both hold events
+            keys += batch
+            wait_until(functools.partial(booked_at_least, ledger, len(keys)), 30)
+            if min(stored_by_broker(ns, flow.topic).values()) > 0:
+                break
+            time.sleep(0.5)
+        time.sleep(0.3)
+        assert ledger == dict.fromkeys(keys, 1)  # each event once, from either broker
+        stored = stored_by_broker(ns, flow.topic)
+        assert set(stored) == set(txmq_cluster.brokers) and min(stored.values()) > 0
+        assert sum(stored.values()) == len(keys)

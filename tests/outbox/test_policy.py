@@ -16,6 +16,7 @@ from txmq.client import ConsumeStatus, MessageExt
 from txmq.errors import ConfigError
 from txmq.outbox import EventStatus, RelayConfig, TxType
 from txmq.outbox._envelope import OutboxRow, decode_event, to_message
+from txmq.outbox._open import TxmqTransport, open_transport
 from txmq.outbox._policy import (
     PRODUCE_TRANSITIONS,
     ConsumeVerdict,
@@ -34,6 +35,7 @@ from txmq.outbox._transport import (
     from_headers,
     parse_transport_url,
     to_headers,
+    txmq_addresses,
     verdict,
 )
 from txmq.protocol import Message
@@ -164,6 +166,20 @@ def test_transport_urls_map_to_kinds() -> None:
     assert parse_transport_url("nats://127.0.0.1:4222") == ("nats", "nats://127.0.0.1:4222")
     with pytest.raises(ConfigError, match="unknown scheme 'http'"):
         parse_transport_url("http://x:1")
+
+
+def test_txmq_urls_name_a_broker_or_name_servers() -> None:
+    assert txmq_addresses("txmq://127.0.0.1:10911") == ("127.0.0.1:10911", "")
+    assert txmq_addresses("txmq://ns:9876?namesrv=1") == ("", "ns:9876")
+    assert txmq_addresses("txmq://a:1;b:2?namesrv=true") == ("", "a:1;b:2")
+    assert txmq_addresses("txmq://a:1;b:2") == ("", "a:1;b:2")  # a broker is one address
+    assert txmq_addresses("txmq://b:1?namesrv=0") == ("b:1", "")
+    for bad, why in (("txmq://a:1?namesrv=maybe", "use 1 or 0"), ("txmq://a:1;b:2?namesrv=no", "one"),
+                     ("nats://a:1", "not a txmq")):
+        with pytest.raises(ConfigError, match=why):
+            txmq_addresses(bad)
+    t = open_transport("txmq://ns1:9876;ns2:9876?namesrv=1")
+    assert isinstance(t, TxmqTransport) and (t.endpoints, t.namesrv_addr) == ("", "ns1:9876;ns2:9876")
 
 
 def test_headers_round_trip_and_non_envelopes_are_named() -> None:

@@ -49,12 +49,12 @@ def test_plan_splits_only_the_long_queue_ranges(monkeypatch: pytest.MonkeyPatch)
     opts = SourceOptions(endpoints="b:1", topics=("t",), starting_offsets=EARLIEST,
                          ending_offsets=LATEST, max_offsets_per_trigger=None,
                          fail_on_data_loss=True, consumer_group="g")
-    ranges = _source._plan_ranges(opts, {("t", 0): 5, ("t", 1): 0}, {("t", 0): 30, ("t", 1): 7,
-                                                                       ("t", 2): 0})
+    start = {("t", "", 0): 5, ("t", "", 1): 0}
+    ranges = _source._plan_ranges(opts, start, {("t", "", 0): 30, ("t", "", 1): 7, ("t", "", 2): 0})
     assert [(r.queue_id, r.start, r.end) for r in ranges] == [(0, 5, 14), (0, 14, 22), (0, 22, 30),
                                                                (1, 0, 7)]
     # the same offsets give the same partitions (Spark replays a batch's planned range)
-    again = _source._plan_ranges(opts, {("t", 0): 5, ("t", 1): 0}, {("t", 0): 30, ("t", 1): 7})
+    again = _source._plan_ranges(opts, start, {("t", "", 0): 30, ("t", "", 1): 7})
     assert again == ranges
 
 

@@ -43,14 +43,14 @@ def test_latest_stays_where_the_first_reader_put_it(broker: BrokerProcess) -> No
     options = {"endpoints": broker.endpoints, "topic": "two", "startingOffsets": "latest",
                "consumerGroup": "pin-readers"}
     first = TxmqStreamReader(SourceOptions.parse(options))
-    assert first.initialOffset() == {"two/0": 5, "two/1": 0}
+    assert first.initialOffset() == {"two/broker-a/0": 5, "two/broker-a/1": 0}
     send(broker.endpoints, "two", range(5, 8))
     send(broker.endpoints, "two", range(8, 10), queue_id=1)
-    assert first.initialOffset() == {"two/0": 5, "two/1": 0}
+    assert first.initialOffset() == {"two/broker-a/0": 5, "two/broker-a/1": 0}
     again = TxmqStreamReader(SourceOptions.parse(options))  # what a restarted query creates
-    assert again.initialOffset() == {"two/0": 5, "two/1": 0}
+    assert again.initialOffset() == {"two/broker-a/0": 5, "two/broker-a/1": 0}
     other = TxmqStreamReader(SourceOptions.parse({**options, "consumerGroup": "another-query"}))
-    assert other.initialOffset() == {"two/0": 8, "two/1": 2}
+    assert other.initialOffset() == {"two/broker-a/0": 8, "two/broker-a/1": 2}
     for reader in (first, again, other):
         reader.stop()
 
@@ -147,7 +147,7 @@ def test_a_stream_starting_beyond_max_offset_fails(
     send(broker.endpoints, "in", range(3))
     message = _stream_error(spark, tmp_path / "c2", endpoints=broker.endpoints, topic="in",
                             startingOffsets='{"in/0": 50}')
-    assert "startingOffsets: 50 for queue in/0 is beyond its max_offset 3" in message
+    assert "startingOffsets: 50 for queue in/broker-a/0 is beyond its max_offset 3" in message
 
 
 @pytest.mark.spark

@@ -73,12 +73,12 @@ def test_timestamp_options_parse_and_take_precedence() -> None:
     o = opts(startingTimestamp="1700000000502", startingOffsetsByTimestamp='{"orders/1": 7}',
              endingOffsetsByTimestamp='{"orders": {"2": 9}}')
     assert o.starting_offsets.default_ms == 1_700_000_000_502
-    assert o.starting_offsets.by_time([("orders", 0), ("orders", 1)]) == {
-        ("orders", 0): 1_700_000_000_502, ("orders", 1): 1_700_000_000_502}
-    assert o.ending_offsets.by_time([("orders", 0), ("orders", 2)]) == {("orders", 2): 9}
+    assert o.starting_offsets.by_time([("orders", "", 0), ("orders", "", 1)]) == {
+        ("orders", "", 0): 1_700_000_000_502, ("orders", "", 1): 1_700_000_000_502}
+    assert o.ending_offsets.by_time([("orders", "", 0), ("orders", "", 2)]) == {("orders", "", 2): 9}
     assert not OffsetSpec(LATEST, default_ms=3).uses_latest()
-    assert not OffsetSpec(EARLIEST, {("t", 0): LATEST}, explicit_ms={("t", 0): 1}).uses_latest()
-    assert OffsetSpec(0, {("t", 0): LATEST}).uses_latest()
+    assert not OffsetSpec(EARLIEST, {("t", "", 0): LATEST}, explicit_ms={("t", "", 0): 1}).uses_latest()
+    assert OffsetSpec(0, {("t", "", 0): LATEST}).uses_latest()
     for bad in ({"startingTimestamp": "-1"}, {"startingTimestamp": "soon"},
                 {"endingOffsetsByTimestamp": '{"orders/0": -2}'},
                 {"startingOffsetsByTimestamp": '{"other/0": 1}'}):
@@ -115,9 +115,9 @@ def test_starts_outside_the_retained_range_fail_at_planning(broker: FakeBroker) 
 
 
 def test_check_start_ignores_queues_it_has_no_bounds_for() -> None:
-    check_start({("t", 0): 5}, {}, fail_on_data_loss=True)
+    check_start({("t", "", 0): 5}, {}, fail_on_data_loss=True)
     with pytest.raises(ConfigError):
-        check_start({("t", 0): 5}, {("t", 0): (0, 4)}, fail_on_data_loss=False)
+        check_start({("t", "", 0): 5}, {("t", "", 0): (0, 4)}, fail_on_data_loss=False)
 
 
 def test_options_keep_whether_the_group_was_given() -> None:

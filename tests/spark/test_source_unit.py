@@ -215,9 +215,9 @@ def test_options_values() -> None:
 
 def test_options_json_maps_flat_and_nested() -> None:
     o = opts(startingOffsets='{"orders/0": 5, "orders/2": -1}')
-    assert o.starting_offsets == OffsetSpec(EARLIEST, {("orders", 0): 5, ("orders", 2): LATEST})
+    assert o.starting_offsets == OffsetSpec(EARLIEST, {("orders", "", 0): 5, ("orders", "", 2): LATEST})
     o = opts(endingOffsets='{"orders": {"1": 9, "0": -2}}')
-    assert o.ending_offsets == OffsetSpec(LATEST, {("orders", 1): 9, ("orders", 0): EARLIEST})
+    assert o.ending_offsets == OffsetSpec(LATEST, {("orders", "", 1): 9, ("orders", "", 0): EARLIEST})
 
 
 @pytest.mark.parametrize(
@@ -245,19 +245,19 @@ def test_options_rejected(extra: dict[str, str]) -> None:
 
 
 def test_offset_spec_resolve() -> None:
-    bounds = {("t", 0): (2, 10), ("t", 1): (0, 4)}
-    assert OffsetSpec(EARLIEST).resolve(bounds) == {("t", 0): 2, ("t", 1): 0}
-    assert OffsetSpec(LATEST).resolve(bounds) == {("t", 0): 10, ("t", 1): 4}
-    assert OffsetSpec(LATEST, {("t", 0): 3}).resolve(bounds) == {("t", 0): 3, ("t", 1): 4}
+    bounds = {("t", "", 0): (2, 10), ("t", "", 1): (0, 4)}
+    assert OffsetSpec(EARLIEST).resolve(bounds) == {("t", "", 0): 2, ("t", "", 1): 0}
+    assert OffsetSpec(LATEST).resolve(bounds) == {("t", "", 0): 10, ("t", "", 1): 4}
+    assert OffsetSpec(LATEST, {("t", "", 0): 3}).resolve(bounds) == {("t", "", 0): 3, ("t", "", 1): 4}
     with pytest.raises(ConfigError, match="t/7"):
-        OffsetSpec(LATEST, {("t", 7): 3}).resolve(bounds)
+        OffsetSpec(LATEST, {("t", "", 7): 3}).resolve(bounds)
 
 
 # --- offsets as JSON -----------------------------------------------------------------------------
 
 
 def test_offsets_json_is_sorted_by_topic_then_numeric_queue() -> None:
-    offsets = {("b", 0): 1, ("a", 10): 2, ("a", 2): 3}
+    offsets = {("b", "", 0): 1, ("a", "", 10): 2, ("a", "", 2): 3}
     as_json = offsets_to_json(offsets)
     assert list(as_json) == ["a/2", "a/10", "b/0"]
     assert offsets_from_json(json.loads(json.dumps(as_json))) == offsets
@@ -315,12 +315,12 @@ def test_round_robin_with_one_row_per_batch_serves_every_queue() -> None:
 
 
 def test_apply_read_limit() -> None:
-    start = {("t", 0): 10, ("t", 1): 0}
-    end = {("t", 0): 20, ("t", 1): 3, ("t", 2): 50}  # t/2 is a new queue: read from 0
+    start = {("t", "", 0): 10, ("t", "", 1): 0}
+    end = {("t", "", 0): 20, ("t", "", 1): 3, ("t", "", 2): 50}  # t/2 is a new queue: read from 0
     assert apply_read_limit(start, end, ReadAllAvailable()) == end
     assert apply_read_limit(start, end, ReadMaxRows(100)) == end
     limited = apply_read_limit(start, end, ReadMaxRows(12))
-    assert limited == {("t", 0): 10 + 5, ("t", 1): 3, ("t", 2): 4}
+    assert limited == {("t", "", 0): 10 + 5, ("t", "", 1): 3, ("t", "", 2): 4}
     assert apply_read_limit(start, end, ReadMinRows(64)) == start
     assert apply_read_limit(start, end, ReadMinRows(63)) == end
     with pytest.raises(ConfigError):
@@ -328,22 +328,22 @@ def test_apply_read_limit() -> None:
 
 
 def test_apply_read_limit_keeps_backwards_queue_end() -> None:
-    start = {("t", 0): 10, ("t", 1): 0}
-    end = {("t", 0): 4, ("t", 1): 30}
-    assert apply_read_limit(start, end, ReadMaxRows(5)) == {("t", 0): 4, ("t", 1): 5}
+    start = {("t", "", 0): 10, ("t", "", 1): 0}
+    end = {("t", "", 0): 4, ("t", "", 1): 30}
+    assert apply_read_limit(start, end, ReadMaxRows(5)) == {("t", "", 0): 4, ("t", "", 1): 5}
 
 
 def test_advance_offsets() -> None:
-    start = {("t", 0): 5, ("gone", 0): 7}
-    latest = {("t", 0): 9, ("t", 1): 2}
+    start = {("t", "", 0): 5, ("gone", "", 0): 7}
+    latest = {("t", "", 0): 9, ("t", "", 1): 2}
     assert advance_offsets(start, latest, fail_on_data_loss=True) == {
-        ("t", 0): 9,
-        ("gone", 0): 7,
-        ("t", 1): 2,
+        ("t", "", 0): 9,
+        ("gone", "", 0): 7,
+        ("t", "", 1): 2,
     }
     with pytest.raises(DataLossError, match="t/0"):
-        advance_offsets(start, {("t", 0): 3}, fail_on_data_loss=True)
-    assert advance_offsets(start, {("t", 0): 3}, fail_on_data_loss=False)[("t", 0)] == 3
+        advance_offsets(start, {("t", "", 0): 3}, fail_on_data_loss=True)
+    assert advance_offsets(start, {("t", "", 0): 3}, fail_on_data_loss=False)[("t", "", 0)] == 3
 
 
 # --- Arrow conversion ----------------------------------------------------------------------------
@@ -659,7 +659,7 @@ def test_a_name_server_address_stands_in_for_the_broker_address() -> None:
     opts = _source.SourceOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "t"})
     assert (opts.endpoints, opts.namesrv_addr) == ("", "127.0.0.1:9876")
     assert all(r.namesrv_addr == "127.0.0.1:9876"
-               for r in _source._plan_ranges(opts, {("t", 0): 0}, {("t", 0): 5}))
+               for r in _source._plan_ranges(opts, {("t", "", 0): 0}, {("t", "", 0): 5}))
     sink = SinkOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "t", "sinkId": "s"})
     assert (sink.endpoints, sink.namesrv_addr) == ("", "127.0.0.1:9876")
     with pytest.raises(ConfigError, match="namesrvAddr"):

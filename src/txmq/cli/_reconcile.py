@@ -17,7 +17,11 @@ def reconcile(
     table: Annotated[str, typer.Option(help="Table holding the business rows.")],
     key_column: Annotated[str, typer.Option(help="Column whose value is the message key.")],
     topic: Annotated[str, typer.Option(help="Topic to compare with.")],
-    endpoints: Annotated[str, typer.Option(help="Broker host:port.")] = "127.0.0.1:10911",
+    endpoints: Annotated[str | None, typer.Option(
+        help="Broker host:port (default 127.0.0.1:10911 without a name server).")] = None,
+    namesrv_addr: Annotated[str, typer.Option(
+        help="Name servers host:port[;host:port]: the topic is read on every broker group of its "
+             "route (a cluster).")] = "",
     where: Annotated[str, typer.Option(help="SQL condition selecting the rows that must be "
                                             "published (e.g. 'cancelled = 0').")] = "",
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
@@ -28,7 +32,8 @@ def reconcile(
 
     spark = spark_session("txmq-reconcile")
     try:
-        report = run(spark, endpoints=endpoints, topic=topic, db_url=db, table=table,
+        report = run(spark, endpoints=endpoints or ("" if namesrv_addr else "127.0.0.1:10911"),
+                     namesrv_addr=namesrv_addr, topic=topic, db_url=db, table=table,
                      key_column=key_column, where=where)
     finally:
         spark.stop()

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any, Protocol
 
 from txmq import limits
 from txmq.client import AsyncProducer, AsyncPullConsumer, AsyncPushConsumer
-from txmq.errors import BrokerUnavailable, ConfigError
+from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, TxmqError
 from txmq.outbox._bridge import AsyncCore, Stop
-from txmq.outbox._transport import Listener, parse_transport_url
+from txmq.outbox._open import _not_routed_yet
+from txmq.outbox._transport import Listener, parse_transport_url, txmq_addresses
 from txmq.protocol import Message, MessageExt
 
 __all__ = ["AsyncSubscription", "AsyncTransport", "AsyncTxmqTransport", "open_async_transport"]
@@ -133,9 +135,11 @@ class AsyncTxmqTransport:
 
     kind = "txmq"
 
-    def __init__(self, url: str, endpoints: str, *, producer_group: str = "txmq-outbox-relay",
+    def __init__(self, url: str, endpoints: str, *, namesrv_addr: str = "",
+                 producer_group: str = "txmq-outbox-relay",
                  consumer_kw: dict[str, Any] | None = None) -> None:
         self.url, self.endpoints, self.producer_group = url, endpoints, producer_group
+        self.namesrv_addr = namesrv_addr
         self.consumer_kw = dict(consumer_kw or {})
         self._producer: AsyncProducer | None = None
         self._lock = asyncio.Lock()
@@ -145,7 +149,7 @@ class AsyncTxmqTransport:
         """The started producer. Raises BrokerUnavailable."""
         async with self._lock:
             if self._producer is None:
-                p = AsyncProducer(self.producer_group, self.endpoints)
+                p = AsyncProducer(self.producer_group, self.endpoints, namesrv_addr=self.namesrv_addr)
                 try:
                     await p.start()
                 except BaseException:
@@ -162,30 +166,48 @@ class AsyncTxmqTransport:
         return await (await self.producer()).send_batch(msgs)
 
     async def ensure_topic(self, topic: str) -> None:
-        await (await self.producer()).create_topic(topic, limits.DEFAULT_QUEUE_NUMS)
+        """See :meth:`txmq.outbox.TxmqTransport.ensure_topic`."""
+        deadline = time.monotonic() + limits.OUTBOX_TXMQ_TOPIC_ROUTE_WAIT_MS / 1000
+        while True:
+            try:
+                await (await self.producer()).create_topic(topic, limits.DEFAULT_QUEUE_NUMS)
+                return
+            except RemoteError as exc:
+                if not _not_routed_yet(exc, self.namesrv_addr, deadline):
+                    raise
+            await asyncio.sleep(limits.OUTBOX_TXMQ_TOPIC_ROUTE_POLL_MS / 1000)
 
     def subscribe(self, group: str, topic: str, listener: Any, *,
                   max_reconsume_times: int) -> _TxmqSubscription:
         c = AsyncPushConsumer(group, self.endpoints, listener, max_reconsume_times=max_reconsume_times,
-                              **self.consumer_kw)
+                              namesrv_addr=self.namesrv_addr, **self.consumer_kw)
         c.subscribe(topic)
         s = _TxmqSubscription(c)
         self._subs.append(s)
         return s
 
     async def dead_letters(self, group: str, topic: str) -> list[MessageExt]:
+        """See :meth:`txmq.outbox.TxmqTransport.dead_letters` (every broker group's DLQ queue)."""
         out: list[MessageExt] = []
-        pc = AsyncPullConsumer(self.endpoints)
+        pc = AsyncPullConsumer(self.endpoints, namesrv_addr=self.namesrv_addr)
         await pc.start()
         try:
-            while len(out) < limits.OUTBOX_TRANSPORT_DLQ_READ_MAX:
-                try:
-                    got = (await pc.pull(DLQ_PREFIX + group, 0, len(out))).messages
-                except Exception:  # no DLQ topic yet: nothing dead-lettered
-                    break
-                if not got:
-                    break
-                out.extend(got)
+            try:
+                queues = await pc.queues(DLQ_PREFIX + group)
+            except TxmqError:  # no DLQ topic yet: nothing dead-lettered
+                queues = []
+            for mq in queues:
+                offset = 0
+                while len(out) < limits.OUTBOX_TRANSPORT_DLQ_READ_MAX:
+                    try:
+                        got = (await pc.pull(mq.topic, mq.queue_id, offset,
+                                             broker_name=mq.broker_name)).messages
+                    except TxmqError:  # that broker has no DLQ queue (yet)
+                        break
+                    if not got:
+                        break
+                    offset += len(got)
+                    out.extend(got)
         finally:
             await pc.shutdown()
         return [m for m in out if m.properties.get("RETRY_TOPIC", topic) == topic]
@@ -210,7 +232,8 @@ def open_async_transport(url: str, **kw: Any) -> AsyncTransport:
     kind, address = parse_transport_url(url)
     try:
         if kind == "txmq":
-            return AsyncTxmqTransport(url, address, **kw)
+            endpoints, namesrv_addr = txmq_addresses(url)
+            return AsyncTxmqTransport(url, endpoints, namesrv_addr=namesrv_addr, **kw)
         if kind == "rabbitmq":
             from txmq.outbox._amqp import RabbitCore
             return AsyncCoreTransport(url, RabbitCore(address, **kw))

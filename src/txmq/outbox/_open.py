@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from typing import Any
 
 from txmq import limits
 from txmq.client import Producer, PullConsumer, PushConsumer
-from txmq.errors import ConfigError
-from txmq.outbox._transport import Listener, Transport, parse_transport_url
+from txmq.errors import ConfigError, RemoteError, ResponseCode, TxmqError
+from txmq.outbox._transport import Listener, Transport, parse_transport_url, txmq_addresses
 from txmq.protocol import Message, MessageExt
 
 __all__ = ["TxmqTransport", "open_transport"]
@@ -27,8 +28,11 @@ class TxmqTransport:
     """:class:`~txmq.outbox.Transport` on a txmq (or RocketMQ remoting) broker.
 
     Args:
-        url: the URL (``txmq://host:port``).
-        endpoints: ``host:port`` of the broker (or name server).
+        url: the URL (``txmq://host:port``, or ``txmq://ns:port[;ns:port]?namesrv=1`` for name
+            servers: :func:`~txmq.outbox._transport.txmq_addresses`).
+        endpoints: ``host:port`` of the broker ("" with ``namesrv_addr``).
+        namesrv_addr: name servers ``host:port[;host:port]``: the relay sends to, and the inbox
+            consumes from, every broker group of a topic's route (a cluster).
         producer_group: the relay's producer group.
         consumer_kw: extra :class:`~txmq.client.PushConsumer` arguments for :meth:`subscribe`
             (e.g. ``consume_from_where``).
@@ -39,9 +43,11 @@ class TxmqTransport:
 
     kind = "txmq"
 
-    def __init__(self, url: str, endpoints: str, *, producer_group: str = "txmq-outbox-relay",
+    def __init__(self, url: str, endpoints: str, *, namesrv_addr: str = "",
+                 producer_group: str = "txmq-outbox-relay",
                  consumer_kw: dict[str, Any] | None = None) -> None:
         self.url, self.endpoints, self.producer_group = url, endpoints, producer_group
+        self.namesrv_addr = namesrv_addr
         self.consumer_kw = dict(consumer_kw or {})
         self._producer: Producer | None = None
         self._lock = threading.Lock()
@@ -50,7 +56,7 @@ class TxmqTransport:
         """The started producer. Raises BrokerUnavailable."""
         with self._lock:
             if self._producer is None:
-                p = Producer(self.producer_group, self.endpoints)
+                p = Producer(self.producer_group, self.endpoints, namesrv_addr=self.namesrv_addr)
                 try:
                     p.start()
                 except BaseException:
@@ -66,29 +72,48 @@ class TxmqTransport:
         return self.producer().send_batch(msgs)
 
     def ensure_topic(self, topic: str) -> None:
-        self.producer().create_topic(topic, limits.DEFAULT_QUEUE_NUMS)
+        """Create ``topic`` (on every master the name servers know, with ``namesrv_addr``) and,
+        over name servers, wait up to ``limits.OUTBOX_TXMQ_TOPIC_ROUTE_WAIT_MS`` for its route.
+        Raises RemoteError (TOPIC_NOT_EXIST: still not routed), BrokerUnavailable."""
+        deadline = time.monotonic() + limits.OUTBOX_TXMQ_TOPIC_ROUTE_WAIT_MS / 1000
+        while True:
+            try:
+                self.producer().create_topic(topic, limits.DEFAULT_QUEUE_NUMS)
+                return
+            except RemoteError as exc:
+                if not _not_routed_yet(exc, self.namesrv_addr, deadline):
+                    raise
+            time.sleep(limits.OUTBOX_TXMQ_TOPIC_ROUTE_POLL_MS / 1000)
 
     def subscribe(self, group: str, topic: str, listener: Listener, *,
                   max_reconsume_times: int) -> PushConsumer:
         c = PushConsumer(group, self.endpoints, listener, max_reconsume_times=max_reconsume_times,
-                         **self.consumer_kw)
+                         namesrv_addr=self.namesrv_addr, **self.consumer_kw)
         c.subscribe(topic)
         return c
 
     def dead_letters(self, group: str, topic: str) -> list[MessageExt]:
-        """Messages of ``%DLQ%<group>`` whose original topic is ``topic`` (the DLQ has one queue)."""
+        """Messages of ``%DLQ%<group>`` whose original topic is ``topic``: its queue on every broker
+        group that has one (a message is dead-lettered on the broker it was consumed from), at most
+        ``limits.OUTBOX_TRANSPORT_DLQ_READ_MAX`` in all."""
         out: list[MessageExt] = []
-        with PullConsumer(self.endpoints) as pc:
-            offset = 0
-            while len(out) < limits.OUTBOX_TRANSPORT_DLQ_READ_MAX:
-                try:
-                    got = pc.pull(DLQ_PREFIX + group, 0, offset).messages
-                except Exception:  # no DLQ topic yet: nothing dead-lettered
-                    break
-                if not got:
-                    break
-                offset += len(got)
-                out.extend(m for m in got if m.properties.get("RETRY_TOPIC", topic) == topic)
+        with PullConsumer(self.endpoints, namesrv_addr=self.namesrv_addr) as pc:
+            try:
+                queues = pc.queues(DLQ_PREFIX + group)
+            except TxmqError:  # no DLQ topic yet: nothing dead-lettered
+                return []
+            for mq in queues:
+                offset = 0
+                while len(out) < limits.OUTBOX_TRANSPORT_DLQ_READ_MAX:
+                    try:
+                        got = pc.pull(mq.topic, mq.queue_id, offset,
+                                      broker_name=mq.broker_name).messages
+                    except TxmqError:  # that broker has no DLQ queue (yet)
+                        break
+                    if not got:
+                        break
+                    offset += len(got)
+                    out.extend(m for m in got if m.properties.get("RETRY_TOPIC", topic) == topic)
         return out
 
     def close(self) -> None:
@@ -99,10 +124,18 @@ class TxmqTransport:
                 p.shutdown()
 
 
+def _not_routed_yet(exc: RemoteError, namesrv_addr: str, deadline: float) -> bool:
+    """Whether a create_topic that raised ``exc`` failed only because the name servers do not
+    route the new topic yet (the brokers register it within a second) and there is time left."""
+    return (bool(namesrv_addr) and exc.response_code == ResponseCode.TOPIC_NOT_EXIST
+            and time.monotonic() < deadline)
+
+
 def open_transport(url: str, **kw: Any) -> Transport:
     """The transport for ``url``; checks the URL now and connects on first use.
 
-    ``txmq://host:port`` → :class:`TxmqTransport`; ``amqp://user:pass@host:port/vhost`` → RabbitMQ;
+    ``txmq://host:port`` (a broker) or ``txmq://host:port[;host:port]?namesrv=1`` (name servers: a
+    cluster) → :class:`TxmqTransport`; ``amqp://user:pass@host:port/vhost`` → RabbitMQ;
     ``nats://host:port`` → NATS JetStream. ``kw`` go to the transport (RabbitMQ / NATS:
     ``retry_delay_ms``, ``prefetch``; NATS also ``ack_wait_ms``; txmq: ``producer_group``,
     ``consumer_kw``).
@@ -113,7 +146,8 @@ def open_transport(url: str, **kw: Any) -> Transport:
     kind, address = parse_transport_url(url)
     try:
         if kind == "txmq":
-            return TxmqTransport(url, address, **kw)
+            endpoints, namesrv_addr = txmq_addresses(url)
+            return TxmqTransport(url, endpoints, namesrv_addr=namesrv_addr, **kw)
         from txmq.outbox._bridge import BridgedTransport
         if kind == "rabbitmq":
             from txmq.outbox._amqp import RabbitCore

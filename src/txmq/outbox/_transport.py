@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable
 from enum import Enum
 from typing import Protocol
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from txmq import limits
 from txmq.client import ConsumeStatus
@@ -49,6 +49,7 @@ __all__ = [
     "from_headers",
     "parse_transport_url",
     "to_headers",
+    "txmq_addresses",
     "verdict",
 ]
 
@@ -121,8 +122,9 @@ class Transport(Protocol):
 def parse_transport_url(url: str) -> tuple[str, str]:
     """``(kind, address)`` of a transport URL.
 
-    ``txmq://host:port[;host:port]`` → ``("txmq", "host:port[;host:port]")`` (name server or broker
-    endpoints); ``amqp[s]://user:pass@host:port/vhost`` → ``("rabbitmq", url)``;
+    ``txmq://host:port[;host:port][?namesrv=1]`` → ``("txmq", "host:port[;host:port]")`` (a broker,
+    or name servers: see :func:`txmq_addresses`); ``amqp[s]://user:pass@host:port/vhost`` →
+    ``("rabbitmq", url)``;
     ``nats://host:port`` or ``tls://…`` → ``("nats", url)``.
 
     Raises:
@@ -142,6 +144,35 @@ def parse_transport_url(url: str) -> tuple[str, str]:
     if not hosts or any(not h.rsplit(":", 1)[0] for h in hosts):
         raise ConfigError(f"transport URL {_redact(url)!r} names no host")
     return kind, (";".join(hosts) if kind == "txmq" else url)
+
+
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
+
+
+def txmq_addresses(url: str) -> tuple[str, str]:
+    """``(endpoints, namesrv_addr)`` of a ``txmq://`` URL, as the clients take them.
+
+    ``txmq://host:port`` is one broker (``endpoints``); ``txmq://host:port[;host:port]?namesrv=1``
+    is name servers (RocketMQ ``namesrvAddr``, tried in turn), through which the relay and the inbox
+    use every broker group of a cluster. Several hosts are name servers without the flag too (a
+    broker is one address).
+
+    Raises:
+        ConfigError: as :func:`parse_transport_url`; not a ``txmq://`` URL; ``namesrv`` neither
+            1/true/yes nor 0/false/no; several hosts with ``namesrv=0``.
+    """
+    kind, address = parse_transport_url(url)
+    if kind != "txmq":
+        raise ConfigError(f"transport URL {_redact(url)!r} is not a txmq:// URL")
+    flag = parse_qs(urlsplit(url).query).get("namesrv", [""])[-1].strip().lower()
+    if flag and flag not in _TRUE + _FALSE:
+        raise ConfigError(f"transport URL {url!r}: namesrv={flag!r}; use 1 or 0")
+    several = ";" in address
+    if flag in _FALSE and flag and several:
+        raise ConfigError(f"transport URL {url!r}: a broker is one host:port (namesrv=0)")
+    if flag in _TRUE or several:
+        return "", address
+    return address, ""
 
 
 def _redact(url: str) -> str:

@@ -1,6 +1,6 @@
 """Offsets of the ``txmq`` Spark source: JSON forms, start/end specs and micro-batch arithmetic.
 
-Pure functions on ``{(topic, queue_id): offset}`` maps, used on the driver (see
+Pure functions on ``{(topic, broker_name, queue_id): offset}`` maps, used on the driver (see
 :mod:`txmq.spark._source` for the options and guarantees they implement).
 """
 
@@ -26,6 +26,8 @@ __all__ = [
     "apply_read_limit",
     "check_start",
     "fair_shares",
+    "key_name",
+    "normalize_brokers",
     "offsets_from_json",
     "offsets_to_json",
     "parse_offset_spec",
@@ -36,10 +38,13 @@ __all__ = [
 
 _log = logging.getLogger("txmq.spark._source")
 
-QueueKey = tuple[str, int]
-"""(topic, queue_id): one message queue."""
+QueueKey = tuple[str, str, int]
+"""(topic, broker_name, queue_id): one message queue of one broker group. ``broker_name`` is ""
+for a queue named without a broker (offsets of the one-broker format; :func:`normalize_brokers`
+gives them the topic's only broker group), and for a client that does not name broker groups."""
 
 _K = TypeVar("_K")
+_V = TypeVar("_V")
 
 EARLIEST = -2
 """Offset sentinel in ``startingOffsets``/``endingOffsets`` JSON: the queue's ``min_offset``."""
@@ -70,11 +75,13 @@ class OffsetSpec:
     explicit_ms: Mapping[QueueKey, int] = field(default_factory=dict)
 
     def by_time(self, keys: Iterable[QueueKey]) -> dict[QueueKey, int]:
-        """``{queue: timestamp_ms}`` of the queues among ``keys`` that are resolved by time."""
-        if self.default_ms is not None:
-            return dict.fromkeys(sorted(keys), self.default_ms)
+        """``{queue: timestamp_ms}`` of the queues among ``keys`` that are resolved by time.
+        Raises ConfigError as :func:`normalize_brokers`."""
         wanted = set(keys)
-        return {k: t for k, t in sorted(self.explicit_ms.items()) if k in wanted}
+        if self.default_ms is not None:
+            return dict.fromkeys(sorted(wanted), self.default_ms)
+        explicit_ms = normalize_brokers(self.explicit_ms, wanted)
+        return {k: t for k, t in sorted(explicit_ms.items()) if k in wanted}
 
     def uses_latest(self) -> bool:
         """Whether some queue may resolve to ``latest`` (a start that moves as messages arrive)."""
@@ -96,11 +103,13 @@ class OffsetSpec:
             txmq.errors.ConfigError: a map names a queue that is not in ``bounds``, or ``found``
                 lacks a queue resolved by time.
         """
-        unknown = sorted((set(self.explicit) | set(self.explicit_ms)) - set(bounds))
+        explicit = normalize_brokers(self.explicit, bounds)
+        explicit_ms = normalize_brokers(self.explicit_ms, bounds)
+        unknown = sorted((set(explicit) | set(explicit_ms)) - set(bounds))
         if unknown:
-            names = ", ".join(f"{t}/{q}" for t, q in unknown)
+            names = ", ".join(key_name(k) for k in unknown)
             raise ConfigError(f"offsets given for queues the broker does not have: {names}")
-        timed = self.by_time(bounds)
+        timed = replace(self, explicit=explicit, explicit_ms=explicit_ms).by_time(bounds)
         found = found or {}
         if set(timed) - set(found):
             raise ConfigError(f"no offset found by timestamp for {sorted(set(timed) - set(found))}")
@@ -110,7 +119,7 @@ class OffsetSpec:
             if key in timed:
                 out[key] = min(max(found[key], low), high)
                 continue
-            value = self.explicit.get(key, self.default)
+            value = explicit.get(key, self.default)
             out[key] = low if value == EARLIEST else high if value == LATEST else value
         return out
 
@@ -132,7 +141,7 @@ def check_start(
         if key not in bounds:
             continue
         low, high = bounds[key]
-        where = f"queue {key[0]}/{key[1]}"
+        where = f"queue {key_name(key)}"
         if offset > high:
             raise ConfigError(f"startingOffsets: {offset} for {where} is beyond its max_offset {high}")
         if offset < low and fail_on_data_loss:
@@ -209,20 +218,57 @@ def _check_offset(value: object, option: str, lowest: int) -> int:
 
 
 def parse_queue_key(text: str, option: str) -> QueueKey:
-    """``"<topic>/<queue_id>"`` → ``(topic, queue_id)``. Raises ConfigError naming ``option``."""
-    topic, sep, queue = text.rpartition("/")
-    if not sep or not topic or not queue.isdigit():
-        raise ConfigError(f"{option}: expected '<topic>/<queue_id>', got {text!r}")
-    return topic, int(queue)
+    """``"<topic>/<broker_name>/<queue_id>"`` → ``(topic, broker_name, queue_id)``, and the
+    one-broker form ``"<topic>/<queue_id>"`` → ``(topic, "", queue_id)``. Raises ConfigError naming
+    ``option``."""
+    parts = text.split("/")
+    if len(parts) not in (2, 3) or not all(parts) or not parts[-1].isdigit():
+        raise ConfigError(f"{option}: expected '<topic>/<broker_name>/<queue_id>' or "
+                          f"'<topic>/<queue_id>', got {text!r}")
+    return parts[0], parts[1] if len(parts) == 3 else "", int(parts[-1])
+
+
+def key_name(key: QueueKey) -> str:
+    """The JSON key of a queue: ``"<topic>/<broker_name>/<queue_id>"``, or ``"<topic>/<queue_id>"``
+    when the broker is not named."""
+    topic, broker, queue = key
+    return f"{topic}/{broker}/{queue}" if broker else f"{topic}/{queue}"
+
+
+def normalize_brokers(offsets: Mapping[QueueKey, _V], known: Iterable[QueueKey]) -> dict[QueueKey, _V]:
+    """``offsets`` with every queue named without a broker (``(topic, "", queue_id)``, the
+    one-broker format of checkpoints and options) given its topic's only broker group among
+    ``known`` queues. Queues of topics ``known`` does not list are kept as they are.
+
+    Raises:
+        txmq.errors.ConfigError: such a queue's topic is on several broker groups (name the broker:
+            ``"<topic>/<broker_name>/<queue_id>"``).
+    """
+    groups: dict[str, set[str]] = {}
+    for topic, broker, _ in known:
+        groups.setdefault(topic, set()).add(broker)
+    out: dict[QueueKey, _V] = {}
+    for key, value in offsets.items():
+        topic, broker, queue = key
+        names = groups.get(topic, set())
+        if not broker and names and "" not in names:
+            if len(names) > 1:
+                raise ConfigError(
+                    f"queue {key_name(key)} names no broker, but topic {topic!r} is on broker "
+                    f"groups {sorted(names)}: write '<topic>/<broker_name>/<queue_id>'")
+            key = (topic, next(iter(names)), queue)
+        out[key] = value
+    return out
 
 
 def offsets_to_json(offsets: Mapping[QueueKey, int]) -> dict[str, int]:
-    """``{(topic, queue): offset}`` → the checkpointed form ``{"topic/queue": offset}``.
+    """``{(topic, broker, queue): offset}`` → the checkpointed form
+    ``{"<topic>/<broker>/<queue>": offset}`` (:func:`key_name`).
 
-    Keys are in (topic, queue id) order, so equal offsets always serialise to the same JSON
+    Keys are in (topic, broker, queue id) order, so equal offsets always serialise to the same JSON
     (Spark decides "no new data" by comparing the serialised end with the start).
     """
-    return {f"{topic}/{queue}": offsets[(topic, queue)] for topic, queue in sorted(offsets)}
+    return {key_name(k): offsets[k] for k in sorted(offsets)}
 
 
 def offsets_from_json(data: Mapping[str, Any]) -> dict[QueueKey, int]:
@@ -295,7 +341,7 @@ def advance_offsets(
         low = start.get(key, 0)
         if high < low:
             message = (
-                f"txmq queue {key[0]}/{key[1]}: max_offset {high} is below the checkpointed "
+                f"txmq queue {key_name(key)}: max_offset {high} is below the checkpointed "
                 f"offset {low}; the broker lost or reset this queue"
             )
             if fail_on_data_loss:

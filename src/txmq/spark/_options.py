@@ -66,7 +66,7 @@ class SourceOptions:
             opts.get("endingtimestamp"), opts.get("endingoffsetsbytimestamp"),
             ("endingTimestamp", "endingOffsetsByTimestamp"))
         for spec, option in ((start, "startingOffsets"), (end, "endingOffsets")):
-            unknown = sorted({t for t, _ in (*spec.explicit, *spec.explicit_ms)} - set(topics))
+            unknown = sorted({k[0] for k in (*spec.explicit, *spec.explicit_ms)} - set(topics))
             if unknown:
                 raise ConfigError(f"{option} names topics not in option 'topic': {unknown}")
         return cls(

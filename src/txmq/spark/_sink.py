@@ -16,6 +16,31 @@ process, may run twice for one batch id across a failure and restart, and may be
 * halves of a driver that died are rolled back by the broker when the sink timeout passes, without
   calling back into Spark.
 
+Across broker groups (a topic on several brokers, option ``namesrvAddr``): a task's halves go to the
+queues its rows map to, over every broker group of the topic's route, and the task reports its rows
+per group. ``commit`` commits the batch on every group of the route (and any group a task stored
+rows on): first on the *deciding* group (the first by name), then on the others together, each group
+tried again every ``limits.SINK_COMMIT_RETRY_INTERVAL_MS`` until it answers or ``timeoutSeconds``
+passes (:mod:`txmq.spark._sink_commit`). What holds:
+
+* **Exactly once per row.** Each group commits its part atomically and idempotently per (sink id,
+  batch id), and the batch is committed again until every part is: a retried ``commit``, or Spark's
+  re-run of the batch after a failure (the groups that committed answer "committed before" and roll
+  the re-run's halves back; the others commit the re-run's halves). The re-run's rows land on the
+  same groups as the first run's when each row's queue is a function of the row: always for rows
+  with a key (``crc32(key) % queue count``, the same route), and for keyless rows when Spark hands
+  each partition the same rows in the same order (a replay of the same source offsets without a
+  shuffle does).
+* **No rollback after a decision.** ``abort`` asks the deciding group first; if its part was
+  committed, the batch was decided and ``abort`` commits the other parts instead of rolling them back.
+* **Between two groups' commits** a reader of the topic may see the batch's rows of one group and not
+  yet those of another (for up to the retry time, ``timeoutSeconds`` at most). Rows of one key are in
+  one queue, hence one group: a key's rows of a batch appear together, in order.
+* **A group down longer than ``timeoutSeconds``** rolls its halves back when it returns; its part of
+  the batch can then not be committed (TRANSACTION_NOT_FOUND), while the other groups' parts are:
+  the query fails and that part is lost. Keep ``timeoutSeconds`` above the longest broker outage to
+  ride through.
+
 Options (strings; keys are case-insensitive): ``endpoints`` (a broker) or ``namesrvAddr`` (name
 servers; one of the two is required), ``topic`` (required),
 ``sinkId`` (default: derived from ``checkpointLocation``, so a new checkpoint — whose batch ids restart
@@ -48,7 +73,7 @@ import os
 import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +83,10 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 
 from txmq import limits
 from txmq.broker.transaction import PROPERTY_TXMQ_SINK_BATCH, PROPERTY_TXMQ_SINK_TASK
-from txmq.client import Admin, AsyncTransactionProducer, LocalTransactionState, Message
+from txmq.client import AsyncTransactionProducer, LocalTransactionState, Message
 from txmq.errors import ConfigError
 from txmq.protocol import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS
+from txmq.spark._sink_commit import abort_batch, commit_batch
 
 __all__ = ["SinkOptions", "TaskCommit", "TxmqStreamWriter", "queue_of_key", "queues_of_rows"]
 
@@ -116,10 +142,12 @@ def _sink_id_of(checkpoint: str) -> str:
 
 @dataclass(frozen=True)
 class TaskCommit(WriterCommitMessage):
-    """What one successful task attempt wrote: its task key and row count."""
+    """What one successful task attempt wrote: its task key, row count, and rows per broker group
+    (broker name → rows stored there as halves; the name is ``SendResult.broker_name``)."""
 
     task: str
     rows: int
+    by_broker: dict[str, int] = field(default_factory=dict)
 
 
 class _NoChecks:
@@ -230,10 +258,11 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
         msgs = [m for rb in iterator for m in self._messages(rb, props)]
         loop = asyncio.new_event_loop()
         try:
-            loop.run_until_complete(self._send(msgs, ctx.partitionId(), ctx.attemptNumber(), batch_id))
+            by_broker = loop.run_until_complete(
+                self._send(msgs, ctx.partitionId(), ctx.attemptNumber(), batch_id))
         finally:
             loop.close()
-        return TaskCommit(task, len(msgs))
+        return TaskCommit(task, len(msgs), by_broker)
 
     def _column(self, rb: pa.RecordBatch, name: str) -> list[Any]:
         if not name or name not in rb.schema.names:
@@ -250,8 +279,10 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
                         tags="" if tag is None else str(tag), properties=props)
                 for body, key, tag in zip(bodies, keys, tags, strict=True)]
 
-    async def _send(self, msgs: list[Message], partition: int, attempt: int, batch_id: Any) -> None:
-        """Send each queue's rows in order, one request in flight per queue (module docstring)."""
+    async def _send(self, msgs: list[Message], partition: int, attempt: int,
+                    batch_id: Any) -> dict[str, int]:
+        """Send each queue's rows in order, one request in flight per queue (module docstring);
+        returns the rows stored per broker group."""
         producer = AsyncTransactionProducer(self.opts.producer_group, self.opts.endpoints,
                                             _NoChecks(), namesrv_addr=self.opts.namesrv_addr)
         await producer.start()
@@ -263,33 +294,52 @@ class TxmqStreamWriter(DataSourceStreamArrowWriter):
             total = sum(len(list(_chunks(qm))) for qm in per_queue.values())
             sem = asyncio.Semaphore(self.opts.max_in_flight)
             done = 0
+            by_broker: dict[str, int] = {}
 
             async def one_queue(queue_id: int, queue_msgs: list[Message]) -> None:
                 nonlocal done
                 for chunk in _chunks(queue_msgs):  # in order: the next waits for this one
                     async with sem:
-                        await producer.send_half_batch(chunk, queue_id)
+                        r = await producer.send_half_batch(chunk, queue_id)
+                    by_broker[r.broker_name] = by_broker.get(r.broker_name, 0) + len(chunk)
                     done += 1
                     if done == max(1, total // 2):
                         _fault(self.opts, f"write-half:{batch_id}:{partition}:{attempt}")
 
             await asyncio.gather(*(one_queue(q, qm) for q, qm in sorted(per_queue.items())))
+            return by_broker
         finally:
             await producer.shutdown()
 
     # -- driver -----------------------------------------------------------------------------------
+    def _tasks(self, messages: list[WriterCommitMessage | None]) -> dict[str, dict[str, int]]:
+        return {m.task: dict(m.by_broker) for m in messages if isinstance(m, TaskCommit)}
+
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Commit the batch on the broker (idempotent). Raises on a refused commit."""
-        tasks = {m.task: m.rows for m in messages if isinstance(m, TaskCommit)}
+        """Commit the batch on every broker group of the topic (idempotent; see *Across broker
+        groups* in the module docstring).
+
+        Raises:
+            txmq.errors.TransportError: a broker group did not answer within ``timeoutSeconds``.
+            txmq.errors.RemoteError: a broker group refused its part.
+        """
+        tasks = self._tasks(messages)
         _fault(self.opts, f"hang-commit-before:{batchId}")
-        with Admin(self.opts.endpoints, namesrv_addr=self.opts.namesrv_addr) as admin:
-            r = admin.commit_sink_batch(self._batch(batchId), self.opts.producer_group, tasks)
-        log.info("txmq sink %s batch %d: %s%s", self.opts.sink_id, batchId, r.outcome,
-                 " (committed before)" if r.duplicate else "")
+        answers = asyncio.run(commit_batch(
+            self.opts.endpoints, self.opts.namesrv_addr, self.opts.topic, self._batch(batchId),
+            self.opts.producer_group, tasks, self.opts.timeout_s))
+        for broker, r in answers.items():
+            log.info("txmq sink %s batch %d on %s: %s%s", self.opts.sink_id, batchId,
+                     broker or self.opts.endpoints, r.outcome,
+                     " (committed before)" if r.duplicate else "")
         _fault(self.opts, f"commit-after:{batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Roll back the batch's halves unless it was committed."""
-        with Admin(self.opts.endpoints, namesrv_addr=self.opts.namesrv_addr) as admin:
-            r = admin.abort_sink_batch(self._batch(batchId))
-        log.info("txmq sink %s batch %d aborted: %s", self.opts.sink_id, batchId, r.outcome)
+        """Roll back the batch's halves on every broker group, unless the batch was committed on
+        its deciding group: then complete the commit (module docstring)."""
+        answers = asyncio.run(abort_batch(
+            self.opts.endpoints, self.opts.namesrv_addr, self.opts.topic, self._batch(batchId),
+            self.opts.producer_group, self._tasks(messages), self.opts.timeout_s))
+        for broker, r in answers.items():
+            log.info("txmq sink %s batch %d aborted on %s: %s", self.opts.sink_id, batchId,
+                     broker or self.opts.endpoints, r.outcome)

@@ -22,7 +22,9 @@ Options (strings; Spark lower-cases the keys, so any case works):
 
 ``endpoints`` or ``namesrvAddr`` (one is required)
     ``host:port`` of the broker, or of the name server(s) (``host:port;host:port``, RocketMQ's
-    ``namesrvAddr``), as :class:`txmq.client.PullConsumer` takes them.
+    ``namesrvAddr``), as :class:`txmq.client.PullConsumer` takes them. With name servers the
+    source reads every broker group of each topic's route (a cluster): one partition (or more) per
+    queue of each group.
 ``topic`` (required)
     one topic or a comma-separated list.
 ``startingOffsets``
@@ -56,10 +58,16 @@ Options (strings; Spark lower-cases the keys, so any case works):
     start uses ``latest`` stores that start as this group's offsets (*Starting offsets*), so it
     must name a group of its own, used by no other consumer or query.
 
-Offsets: a flat JSON object ``{"<topic>/<queue_id>": next_offset}`` with keys in (topic, queue
-id) order, e.g. ``{"orders/0": 17, "orders/1": 4}``; ``next_offset`` is the first offset *not* yet
-read, like Kafka's. In ``startingOffsets``/``endingOffsets`` the nested form
-``{"orders": {"0": 17}}`` is accepted too, and ``-2`` means earliest, ``-1`` latest.
+Offsets: a flat JSON object ``{"<topic>/<broker_name>/<queue_id>": next_offset}`` over the queues
+of every broker group of the topics' routes, keys in (topic, broker name, queue id) order, e.g.
+``{"orders/broker-a/0": 17, "orders/broker-b/0": 4}``; ``next_offset`` is the first offset *not* yet
+read, like Kafka's. The one-broker format ``"<topic>/<queue_id>"`` (checkpoints and options written
+before broker groups were named) is still read: such a queue is on the topic's only broker group,
+and a ConfigError names the groups when the topic is on several (then the key must name one). A
+checkpoint of that format therefore resumes on a one-group topic; its first new batch writes the
+new keys. In ``startingOffsets``/``endingOffsets`` (and the ``…ByTimestamp`` maps) the nested form
+``{"orders": {"broker-a/0": 17}}`` (or ``{"orders": {"0": 17}}``) is accepted too, and ``-2`` means
+earliest, ``-1`` latest. Broker names holding ``/`` cannot be keyed (ConfigError).
 
 What Spark guarantees and what this source adds (facts from docs/pyspark.md, PySpark 4.3.0):
 
@@ -78,7 +86,8 @@ What Spark guarantees and what this source adds (facts from docs/pyspark.md, PyS
   ``consumerGroup``, and a new query (a new checkpoint) that should start at the then latest needs
   a new group (or the group's offsets removed).
 * ``read`` runs on executors in other processes: each partition carries everything it needs
-  (endpoints, topic, queue, start, end) and opens its own :class:`~txmq.client.PullConsumer`.
+  (endpoints or name servers, topic, broker group, queue, start, end) and opens its own
+  :class:`~txmq.client.PullConsumer`.
 * ``commit(end)`` is a no-op (like Spark's Kafka source): Spark calls it one batch late and not at
   all for the last batch before a stop.
 """
@@ -87,10 +96,10 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -118,7 +127,7 @@ from pyspark.sql.types import (
 )
 
 from txmq import limits
-from txmq.errors import BrokerUnavailable, ConfigError, RequestTimeout, TxmqError
+from txmq.errors import ConfigError
 from txmq.protocol import MessageExt
 from txmq.spark._arrow import (
     ARROW_SCHEMA,
@@ -136,11 +145,14 @@ from txmq.spark._offsets import (
     apply_read_limit,
     check_start,
     fair_shares,
+    key_name,
+    normalize_brokers,
     offsets_from_json,
     offsets_to_json,
     range_start,
 )
 from txmq.spark._options import DEFAULT_CONSUMER_GROUP, SourceOptions, fault
+from txmq.spark._source_broker import Broker, PullConsumerShape, at_broker
 
 __all__ = [
     "ARROW_BATCH_BYTES_MAX",
@@ -209,28 +221,7 @@ SCHEMA = StructType(
 """The source's fixed schema as a ``StructType`` (same as :data:`SCHEMA_DDL`)."""
 
 
-# --- the client shape this module relies on (txmq.client.PullConsumer) ---------------------------
-
-
-class _PullResult(Protocol):
-    @property
-    def status(self) -> Any: ...  # an enum member whose .name is FOUND, NO_NEW_MSG, OFFSET_ILLEGAL
-    @property
-    def messages(self) -> Sequence[MessageExt]: ...
-
-
-class _PullConsumer(Protocol):
-    def queue_ids(self, topic: str) -> Sequence[int]: ...
-    def min_offset(self, topic: str, queue_id: int) -> int: ...
-    def max_offset(self, topic: str, queue_id: int) -> int: ...
-    def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = ...) -> _PullResult: ...
-    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
-    def fetch_consumer_offset(self, topic: str, queue_id: int) -> int | None: ...
-    def commit_offset(self, topic: str, queue_id: int, offset: int) -> None: ...
-    def shutdown(self) -> None: ...
-
-
-def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "") -> _PullConsumer:
+def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "") -> PullConsumerShape:
     """Create and start a pull consumer (module-level so tests can substitute a fake).
 
     Raises:
@@ -238,102 +229,15 @@ def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "") -
     """
     from txmq.client import PullConsumer
 
-    consumer: _PullConsumer = PullConsumer(endpoints=endpoints, consumer_group=consumer_group,
-                                           namesrv_addr=namesrv_addr)
+    consumer = cast(PullConsumerShape, PullConsumer(endpoints=endpoints, consumer_group=consumer_group,
+                                                namesrv_addr=namesrv_addr))
     consumer.start()  # type: ignore[attr-defined]
     return consumer
 
 
-# --- broker access (driver side) -----------------------------------------------------------------
-
-_T = TypeVar("_T")
-
-
-class _Broker:
-    """Driver-side metadata reads with a lazily started consumer.
-
-    After a retriable error (broker restarted, timeout) the consumer is replaced and the call is
-    tried once more. Pickling drops the consumer (Spark pickles readers to ship them).
-    """
-
-    def __init__(self, opts: SourceOptions) -> None:
-        self._opts = opts
-        self._consumer: _PullConsumer | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_opts": self._opts, "_consumer": None}
-
-    def _call(self, fn: Callable[[_PullConsumer], _T]) -> _T:
-        for attempt in (1, 2):
-            try:
-                if self._consumer is None:
-                    self._consumer = _new_consumer(self._opts.endpoints, self._opts.consumer_group,
-                                                   self._opts.namesrv_addr)
-                return fn(self._consumer)
-            except (BrokerUnavailable, RequestTimeout) as exc:
-                if attempt == 2:
-                    raise type(exc)(f"txmq source: no answer from {self._where()}: {exc}") from exc
-                _log.warning("txmq source: %s; reconnecting to %s", exc, self._where())
-                self.close()
-            except TxmqError as exc:
-                if not exc.retriable or attempt == 2:
-                    raise
-                _log.warning("txmq source: %s; reconnecting to %s", exc, self._opts.endpoints)
-                self.close()
-        raise AssertionError("unreachable")
-
-    def _where(self) -> str:
-        if self._opts.endpoints:
-            return f"broker {self._opts.endpoints} (option endpoints)"
-        return f"name server(s) {self._opts.namesrv_addr} (option namesrvAddr)"
-
-    def queues(self) -> list[QueueKey]:
-        """Every (topic, queue) of the configured topics, sorted.
-
-        Raises:
-            txmq.errors.RemoteError: TOPIC_NOT_EXIST for an unknown topic.
-        """
-        return self._call(lambda c: sorted((t, q) for t in self._opts.topics for q in c.queue_ids(t)))
-
-    def max_offsets(self) -> dict[QueueKey, int]:
-        """``{queue: max_offset}`` (the next offset to be written) for every queue."""
-        keys = self.queues()
-        return self._call(lambda c: {k: c.max_offset(*k) for k in keys})
-
-    def bounds(self) -> dict[QueueKey, tuple[int, int]]:
-        """``{queue: (min_offset, max_offset)}`` for every queue."""
-        keys = self.queues()
-        return self._call(lambda c: {k: (c.min_offset(*k), c.max_offset(*k)) for k in keys})
-
-    def resolve(self, spec: OffsetSpec) -> tuple[dict[QueueKey, int], dict[QueueKey, tuple[int, int]]]:
-        """``spec`` resolved for every queue (timestamps searched on the broker), and the bounds
-        it was resolved against."""
-        bounds = self.bounds()
-        times = spec.by_time(bounds)
-        found = self._call(lambda c: {k: c.search_offset(*k, t) for k, t in times.items()})
-        return spec.resolve(bounds, found), bounds
-
-    def pin(self, start: Mapping[QueueKey, int]) -> dict[QueueKey, int]:
-        """The start pinned as the consumer group's offsets on the broker: a queue that has a
-        group offset keeps it, the others get (and store) ``start``'s."""
-        stored = self._call(lambda c: {k: c.fetch_consumer_offset(*k) for k in start})
-        missing = {k: v for k, v in start.items() if stored[k] is None}
-
-        def store(c: _PullConsumer) -> None:
-            for (topic, queue_id), offset in missing.items():
-                c.commit_offset(topic, queue_id, offset)
-
-        self._call(store)
-        return {k: start[k] if stored[k] is None else int(stored[k] or 0) for k in start}
-
-    def close(self) -> None:
-        """Shut the consumer down (it is recreated on the next call)."""
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            try:
-                consumer.shutdown()
-            except TxmqError as exc:  # already broken; nothing to release
-                _log.debug("txmq source: shutdown failed: %s", exc)
+def _open_consumer(opts: SourceOptions) -> PullConsumerShape:
+    """The driver's consumer (:class:`~txmq.spark._source_broker.Broker`'s factory)."""
+    return _new_consumer(opts.endpoints, opts.consumer_group, opts.namesrv_addr)
 
 
 # --- reading one range (executor side) -----------------------------------------------------------
@@ -349,6 +253,7 @@ class QueueRange(InputPartition):
         consumer_group: group name the consumer identifies itself with.
         topic, queue_id: the queue.
         start: first offset to read (inclusive).
+        broker_name: the queue's broker group ("" when not named: the topic's only one).
         end: offset to stop before (exclusive); ``end > start``.
         fail_on_data_loss: the ``failOnDataLoss`` option.
     """
@@ -361,6 +266,7 @@ class QueueRange(InputPartition):
     end: int
     fail_on_data_loss: bool = True
     namesrv_addr: str = ""
+    broker_name: str = ""
 
 
 def _plan_ranges(
@@ -377,7 +283,8 @@ def _plan_ranges(
                     endpoints=opts.endpoints,
                     consumer_group=opts.consumer_group,
                     topic=key[0],
-                    queue_id=key[1],
+                    broker_name=key[1],
+                    queue_id=key[2],
                     start=low,
                     end=high,
                     fail_on_data_loss=opts.fail_on_data_loss,
@@ -487,7 +394,7 @@ class _Pulls:
     consumer without it) of ``(topic, queue_id, offset, min(PULL_MAX_NUMS, end - offset))``.
     """
 
-    def __init__(self, consumer: _PullConsumer, part: QueueRange) -> None:
+    def __init__(self, consumer: PullConsumerShape, part: QueueRange) -> None:
         self.consumer = consumer
         self._part = part
         self._pool: ThreadPoolExecutor | None = None
@@ -498,10 +405,11 @@ class _Pulls:
         want = min(PULL_MAX_NUMS, part.end - offset)
         raw = getattr(self.consumer, "pull_raw", None)
         if raw is None:  # a consumer without raw pulls (the tests' fakes): messages
-            result = self.consumer.pull(part.topic, part.queue_id, offset, max_nums=want)
+            result = self.consumer.pull(part.topic, part.queue_id, offset, max_nums=want,
+                                        **at_broker(part.broker_name))
             ms = result.messages if result.status.name == "FOUND" else ()
             return _Reply(result.status.name, b"", ms, ms[-1].queue_offset + 1 if ms else offset)
-        reply = raw(part.topic, part.queue_id, offset, max_nums=want)
+        reply = raw(part.topic, part.queue_id, offset, max_nums=want, **at_broker(part.broker_name))
         return _Reply(reply.status.name, reply.body, (), reply.next_begin_offset)
 
     def get(self, offset: int) -> _Reply:
@@ -559,7 +467,7 @@ def _is_dense(rows: PullBatch, part: QueueRange, offset: int) -> bool:
 
 
 def _checked_run(
-    consumer: _PullConsumer, part: QueueRange, offset: int, rows: PullBatch
+    consumer: PullConsumerShape, part: QueueRange, offset: int, rows: PullBatch
 ) -> tuple[pa.RecordBatch, int]:
     """Check a pull at ``offset`` row by row: skip offsets deleted by retention (with
     ``failOnDataLoss=false``) or raise :class:`DataLossError`. Returns the rows to keep and the
@@ -584,7 +492,8 @@ def _checked_run(
 
 
 def _where(part: QueueRange) -> str:
-    return f"queue {part.topic}/{part.queue_id} range [{part.start}, {part.end})"
+    name = key_name((part.topic, part.broker_name, part.queue_id))
+    return f"queue {name} range [{part.start}, {part.end})"
 
 
 def _data_loss(part: QueueRange, what: str) -> None:
@@ -596,10 +505,10 @@ def _data_loss(part: QueueRange, what: str) -> None:
     _log.warning("txmq %s: %s; skipping them (failOnDataLoss=false)", _where(part), what)
 
 
-def _after_missing(consumer: _PullConsumer, part: QueueRange, offset: int, status: str) -> int:
+def _after_missing(consumer: PullConsumerShape, part: QueueRange, offset: int, status: str) -> int:
     """Where to continue after a pull at ``offset`` returned no message (or raise)."""
-    low = consumer.min_offset(part.topic, part.queue_id)
-    high = consumer.max_offset(part.topic, part.queue_id)
+    low = consumer.min_offset(part.topic, part.queue_id, **at_broker(part.broker_name))
+    high = consumer.max_offset(part.topic, part.queue_id, **at_broker(part.broker_name))
     if offset < low:
         _data_loss(part, f"offsets {offset}..{low - 1} were deleted (min_offset is {low})")
         return min(low, part.end)
@@ -612,9 +521,9 @@ def _after_missing(consumer: _PullConsumer, part: QueueRange, offset: int, statu
     )
 
 
-def _after_gap(consumer: _PullConsumer, part: QueueRange, offset: int, found: int) -> int:
+def _after_gap(consumer: PullConsumerShape, part: QueueRange, offset: int, found: int) -> int:
     """The pull at ``offset`` returned ``found`` instead: skip to it (retention) or raise."""
-    low = consumer.min_offset(part.topic, part.queue_id)
+    low = consumer.min_offset(part.topic, part.queue_id, **at_broker(part.broker_name))
     if offset < found <= max(low, offset):
         _data_loss(part, f"offsets {offset}..{found - 1} were deleted (min_offset is {low})")
         return found
@@ -634,7 +543,8 @@ def _as_range(partition: InputPartition) -> QueueRange:
 
 
 class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader: offsets ``{"<topic>/<queue_id>": next_offset}`` (module docstring).
+    """Micro-batch reader: offsets ``{"<topic>/<broker_name>/<queue_id>": next_offset}`` (module
+    docstring).
 
     Driver methods run in one long-lived Python process per query, so the reader keeps a broker
     connection between calls; ``read`` runs on executors on a separately pickled instance.
@@ -642,7 +552,7 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: SourceOptions) -> None:
         self._opts = opts
-        self._broker = _Broker(opts)
+        self._broker = Broker(opts, _open_consumer)
         self._target: dict[QueueKey, int] | None = None
         self._latest: dict[QueueKey, int] | None = None
         self._initial: dict[str, int] | None = None
@@ -687,14 +597,15 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             DataLossError: a queue's ``max_offset`` went below ``start`` (``failOnDataLoss``).
         """
         fault(self._opts.faults, "latest-offset")
-        begin = offsets_from_json(start)
         latest = self._broker.max_offsets()
+        begin = normalize_brokers(offsets_from_json(start), latest)
         self._latest = latest
         target = self._target
         if target is not None:
             latest = {k: min(v, target[k]) for k, v in latest.items() if k in target}
         end = advance_offsets(begin, latest, fail_on_data_loss=self._opts.fail_on_data_loss)
-        return offsets_to_json(apply_read_limit(begin, end, limit))
+        out = apply_read_limit(begin, end, limit)
+        return dict(start) if out == begin else offsets_to_json(out)  # a one-broker start stays
 
     def reportLatestOffset(self) -> dict[str, int] | None:
         """The broker's ``max_offset`` per queue seen by the last ``latestOffset`` (for progress
@@ -703,8 +614,17 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         """:class:`QueueRange` partitions of the rows between ``start`` and ``end``: one per queue,
-        more for a queue with over :data:`PARTITION_ROWS_MAX` of them."""
-        return _plan_ranges(self._opts, offsets_from_json(start), offsets_from_json(end))
+        more for a queue with over :data:`PARTITION_ROWS_MAX` of them. Queues named without a
+        broker (a checkpoint of the one-broker format) are read on the topic's only broker group.
+
+        Raises:
+            txmq.errors.ConfigError: such a queue's topic is on several broker groups.
+        """
+        begin, stop = offsets_from_json(start), offsets_from_json(end)
+        if any(not k[1] for k in (*begin, *stop)):
+            known = self._broker.queues()
+            begin, stop = normalize_brokers(begin, known), normalize_brokers(stop, known)
+        return _plan_ranges(self._opts, begin, stop)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Rows of one :class:`QueueRange` (see :func:`read_queue_range`)."""
@@ -733,7 +653,7 @@ class TxmqBatchReader(DataSourceReader):
             txmq.errors.RemoteError: TOPIC_NOT_EXIST. txmq.errors.BrokerUnavailable: no broker
                 or name server answers.
         """
-        broker = _Broker(self._opts)
+        broker = Broker(self._opts, _open_consumer)
         try:
             start, bounds = broker.resolve(self._opts.starting_offsets)
             end, _ = broker.resolve(self._opts.ending_offsets)
@@ -741,7 +661,7 @@ class TxmqBatchReader(DataSourceReader):
             broker.close()
         check_start(start, bounds, fail_on_data_loss=self._opts.fail_on_data_loss)
         for key, high in end.items():
-            where = f"queue {key[0]}/{key[1]}"
+            where = f"queue {key_name(key)}"
             if high > bounds[key][1]:
                 raise ConfigError(
                     f"endingOffsets: {high} for {where} is beyond its max_offset {bounds[key][1]}"

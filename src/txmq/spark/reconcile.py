@@ -1,8 +1,9 @@
 """Reconciliation: compare a service's database with what a topic holds, with Spark.
 
 The database side is read through SQLAlchemy (any URL it supports: SQLite, PostgreSQL, MySQL …) and
-handed to Spark; the topic side is read with the txmq batch source over its whole offset range. The
-join reports
+handed to Spark; the topic side is read with the txmq batch source over its whole offset range, on
+every broker group of the topic's route when a name server is given (a topic spread over a cluster).
+The join reports
 
 - **missing**: keys the database has (committed business rows) that no message carries;
 - **phantom**: keys a message carries that the database does not have;
@@ -16,6 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+from txmq.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -59,11 +62,15 @@ def _db_keys(url: str, table: str, key_column: str, where: str) -> list[str]:
         engine.dispose()
 
 
-def reconcile(spark: SparkSession, *, endpoints: str, topic: str, db_url: str, table: str,
-              key_column: str, where: str = "") -> ReconcileReport:
+def reconcile(spark: SparkSession, *, endpoints: str = "", topic: str, db_url: str, table: str,
+              key_column: str, where: str = "", namesrv_addr: str = "") -> ReconcileReport:
     """Compare ``table.key_column`` (rows matching ``where``) with the keys of ``topic``'s messages.
 
+    ``endpoints`` is a broker (``host:port``), ``namesrv_addr`` name servers (``host:port;…``):
+    with name servers, the messages of every broker group holding the topic are read.
+
     Raises:
+        txmq.errors.ConfigError: neither ``endpoints`` nor ``namesrv_addr``.
         txmq.errors.BrokerUnavailable, txmq.errors.RemoteError: the topic cannot be read.
         sqlalchemy.exc.SQLAlchemyError: the database cannot be read.
     """
@@ -71,8 +78,16 @@ def reconcile(spark: SparkSession, *, endpoints: str, topic: str, db_url: str, t
 
     import txmq.spark
 
+    if not endpoints and not namesrv_addr:
+        raise ConfigError("reconcile needs endpoints (a broker) or namesrv_addr (name servers)")
+
     txmq.spark.register(spark)
-    msgs = (spark.read.format("txmq").option("endpoints", endpoints).option("topic", topic)
+    reader = spark.read.format("txmq").option("topic", topic)
+    if endpoints:
+        reader = reader.option("endpoints", endpoints)
+    if namesrv_addr:
+        reader = reader.option("namesrvAddr", namesrv_addr)
+    msgs = (reader
             .option("startingOffsets", "earliest").option("endingOffsets", "latest").load()
             .select(F.col("key").alias("k")))
     db = spark.createDataFrame([(k,) for k in _db_keys(db_url, table, key_column, where)], "k STRING")

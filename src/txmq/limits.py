@@ -52,6 +52,12 @@ CLIENT_LOOP_BACKOFF_MAX_MS = 30_000
 """Longest pause of a client's supervised background loop after repeated failures (txmq; the
 first pause is the loop's own period)."""
 
+CLIENT_LOOP_BACKOFF_MIN_MS = 1_000
+"""First pause of a consumer's supervised loop (pull, rebalance, persist, lock) after an unexpected
+failure, doubled on each further one up to ``CLIENT_LOOP_BACKOFF_MAX_MS`` (txmq; RocketMQ's pull
+loop waits ``pullTimeDelayMillsWhenException`` 3 s after an error, a rebalance just waits for the
+next round)."""
+
 CLIENT_EXPIRED_MS = 120_000
 """A client silent this long is dropped. RocketMQ ``channelExpiredTimeout`` 120 s."""
 

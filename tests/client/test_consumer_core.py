@@ -16,6 +16,8 @@ from txmq.client._core import (
     decode_local_offsets,
     encode_local_offsets,
     is_consumed,
+    local_offset,
+    mq_sort_key,
     orderly_failure,
     rebalance_plan,
     restore_retry_topic,
@@ -39,16 +41,48 @@ def test_average_allocation_gives_every_queue_to_exactly_one_member(queues: int,
     assert max(sizes) - min(sizes) <= 1
 
 
+def _queues(topic: str, brokers: dict[str, int]) -> list[MessageQueue]:
+    return [MessageQueue(topic, i, b) for b, n in brokers.items() for i in range(n)]
+
+
 def test_allocate_covers_retry_topic_and_broadcasting_takes_everything() -> None:
-    nums = {"t": 4, "%RETRY%g": 1}
+    nums = {"t": _queues("t", {"broker-a": 2, "broker-b": 2}),
+            "%RETRY%g": _queues("%RETRY%g", {"broker-a": 1})}
     a = allocate(nums, ["a", "b"], "a", "CLUSTERING")
     b = allocate(nums, ["a", "b"], "b", "CLUSTERING")
     assert a.isdisjoint(b) and len(a | b) == 5
-    assert allocate(nums, [], "a", "CLUSTERING") == allocate(nums, ["a"], "a", "CLUSTERING")
     assert len(allocate(nums, ["a", "b"], "b", "BROADCASTING")) == 5
     drop, add = rebalance_plan({MessageQueue("t", 0), MessageQueue("t", 1)},
                                {MessageQueue("t", 1), MessageQueue("t", 2)})
     assert (drop, add) == ([MessageQueue("t", 0)], [MessageQueue("t", 2)])
+
+
+def test_a_member_not_listed_owns_nothing() -> None:
+    """Defect 2 of issue 23: a member the broker's list lacks (dropped after its heartbeat died)
+    must not keep its queues."""
+    nums = {"t": _queues("t", {"broker-a": 4})}
+    assert allocate(nums, ["b", "c"], "a", "CLUSTERING") == set()
+    assert allocate(nums, [], "a", "CLUSTERING") == set()
+    assert len(allocate(nums, [], "a", "BROADCASTING")) == 4
+
+
+def test_allocation_sorts_queues_as_rocketmq_topic_broker_then_queue_id() -> None:
+    """RocketMQ ``MessageQueue.compareTo`` sorts by topic, broker name, queue id; the struct's own
+    order (topic, queue id, broker) would interleave brokers: a-0, b-0, a-1, b-1, ..."""
+    mqs = _queues("t", {"broker-b": 3, "broker-a": 3})
+    first = allocate({"t": mqs}, ["c1", "c2"], "c1", "CLUSTERING")
+    assert first == {MessageQueue("t", i, "broker-a") for i in range(3)}
+    assert sorted(mqs, key=mq_sort_key)[:3] == [MessageQueue("t", i, "broker-a") for i in range(3)]
+
+
+def test_rocketmq_average_allocation_blocks() -> None:
+    """AllocateMessageQueueAveragely with 3 brokers x 4 queues over 5 members: 3,3,2,2,2."""
+    mqs = _queues("t", {"broker-a": 4, "broker-b": 4, "broker-c": 4})
+    cids = [f"c{i}" for i in range(5)]
+    shares = [sorted(allocate({"t": mqs}, cids, c, "CLUSTERING"), key=mq_sort_key) for c in cids]
+    assert [len(s) for s in shares] == [3, 3, 2, 2, 2]
+    assert shares[1] == [MessageQueue("t", 3, "broker-a"), MessageQueue("t", 0, "broker-b"),
+                         MessageQueue("t", 1, "broker-b")]
 
 
 def test_process_queue_never_commits_past_an_unconsumed_message() -> None:
@@ -116,3 +150,17 @@ def test_local_offsets_round_trip_and_garbage_is_an_error() -> None:
     assert decode_local_offsets(encode_local_offsets(offsets)) == offsets
     with pytest.raises(ConfigError):
         decode_local_offsets(b"{not json")
+
+
+def test_local_offsets_keyed_by_broker_and_old_files_still_read() -> None:
+    offsets = {MessageQueue("t", 0, "broker-a"): 5, MessageQueue("t", 0, "broker-b"): 7,
+               MessageQueue("%RETRY%g", 0, "broker-a"): 1}
+    data = encode_local_offsets(offsets)
+    assert b'"t@broker-a@0":5' in data and b'"t@broker-b@0":7' in data
+    assert decode_local_offsets(data) == offsets
+    old = decode_local_offsets(b'{"offsetTable":{"t@0":11,"%RETRY%g@0":2}}')
+    assert old == {MessageQueue("t", 0): 11, MessageQueue("%RETRY%g", 0): 2}
+    # an old file's entry serves the topic's only broker group, never one of several
+    assert local_offset(old, MessageQueue("t", 0, "broker-a"), sole_broker=True) == 11
+    assert local_offset(old, MessageQueue("t", 0, "broker-a"), sole_broker=False) is None
+    assert local_offset(offsets, MessageQueue("t", 0, "broker-b"), sole_broker=False) == 7

@@ -326,16 +326,17 @@ class AsyncAdmin(TransactionAdmin):
 
     async def _read_topic(self, topic: str, limit: int) -> list[MessageExt]:
         try:
-            n = await self.queue_nums(topic, refresh=True)
+            mqs = await self.queues(topic)
         except RemoteError as exc:
             if exc.response_code == ResponseCode.TOPIC_NOT_EXIST:
                 return []
             raise
         out: list[MessageExt] = []
-        for qid in range(n):
-            off = await self.min_offset(topic, qid)
+        for mq in mqs:
+            b = mq.broker_name
+            off = await self.min_offset(topic, mq.queue_id, broker_name=b)
             while len(out) < limit:
-                r = await self._pull(topic, qid, off, limits.PULL_BATCH_MAX)
+                r = await self._pull(topic, mq.queue_id, off, limits.PULL_BATCH_MAX, broker_name=b)
                 if r.status is not PullStatus.FOUND and r.next_begin_offset == off:
                     break
                 out += r.messages

@@ -34,13 +34,21 @@ from txmq.client._core import (
     decode_local_offsets,
     encode_local_offsets,
     is_consumed,
+    local_offset,
     orderly_failure,
     rebalance_plan,
 )
 from txmq.client._dispatch import ConsumePool
-from txmq.client._pull import _DEFAULT_TIMESTAMP_AGO_MS, _PullMixin, _wall_ms, validate_group
-from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, RequestTimeout
+from txmq.client._pull import (
+    _DEFAULT_TIMESTAMP_AGO_MS,
+    _PullMixin,
+    _wall_ms,
+    run_supervised,
+    validate_group,
+)
+from txmq.errors import ConfigError, RemoteError, ResponseCode, TransportError
 from txmq.protocol import (
+    MASTER_ID,
     Command,
     ConsumerSendMsgBackRequestHeader,
     HeartbeatData,
@@ -66,9 +74,13 @@ MessageListener = Callable[[list[MessageExt]], Any]
 returning one. Sync listeners run in the consumer's thread pool. An exception counts as
 ``RECONSUME_LATER``."""
 
-_NETWORK_ERRORS = (BrokerUnavailable, RequestTimeout, RemoteError)
+_NETWORK_ERRORS = (TransportError, RemoteError)
 _PULL_RETRY_AFTER_ERROR_S = 1.0
 _FLOW_CONTROL_RECHECK_S = 1.0
+
+
+def _name(mq: MessageQueue) -> str:
+    return f"{mq.topic}/{mq.broker_name}/{mq.queue_id}"
 
 
 def _mono_ms() -> int:
@@ -238,7 +250,7 @@ class AsyncPushConsumer(_PullMixin):
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and self._rebalance_now is not None:
             self._rebalance_now.set()
         elif cmd.code == RequestCode.RESET_CONSUMER_OFFSETS and self._running:
-            self._spawn(self._on_reset(cmd))
+            self._spawn(self._on_reset(conn.addr, cmd))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -273,10 +285,19 @@ class AsyncPushConsumer(_PullMixin):
             self._local_offsets = decode_local_offsets(self.offset_file.read_bytes())
         await super().start()
         await self._rebalance()
-        loops = [self._rebalance_loop(), self._persist_loop()]
+        running = self._loops_running
+        loops = [run_supervised("rebalance", self._rebalance_round, running, self.loop_errors),
+                 run_supervised("persist", self._persist_round, running, self.loop_errors)]
         if self._locking:
-            loops.append(self._lock_loop())
+            loops.append(run_supervised("lock", self._lock_round, running, self.loop_errors))
         self._background = [asyncio.create_task(c) for c in loops]
+
+    def _loops_running(self) -> bool:
+        return self._running and not self._stopping
+
+    @property
+    def _heartbeats_slaves(self) -> bool:
+        return True  # a consumer may read from slaves (RocketMQ sendHeartbeatToAllBroker)
 
     async def shutdown(self) -> None:
         """Stop pulling, let running listener calls finish (up to 30 s), commit offsets, release
@@ -310,33 +331,41 @@ class AsyncPushConsumer(_PullMixin):
         await super().shutdown()
 
     # -- rebalance ----------------------------------------------------------------------------------
-    async def _rebalance_loop(self) -> None:
+    async def _rebalance_round(self) -> None:
         assert self._rebalance_now is not None
-        while self._running and not self._stopping:
-            await wait_event(self._rebalance_now, limits.REBALANCE_INTERVAL_MS / 1000)
-            self._rebalance_now.clear()
-            if self._stopping:
-                return
-            try:
-                await self._rebalance()
-            except _NETWORK_ERRORS as exc:
-                log.warning("rebalance of %s failed: %s", self.group, exc)
-                await asyncio.sleep(1)
+        await wait_event(self._rebalance_now, limits.REBALANCE_INTERVAL_MS / 1000)
+        self._rebalance_now.clear()
+        if not self._stopping:
+            await self._rebalance()
+
+    async def _topic_queues(self, topic: str, *, missing_ok: bool = False) -> list[MessageQueue]:
+        """``topic``'s subscribe queues over every broker group (route fetched again); [] for a
+        retry topic no broker has yet (``missing_ok``)."""
+        try:
+            return list((await self.route(topic, refresh=True)).subscribe)
+        except RemoteError as exc:
+            if missing_ok and exc.response_code == ResponseCode.TOPIC_NOT_EXIST:
+                return []
+            raise
 
     async def _rebalance(self) -> None:
-        """Work out this member's queues and start or stop workers (RocketMQ ``RebalanceImpl``)."""
+        """Work out this member's queues over every broker group and start or stop workers
+        (RocketMQ ``RebalanceImpl``): the subscribed topics' queues and, clustering, the retry
+        topic's, shared by ``AllocateMessageQueueAveragely``. A member the group's list lacks
+        owns nothing: it commits and drops every queue, and rejoins once its heartbeat has
+        registered it again."""
         assert self._rebalance_lock is not None
         async with self._rebalance_lock:
-            nums = {t: await self.queue_nums(t, refresh=True) for t in self.subscriptions}
+            topics = {t: await self._topic_queues(t) for t in self.subscriptions}
             cids: list[str] = []
             if self._clustering:
                 retry = retry_topic(self.group)
-                nums[retry] = await self.queue_nums(retry, refresh=True)
-                cids = await self.consumer_ids()
-                if cids and self.client_id not in cids:
-                    log.debug("%s not yet listed in %s; rebalance later", self.client_id, self.group)
-                    return
-            wanted = allocate(nums, cids, self.client_id, self.message_model)
+                topics[retry] = await self._topic_queues(retry, missing_ok=True)
+                cids = await self.consumer_ids(next(iter(self.subscriptions)))
+                if self.client_id not in cids:
+                    log.warning("%s is not listed in group %s; it owns no queue until it is",
+                                self.client_id, self.group)
+            wanted = allocate(topics, cids, self.client_id, self.message_model)
             drop, add = rebalance_plan(set(self._workers), wanted)
             for mq in drop:
                 self._stop_worker(self._workers.pop(mq), commit=True)
@@ -344,7 +373,7 @@ class AsyncPushConsumer(_PullMixin):
                 self._start_worker(mq)
             if drop or add:
                 log.info("%s in %s: -%s +%s", self.client_id, self.group,
-                         [f"{q.topic}/{q.queue_id}" for q in drop], [f"{q.topic}/{q.queue_id}" for q in add])
+                         [_name(q) for q in drop], [_name(q) for q in add])
 
     def _start_worker(self, mq: MessageQueue) -> None:
         w = _QueueWorker(mq)
@@ -369,6 +398,7 @@ class AsyncPushConsumer(_PullMixin):
         starts after it; then commit the offset and release the lock (RocketMQ
         ``removeUnnecessaryMessageQueue``)."""
         w.pq.dropped = True
+        self._pull_nodes.forget(w.mq)
         w.stopped.set()
         w.arrived.set()
         w.room.set()
@@ -390,53 +420,59 @@ class AsyncPushConsumer(_PullMixin):
             await asyncio.wait({previous})
         if self._locking and not await self._lock_until_held(w):
             return
-        while not w.pq.dropped:
-            try:
-                w.pq.next_offset = await self._start_offset(w.mq)
-                break
-            except _NETWORK_ERRORS as exc:
-                log.warning("start offset of %s/%d: %s", w.mq.topic, w.mq.queue_id, exc)
-                await self._pause(w, _PULL_RETRY_AFTER_ERROR_S)
-        log.info("%s: consuming %s/%d from offset %d", self.client_id, w.mq.topic, w.mq.queue_id,
-                 w.pq.next_offset)
-        await self._pull_loop(w)
+        await run_supervised("pull", partial(self._pull_once, w), lambda: not w.pq.dropped,
+                             self.loop_errors, pause=partial(self._pause, w))
 
     async def _start_offset(self, mq: MessageQueue) -> int:
         if self._clustering:
-            stored = await self.fetch_consumer_offset(mq.topic, mq.queue_id)
+            stored = await self.fetch_consumer_offset(mq.topic, mq.queue_id,
+                                                      broker_name=mq.broker_name)
         else:
-            stored = self._local_offsets.get(mq)
+            route = self._routes.get(mq.topic)
+            sole = route is not None and len(route.brokers) == 1
+            stored = local_offset(self._local_offsets, mq, sole)
         return await self._initial_offset(mq, stored, self.consume_from_where,
                                           self.consume_timestamp_ms)
 
-    async def _pull_loop(self, w: _QueueWorker) -> None:
+    async def _pull_once(self, w: _QueueWorker) -> None:
+        """One step of a queue's pull loop (run by :func:`run_supervised`: an unexpected error,
+        such as a body that does not decode, is logged and counted, and pulling goes on)."""
         pq, mq = w.pq, w.mq
-        expr = self.subscriptions.get(mq.topic, "*")
-        while not pq.dropped:
-            if pq.is_full(*self.thresholds):  # flow control (RocketMQ pullThreshold*ForQueue)
-                w.room.clear()
-                if pq.is_full(*self.thresholds):
-                    await wait_event(w.room, _FLOW_CONTROL_RECHECK_S)
-                    continue
-            commit = pq.commit_offset() if self._clustering else -1
+        if pq.next_offset < 0:
             try:
-                r = await self._pull(mq.topic, mq.queue_id, pq.next_offset, self.pull_batch_size,
-                                     self.suspend_ms, commit, expr)
+                pq.next_offset = await self._start_offset(mq)
             except _NETWORK_ERRORS as exc:
-                log.warning("pull %s/%d failed: %s", mq.topic, mq.queue_id, exc)
+                log.warning("start offset of %s: %s", _name(mq), exc)
                 await self._pause(w, _PULL_RETRY_AFTER_ERROR_S)
-                continue
-            if commit >= 0:
-                pq.committed_offset = commit
-            if pq.dropped:
                 return
-            if r.status is PullStatus.FOUND:
-                self._dispatch(w, pq.put(r.messages, r.next_begin_offset))
-            else:
-                if r.status is PullStatus.OFFSET_ILLEGAL:
-                    log.warning("offset %d of %s/%d out of range; moving to %d", pq.next_offset,
-                                mq.topic, mq.queue_id, r.next_begin_offset)
-                pq.next_offset = r.next_begin_offset
+            log.info("%s: consuming %s from offset %d", self.client_id, _name(mq), pq.next_offset)
+        if pq.is_full(*self.thresholds):  # flow control (RocketMQ pullThreshold*ForQueue)
+            w.room.clear()
+            if pq.is_full(*self.thresholds):
+                await wait_event(w.room, _FLOW_CONTROL_RECHECK_S)
+                return
+        commit = pq.commit_offset() if self._clustering else -1
+        # a pull to a slave carries no offset (RocketMQ PullSysFlag.clearCommitOffsetFlag)
+        to_master = self._pull_nodes.choose(mq, self.broker_addresses(mq.broker_name)) == MASTER_ID
+        try:
+            r = await self._pull(mq.topic, mq.queue_id, pq.next_offset, self.pull_batch_size,
+                                 self.suspend_ms, commit, self.subscriptions.get(mq.topic, "*"),
+                                 broker_name=mq.broker_name)
+        except _NETWORK_ERRORS as exc:
+            log.warning("pull %s failed: %s", _name(mq), exc)
+            await self._pause(w, _PULL_RETRY_AFTER_ERROR_S)
+            return
+        if commit >= 0 and to_master:
+            pq.committed_offset = commit
+        if pq.dropped:
+            return
+        if r.status is PullStatus.FOUND:
+            self._dispatch(w, pq.put(r.messages, r.next_begin_offset))
+        else:
+            if r.status is PullStatus.OFFSET_ILLEGAL:
+                log.warning("offset %d of %s out of range; moving to %d", pq.next_offset,
+                            _name(mq), r.next_begin_offset)
+            pq.next_offset = r.next_begin_offset
 
     def _dispatch(self, w: _QueueWorker, msgs: list[MessageExt]) -> None:
         if self.orderly:
@@ -471,7 +507,7 @@ class AsyncPushConsumer(_PullMixin):
         self._spawn(self._send_back_failed(w, msgs))
 
     async def _send_back_failed(self, w: _QueueWorker, msgs: list[MessageExt]) -> None:
-        kept = [m for m in msgs if not await self._send_back(m)]
+        kept = [m for m in msgs if not await self._send_back(w.mq, m)]
         kept_ids = {id(m) for m in kept}
         w.pq.remove([m for m in msgs if id(m) not in kept_ids])
         w.room.set()
@@ -482,10 +518,11 @@ class AsyncPushConsumer(_PullMixin):
             if not w.pq.dropped:
                 self._submit(w, kept)
 
-    async def _send_back(self, msg: MessageExt, *, dlq: bool = False) -> bool:
-        """CONSUMER_SEND_MSG_BACK: park ``msg`` in the retry topic; with ``dlq`` (orderly, out of
-        local retries) a send of it to the DLQ with its local retry count
-        (:func:`dead_letter_header`). False on failure."""
+    async def _send_back(self, mq: MessageQueue, msg: MessageExt, *, dlq: bool = False) -> bool:
+        """CONSUMER_SEND_MSG_BACK to the master of ``mq``'s broker group (it holds ``msg`` at its
+        commit log offset; RocketMQ ``sendMessageBack`` to ``findBrokerAddressInPublish``): park
+        ``msg`` in the retry topic; with ``dlq`` (orderly, out of local retries) a send of it to
+        the DLQ with its local retry count (:func:`dead_letter_header`). False on failure."""
         if dlq:
             ext = dead_letter_header(msg, self.group, self.max_reconsume_times, _wall_ms())
             req = (RequestCode.SEND_MESSAGE_V2, ext, msg.body)
@@ -496,7 +533,7 @@ class AsyncPushConsumer(_PullMixin):
                 max_reconsume_times=self.max_reconsume_times)
             req = (RequestCode.CONSUMER_SEND_MSG_BACK, to_ext(h), b"")
         try:
-            check_response(await self.call(*req))
+            check_response(await self.call_broker(mq.broker_name, *req, topic=mq.topic))
             return True
         except _NETWORK_ERRORS as exc:
             log.warning("send back of %s failed: %s", msg.msg_id, exc)
@@ -513,7 +550,7 @@ class AsyncPushConsumer(_PullMixin):
                 if not pq.head(1) and not pq.dropped:
                     await w.arrived.wait()
                 continue
-            if self._locking and not pq.lock_valid(_mono_ms(), self._conns.get(self.endpoints)):
+            if self._locking and not pq.lock_valid(_mono_ms(), self._lock_token(w.mq)):
                 # Messages are cached only once locked, so the lock was lost (expired, or the
                 # connection changed): another member may have moved on; restart from the broker.
                 self._spawn(self._requeue(w))
@@ -521,7 +558,7 @@ class AsyncPushConsumer(_PullMixin):
             assert self._pool is not None
             status = await self._pool.call(
                 msgs, lambda: pq.dropped or self._stopping or (
-                    self._locking and not pq.lock_valid(_mono_ms(), self._conns.get(self.endpoints))), None)
+                    self._locking and not pq.lock_valid(_mono_ms(), self._lock_token(w.mq))), None)
             if status is None:
                 continue
             if is_consumed(status):
@@ -544,7 +581,8 @@ class AsyncPushConsumer(_PullMixin):
     async def _orderly_failed(self, w: _QueueWorker, msgs: list[MessageExt]) -> None:
         dead = orderly_failure(msgs, self.max_reconsume_times)
         if dead:
-            gone = [m for m in dead if not self._clustering or await self._send_back(m, dlq=True)]
+            gone = [m for m in dead
+                    if not self._clustering or await self._send_back(w.mq, m, dlq=True)]
             if not self._clustering:
                 log.warning("orderly broadcast messages %s failed too often and are dropped",
                             [m.msg_id for m in gone])
@@ -554,25 +592,46 @@ class AsyncPushConsumer(_PullMixin):
                 return
         await self._pause(w, self.suspend_current_queue_time_ms / 1000)
 
+    def _master_addr(self, broker_name: str) -> str:
+        addr = self.broker_addresses(broker_name).get(MASTER_ID)
+        return addr or (self.endpoints if not broker_name else "")
+
+    def _lock_token(self, mq: MessageQueue) -> object:
+        """The connection to the master of ``mq``'s broker group: a lock holds while it does."""
+        return self._conns.get(self._master_addr(mq.broker_name))
+
     async def _lock(self, workers: list[_QueueWorker]) -> bool:
-        """LOCK_BATCH_MQ for these queues; records the outcome. True if all are locked."""
+        """LOCK_BATCH_MQ to the master of each queue's broker group, one batch per group
+        (RocketMQ ``RebalanceImpl.lockAll``: ``findBrokerAddressInSubscribe(name, MASTER_ID,
+        true)``); records the outcome. True if all are locked."""
+        by_broker: dict[str, list[_QueueWorker]] = {}
+        for w in workers:
+            by_broker.setdefault(w.mq.broker_name, []).append(w)
+        ok = True
+        for name, ws in sorted(by_broker.items()):
+            ok = await self._lock_broker(name, ws) and ok
+        return ok
+
+    async def _lock_broker(self, name: str, workers: list[_QueueWorker]) -> bool:
         try:
-            conn = await self._connection()
+            conn = await self.connection(await self.master_address(name, workers[0].mq.topic))
             body = LockBatchRequestBody(consumer_group=self.group, client_id=self.client_id,
                                         mq_set=[w.mq for w in workers])
             resp = check_response(await conn.request(RequestCode.LOCK_BATCH_MQ, body=encode_body(body)))
         except _NETWORK_ERRORS as exc:
-            log.warning("lock of %d queues failed: %s", len(workers), exc)
+            log.warning("lock of %d queues on %s failed: %s", len(workers), name or "broker", exc)
+            for w in workers:
+                w.pq.locked = False
             return False
-        locked = {MessageQueue(m.topic, m.queue_id)
+        locked = {(m.topic, m.queue_id)
                   for m in decode_body(resp.body, LockBatchResponseBody).lock_ok_mq_set}
         now = _mono_ms()
         for w in workers:
-            if w.mq in locked:
+            if (w.mq.topic, w.mq.queue_id) in locked:
                 w.pq.on_locked(now, conn)
             else:
                 w.pq.locked = False
-        return all(w.mq in locked for w in workers)
+        return all((w.mq.topic, w.mq.queue_id) in locked for w in workers)
 
     async def _lock_until_held(self, w: _QueueWorker) -> bool:
         """Wait until this member holds ``w``'s queue lock; False if the queue was dropped first."""
@@ -583,37 +642,51 @@ class AsyncPushConsumer(_PullMixin):
         return False
 
     async def _unlock(self, mqs: list[MessageQueue]) -> None:
-        body = UnlockBatchRequestBody(consumer_group=self.group, client_id=self.client_id,
-                                      mq_set=mqs)
-        try:
-            check_response(await self.call(RequestCode.UNLOCK_BATCH_MQ, body=encode_body(body)))
-        except _NETWORK_ERRORS as exc:
-            log.warning("unlock failed (the locks expire): %s", exc)
+        """UNLOCK_BATCH_MQ to the master of each queue's broker group, one batch per group; a
+        failure is logged (the locks expire)."""
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for name, batch in sorted(by_broker.items()):
+            body = UnlockBatchRequestBody(consumer_group=self.group, client_id=self.client_id,
+                                          mq_set=batch)
+            try:
+                check_response(await self.call_broker(name, RequestCode.UNLOCK_BATCH_MQ,
+                                                      body=encode_body(body), topic=batch[0].topic))
+            except _NETWORK_ERRORS as exc:
+                log.warning("unlock on %s failed (the locks expire): %s", name or "broker", exc)
 
-    async def _lock_loop(self) -> None:
+    async def _lock_round(self) -> None:
         """Renew every held lock (RocketMQ ``lockAll`` every 20 s)."""
-        while self._running and not self._stopping:
-            await asyncio.sleep(limits.REBALANCE_LOCK_INTERVAL_MS / 1000)
-            workers = [w for w in self._workers.values() if not w.pq.dropped]
-            if workers:
-                await self._lock(workers)
+        await asyncio.sleep(limits.REBALANCE_LOCK_INTERVAL_MS / 1000)
+        workers = [w for w in self._workers.values() if not w.pq.dropped]
+        if workers and not self._stopping:
+            await self._lock(workers)
 
     # -- offsets ------------------------------------------------------------------------------------
     async def _commit_queue(self, w: _QueueWorker) -> None:
+        """Commit ``w``'s offset to the master of its broker group (broadcasting: note it for the
+        local file). A group the routes show without a master is skipped: the persist loop tries
+        again once a route names one (offsets never go to a slave)."""
         off = w.pq.commit_offset()
         if self._clustering:
+            addrs = self.broker_addresses(w.mq.broker_name)
+            if addrs and MASTER_ID not in addrs:
+                log.debug("offset of %s not committed: its group has no master now", _name(w.mq))
+                return
             try:
-                await self.commit_offset(w.mq.topic, w.mq.queue_id, off)
+                await self.commit_offset(w.mq.topic, w.mq.queue_id, off,
+                                         broker_name=w.mq.broker_name)
                 w.pq.committed_offset = off
-            except _NETWORK_ERRORS as exc:
-                log.warning("offset commit of %s/%d failed: %s", w.mq.topic, w.mq.queue_id, exc)
+            except _NETWORK_ERRORS as exc:  # e.g. no master now: the persist loop tries again
+                log.warning("offset commit of %s failed: %s", _name(w.mq), exc)
         elif self._local_offsets.get(w.mq) != off:
             self._local_offsets[w.mq] = off
             self._local_dirty = True
 
-    async def _persist_loop(self) -> None:
-        while self._running and not self._stopping:
-            await asyncio.sleep(limits.OFFSET_PERSIST_INTERVAL_MS / 1000)
+    async def _persist_round(self) -> None:
+        await asyncio.sleep(limits.OFFSET_PERSIST_INTERVAL_MS / 1000)
+        if not self._stopping:
             await self._persist_offsets()
 
     async def _persist_offsets(self) -> None:
@@ -630,26 +703,37 @@ class AsyncPushConsumer(_PullMixin):
                 self._local_dirty = True
                 log.error("cannot write local offsets %s: %s", self.offset_file, exc)
 
-    async def _on_reset(self, cmd: Command) -> None:
-        """An operator reset the group's offsets of a topic: restart its queues there."""
+    def _broker_names_at(self, addr: str) -> set[str]:
+        """The broker groups with a member at ``addr``."""
+        return {name for name, addrs in self._brokers.items() if addr in addrs.values()}
+
+    async def _on_reset(self, addr: str, cmd: Command) -> None:
+        """An operator reset the group's offsets of a topic on the broker at ``addr``: restart
+        the topic's queues of that broker group there."""
         body = decode_body(cmd.body, ResetConsumerClientOffsetBody)
+        names = self._broker_names_at(addr)
         assert self._rebalance_lock is not None
         async with self._rebalance_lock:
-            mine = [w for mq, w in self._workers.items() if mq.topic == body.topic]
+            mine = [w for mq, w in self._workers.items()
+                    if mq.topic == body.topic and (not names or mq.broker_name in names)]
             for w in mine:
                 del self._workers[w.mq]
                 await self._drop(w, commit=False, unlock=False)
+            default = min(names) if names else ""
             for qid, off in body.offsets.items():
-                mq = MessageQueue(body.topic, qid)
+                owned = [w.mq for w in mine if w.mq.queue_id == qid]
                 if not self._clustering:
+                    mq = owned[0] if owned else MessageQueue(body.topic, qid, default)
                     self._local_offsets[mq] = off
                     self._local_dirty = True
-                elif any(w.mq == mq for w in mine):  # overrides any stale commit still in flight
+                for mq in owned if self._clustering else []:  # overrides a stale commit in flight
                     with contextlib.suppress(*_NETWORK_ERRORS):
-                        await self.commit_offset(mq.topic, mq.queue_id, off)
+                        await self.commit_offset(mq.topic, mq.queue_id, off,
+                                                 broker_name=mq.broker_name)
             for w in mine:
                 self._start_worker(w.mq)
-        log.info("%s: offsets of %s reset to %s", self.client_id, body.topic, body.offsets)
+        log.info("%s: offsets of %s on %s reset to %s", self.client_id, body.topic,
+                 sorted(names) or addr, body.offsets)
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float) -> None:

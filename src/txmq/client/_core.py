@@ -5,10 +5,10 @@ Nothing here opens a socket or reads the clock; the shells in :mod:`._async` and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum, IntEnum
 from itertools import count
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -75,6 +75,8 @@ __all__ = [
     "decode_local_offsets",
     "encode_local_offsets",
     "is_consumed",
+    "local_offset",
+    "mq_sort_key",
     "orderly_failure",
     "producer_heartbeat",
     "rebalance_plan",
@@ -85,6 +87,9 @@ __all__ = [
     "set_delay_level",
     "start_offset_source",
 ]
+
+
+Q = TypeVar("Q")
 
 
 class LocalTransactionState(Enum):
@@ -379,13 +384,22 @@ def set_delay_level(msg: Message, level: int) -> None:
     msg.properties = {**props, PROPERTY_DELAY_TIME_LEVEL: str(level)} if level else props
 
 
-def allocate_averagely(queues: list[int], client_ids: list[str], me: str) -> list[int]:
-    """The queues ``me`` consumes (RocketMQ ``AllocateMessageQueueAveragely``).
+def mq_sort_key(mq: MessageQueue) -> tuple[str, str, int]:
+    """RocketMQ's order of queues (``MessageQueue.compareTo``: topic, then broker name, then queue
+    id); txmq's ``MessageQueue`` struct orders by its field order (topic, queue id, broker name)."""
+    return mq.topic, mq.broker_name, mq.queue_id
 
-    Queues and client ids are sorted first, so every member computes the same split.
+
+def allocate_averagely(queues: Sequence[Q], client_ids: list[str], me: str,
+                       key: Callable[[Q], Any] | None = None) -> list[Q]:
+    """The queues ``me`` consumes: a contiguous block of the sorted queues (RocketMQ
+    ``AllocateMessageQueueAveragely``); [] when ``me`` is not among ``client_ids``.
+
+    Queues (by ``key``, e.g. :func:`mq_sort_key`) and client ids (as strings) are sorted first, as
+    RocketMQ's ``RebalanceImpl.rebalanceByTopic`` does, so every member computes the same split.
     """
     cids = sorted(client_ids)
-    mqs = sorted(queues)
+    mqs = sorted(queues, key=key)  # type: ignore[type-var, arg-type]
     if me not in cids or not mqs:
         return []
     index = cids.index(me)
@@ -401,21 +415,24 @@ def allocate_averagely(queues: list[int], client_ids: list[str], me: str) -> lis
     return [mqs[(start + i) % len(mqs)] for i in range(max(n, 0))]
 
 
-def allocate(queue_nums: dict[str, int], client_ids: list[str], me: str,
+def allocate(topic_queues: Mapping[str, Sequence[MessageQueue]], client_ids: list[str], me: str,
              message_model: MessageModel) -> set[MessageQueue]:
     """Every queue ``me`` should consume: all of them when broadcasting, else its average share of
-    each topic (RocketMQ ``RebalanceImpl.rebalanceByTopic``).
+    each topic's queues over every broker group (RocketMQ ``RebalanceImpl.rebalanceByTopic``,
+    queues sorted by :func:`mq_sort_key`).
 
     Args:
-        queue_nums: topic → queue count (the retry topic included when clustering).
-        client_ids: the group's members as the broker knows them; an empty list counts as ``[me]``.
+        topic_queues: topic → its subscribe queues (the retry topic included when clustering).
+        client_ids: the group's members as a broker lists them. Clustering: a member not listed
+            (an empty list included) owns nothing (RocketMQ's strategies return an empty set when
+            ``cidAll`` lacks the current id).
     """
     out: set[MessageQueue] = set()
-    cids = client_ids or [me]
-    for topic, n in queue_nums.items():
-        qids = list(range(n))
-        mine = qids if message_model == "BROADCASTING" else allocate_averagely(qids, cids, me)
-        out.update(MessageQueue(topic, q) for q in mine)
+    for mqs in topic_queues.values():
+        if message_model == "BROADCASTING":
+            out.update(mqs)
+        else:
+            out.update(allocate_averagely(mqs, client_ids, me, mq_sort_key))
     return out
 
 
@@ -505,22 +522,40 @@ def start_offset_source(stored: int | None, topic: str, consume_from_where: Cons
 
 def encode_local_offsets(offsets: dict[MessageQueue, int]) -> bytes:
     """The local offset file of a broadcasting consumer (RocketMQ ``LocalFileOffsetStore``):
-    JSON ``{"offsetTable": {"<topic>@<queue id>": offset}}``."""
-    table = {f"{mq.topic}@{mq.queue_id}": off for mq, off in sorted(offsets.items())}
+    JSON ``{"offsetTable": {"<topic>@<broker name>@<queue id>": offset}}``; a queue with broker
+    name "" (files of txmq before cluster routes) as ``"<topic>@<queue id>"``."""
+    table = {(f"{mq.topic}@{mq.broker_name}@{mq.queue_id}" if mq.broker_name
+              else f"{mq.topic}@{mq.queue_id}"): off
+             for mq, off in sorted(offsets.items(), key=lambda kv: mq_sort_key(kv[0]))}
     return msgspec.json.encode({"offsetTable": table})
 
 
 def decode_local_offsets(data: bytes) -> dict[MessageQueue, int]:
-    """Parse :func:`encode_local_offsets` output. Raises ConfigError when it does not parse."""
+    """Parse :func:`encode_local_offsets` output (either key form). Raises ConfigError when it
+    does not parse."""
     try:
         raw = msgspec.json.decode(data, type=dict[str, dict[str, int]])
         out: dict[MessageQueue, int] = {}
         for key, off in raw.get("offsetTable", {}).items():
-            topic, _, qid = key.rpartition("@")
-            out[MessageQueue(topic, int(qid))] = off
+            rest, _, qid = key.rpartition("@")
+            topic, _, broker = rest.partition("@")
+            if not topic:
+                raise ValueError(f"key {key!r} is not topic[@broker]@queue")
+            out[MessageQueue(topic, int(qid), broker)] = off
         return out
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
         raise ConfigError(f"local offset file does not parse: {exc}") from exc
+
+
+def local_offset(offsets: dict[MessageQueue, int], mq: MessageQueue,
+                 sole_broker: bool) -> int | None:
+    """``mq``'s offset in a local offset table: its own entry, else, when ``mq``'s topic is on one
+    broker group only (``sole_broker``), the entry a file written before cluster routes keeps
+    under broker name ""."""
+    off = offsets.get(mq)
+    if off is None and sole_broker and mq.broker_name:
+        off = offsets.get(MessageQueue(mq.topic, mq.queue_id))
+    return off
 
 
 class ProcessQueue:

@@ -219,6 +219,11 @@ class PushConsumer(_SyncClient):
         """The queues this member consumes now."""
         return self._run(_on_loop(self._a.assignment))
 
+    def loop_errors(self) -> dict[str, int]:
+        """Failures of each background loop so far (pull, rebalance, persist, lock, heartbeat,
+        route refresh): each was logged and its loop went on."""
+        return self._run(_on_loop(lambda: dict(self._a.loop_errors)))
+
 
 class PullConsumer(_SyncClient):
     """Sync :class:`~txmq.client.AsyncPullConsumer`: explicit offsets, or assign/subscribe with
@@ -230,31 +235,54 @@ class PullConsumer(_SyncClient):
         super().__init__()
         self._a = self._lt.run(_make(AsyncPullConsumer, endpoints, consumer_group, **kw))
 
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """See :meth:`AsyncPullConsumer.queues`."""
+        return self._run(self._a.queues(topic))
+
     def queue_ids(self, topic: str) -> list[int]:
+        """See :meth:`AsyncPullConsumer.queue_ids`."""
         return list(self._run(self._a.queue_ids(topic)))
 
-    def min_offset(self, topic: str, queue_id: int) -> int:
-        return int(self._run(self._a.min_offset(topic, queue_id)))
+    def min_offset(self, topic: str, queue_id: int, *, broker_name: str = "") -> int:
+        """See :meth:`AsyncPullConsumer.min_offset`."""
+        return int(self._run(self._a.min_offset(topic, queue_id, broker_name=broker_name)))
 
-    def max_offset(self, topic: str, queue_id: int) -> int:
-        return int(self._run(self._a.max_offset(topic, queue_id)))
+    def max_offset(self, topic: str, queue_id: int, *, broker_name: str = "") -> int:
+        """See :meth:`AsyncPullConsumer.max_offset`."""
+        return int(self._run(self._a.max_offset(topic, queue_id, broker_name=broker_name)))
 
-    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int, *,
+                      broker_name: str = "") -> int:
         """See :meth:`AsyncPullConsumer.search_offset`."""
-        return int(self._run(self._a.search_offset(topic, queue_id, timestamp_ms)))
+        return int(self._run(self._a.search_offset(topic, queue_id, timestamp_ms,
+                                                   broker_name=broker_name)))
 
-    def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32) -> PullResult:
-        return self._run(self._a.pull(topic, queue_id, offset, max_nums))
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int, *,
+                             broker_name: str = "") -> int:
+        """See :meth:`AsyncPullConsumer.offset_for_timestamp`."""
+        return int(self._run(self._a.offset_for_timestamp(topic, queue_id, timestamp_ms,
+                                                          broker_name=broker_name)))
 
-    def pull_raw(self, topic: str, queue_id: int, offset: int, max_nums: int = 32) -> RawPullResult:
+    def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32, *,
+             broker_name: str = "") -> PullResult:
+        """See :meth:`AsyncPullConsumer.pull`."""
+        return self._run(self._a.pull(topic, queue_id, offset, max_nums, broker_name=broker_name))
+
+    def pull_raw(self, topic: str, queue_id: int, offset: int, max_nums: int = 32, *,
+                 broker_name: str = "") -> RawPullResult:
         """See :meth:`AsyncPullConsumer.pull_raw`."""
-        return self._run(self._a.pull_raw(topic, queue_id, offset, max_nums))
+        return self._run(self._a.pull_raw(topic, queue_id, offset, max_nums,
+                                          broker_name=broker_name))
 
-    def commit_offset(self, topic: str, queue_id: int, offset: int) -> None:
-        self._run(self._a.commit_offset(topic, queue_id, offset))
+    def commit_offset(self, topic: str, queue_id: int, offset: int, *,
+                      broker_name: str = "") -> None:
+        """See :meth:`AsyncPullConsumer.commit_offset`."""
+        self._run(self._a.commit_offset(topic, queue_id, offset, broker_name=broker_name))
 
-    def fetch_consumer_offset(self, topic: str, queue_id: int) -> int | None:
-        return self._run(self._a.fetch_consumer_offset(topic, queue_id))
+    def fetch_consumer_offset(self, topic: str, queue_id: int, *,
+                              broker_name: str = "") -> int | None:
+        """See :meth:`AsyncPullConsumer.fetch_consumer_offset`."""
+        return self._run(self._a.fetch_consumer_offset(topic, queue_id, broker_name=broker_name))
 
     def assign(self, queues: list[MessageQueue] | list[tuple[str, int]]) -> None:
         """See :meth:`AsyncPullConsumer.assign`."""
@@ -265,26 +293,36 @@ class PullConsumer(_SyncClient):
         self._a.subscribe(topic, expression)
 
     def assignment(self) -> list[MessageQueue]:
+        """See :meth:`AsyncPullConsumer.assignment`."""
         return self._run(_on_loop(self._a.assignment))
+
+    def loop_errors(self) -> dict[str, int]:
+        """Failures of each background loop so far (rebalance, heartbeat, route refresh)."""
+        return self._run(_on_loop(lambda: dict(self._a.loop_errors)))
 
     def poll(self, timeout_ms: int = 5_000) -> list[MessageExt]:
         """See :meth:`AsyncPullConsumer.poll`."""
         return self._run(self._a.poll(timeout_ms))
 
-    def seek(self, topic: str, queue_id: int, offset: int) -> None:
-        self._a.seek(topic, queue_id, offset)
+    def seek(self, topic: str, queue_id: int, offset: int, *, broker_name: str = "") -> None:
+        """See :meth:`AsyncPullConsumer.seek`."""
+        self._a.seek(topic, queue_id, offset, broker_name=broker_name)
 
-    def seek_to_begin(self, topic: str, queue_id: int) -> None:
-        self._run(self._a.seek_to_begin(topic, queue_id))
+    def seek_to_begin(self, topic: str, queue_id: int, *, broker_name: str = "") -> None:
+        """See :meth:`AsyncPullConsumer.seek_to_begin`."""
+        self._run(self._a.seek_to_begin(topic, queue_id, broker_name=broker_name))
 
-    def seek_to_end(self, topic: str, queue_id: int) -> None:
-        self._run(self._a.seek_to_end(topic, queue_id))
+    def seek_to_end(self, topic: str, queue_id: int, *, broker_name: str = "") -> None:
+        """See :meth:`AsyncPullConsumer.seek_to_end`."""
+        self._run(self._a.seek_to_end(topic, queue_id, broker_name=broker_name))
 
-    def position(self, topic: str, queue_id: int) -> int:
-        return self._run(self._a.position(topic, queue_id))
+    def position(self, topic: str, queue_id: int, *, broker_name: str = "") -> int:
+        """See :meth:`AsyncPullConsumer.position`."""
+        return self._run(self._a.position(topic, queue_id, broker_name=broker_name))
 
-    def committed(self, topic: str, queue_id: int) -> int | None:
-        return self._run(self._a.committed(topic, queue_id))
+    def committed(self, topic: str, queue_id: int, *, broker_name: str = "") -> int | None:
+        """See :meth:`AsyncPullConsumer.committed`."""
+        return self._run(self._a.committed(topic, queue_id, broker_name=broker_name))
 
     def commit(self) -> None:
         """Commit the current position of every assigned queue."""

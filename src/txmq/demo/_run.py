@@ -470,8 +470,15 @@ def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
         brokers.stop()
     comp = {"rejected": rejected, "cancelled": cancelled, **ledger.ledger_rejected(ledger_db)}
     report = _report(opts, orders, prog, stats, crashes, committed, received, dups, spark, comp,
-                     stage.seconds, time.monotonic() - t0, side, brokers, stored)
+                     stage.seconds, time.monotonic() - t0, side, _cluster_report(brokers, stored))
     return report
+
+
+def _cluster_report(brokers: Brokers, stored: dict[str, int]) -> dict[str, Any]:
+    """The report's broker part: how many, the name servers ("" with one broker), and the orders
+    each broker stored (messages of ``orders``)."""
+    return {"brokers": len(brokers.masters), "namesrv_addr": brokers.namesrv_addr,
+            "orders_stored_per_broker": stored, "orders_stored": sum(stored.values())}
 
 
 def _compensation_report(committed: set[int], received: set[int],
@@ -522,8 +529,7 @@ def _report(
     stages: dict[str, float],
     elapsed: float,
     side: _Outbox,
-    brokers: Brokers,
-    stored: dict[str, int],
+    cluster: dict[str, Any],
 ) -> dict[str, Any]:
     faults = Counter(fault_of(o.o_orderkey) for o in orders)
     unknown_keys = {k for k, s in prog.done.items() if s == "UNKNOWN"}
@@ -541,10 +547,7 @@ def _report(
         "outbox_transport": side.kind,
         "outbox_url": _without_password(side.url),
         "rollback_topic": side.rollback_topic,
-        "brokers": len(brokers.masters),
-        "namesrv_addr": brokers.namesrv_addr,
-        "orders_stored_per_broker": stored,
-        "orders_stored": sum(stored.values()),
+        **cluster,
         "orders_total": len(orders),
         "committed": len(committed),
         "rolled_back": stats["ROLLBACK"],

@@ -32,3 +32,28 @@ def test_demo_is_consistent_at_sf_0_002(tmp_path: Path) -> None:
     assert r["uncompensated"] == 0 and r["wrongly_cancelled"] == 0
     assert r["spark_orders"] == r["committed"] - r["compensated"] and r["spark_missing"] == 0
     assert set(r["stages"]) >= {"generate", "produce", "settle", "ledger", "compensate", "spark"}
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_demo_on_two_brokers_is_consistent_and_spreads_the_orders(tmp_path: Path) -> None:
+    """``--brokers 2``: a name server and two brokers; every client finds them through it. The
+    checks are the one-broker run's, and both brokers stored orders, together exactly the
+    committed ones."""
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "txmq", "demo", "--brokers", "2", "--sf", "0.001",
+         "--run-dir", str(tmp_path / "run"), "--report", str(report)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(report.read_text())
+    assert r["consistent"] is True and r["brokers"] == 2 and r["namesrv_addr"]
+    assert r["orders_total"] == 1500 and r["lost"] == 0 and r["phantom"] == 0
+    assert r["q1_matches_oracle"] is True and r["revenue_matches_oracle"] is True
+    assert r["ledger_rejected"] == r["compensated"] == r["rejects_planned"] > 0
+    assert r["spark_orders"] == r["committed"] - r["compensated"] and r["spark_missing"] == 0
+    per_broker = r["orders_stored_per_broker"]
+    assert set(per_broker) == {"broker-a", "broker-b"}, per_broker
+    assert min(per_broker.values()) > 0 and sum(per_broker.values()) == r["committed"], per_broker
+    assert "broker-a at" in proc.stdout and "broker-b at" in proc.stdout

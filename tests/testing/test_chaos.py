@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from txmq.testing.chaos import KINDS, ChaosConfig, render_markdown, run_chaos
+from txmq.testing.chaos import CLUSTER_KINDS, KINDS, ChaosConfig, render_markdown, run_chaos
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -27,3 +27,23 @@ def test_a_small_chaos_schedule_leaves_no_violation(tmp_path: Path) -> None:
     assert min(ops.get("send ok", 0), ops.get("tx ok", 0), ops.get("put ok", 0)) > 50, report
     assert res.tx_states.get("COMMIT", 0) > 20 and res.tx_states.get("ROLLBACK", 0) > 5, report
     assert all(f.healed_ms > f.started_ms > 0 for f in res.schedule), report
+
+
+def test_a_broker_killed_in_a_cluster_leaves_no_violation(tmp_path: Path) -> None:
+    """A cluster run: a name server and two brokers, the workload finding them through it; the
+    nemesis SIGKILLs one broker at a time (restarted after its slot) while the other keeps serving,
+    besides killing and pausing the workload's processes. The history check finds nothing."""
+    res = run_chaos(tmp_path / "run", ChaosConfig(seed=23, brokers=2, faults=4, duration_s=30,
+                                                   warmup_s=3))
+    report = render_markdown(res)
+    (tmp_path / "report.md").write_text(report)
+    assert res.violations == [], report
+    assert res.quiesced, report
+    assert res.faults_by_kind.get("broker_kill", 0) >= 1, report
+    assert set(res.faults_by_kind) <= set(CLUSTER_KINDS), report
+    assert all(f.healed_ms > f.started_ms > 0 for f in res.schedule), report
+    assert set(res.stored_by_broker) == {"broker-a", "broker-b"}, report
+    assert min(res.stored_by_broker.values()) > 0, report
+    ops = res.operations
+    assert min(ops.get("send ok", 0), ops.get("tx ok", 0), ops.get("put ok", 0)) > 20, report
+    assert res.tx_states.get("COMMIT", 0) > 10, report

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from txmq.testing.chaos import KINDS, Observation, OffsetSample, Stored, check, schedule
+import pytest
+
+from txmq.testing.chaos import (
+    CLUSTER_KINDS,
+    KINDS,
+    Observation,
+    OffsetSample,
+    Stored,
+    check,
+    schedule,
+)
 
 G = ["g1", "g2"]
 
@@ -147,3 +157,15 @@ def test_the_schedule_is_a_function_of_the_seed() -> None:
     assert all(0 < f.duration_s < 60 / 30 and f.at_s < 60 for f in a)
     assert all(f.amount_ms > 0 for f in a if f.kind in ("delay", "clock_forward"))
     assert all(f.amount_ms < 0 for f in a if f.kind == "clock_back")
+
+
+def test_a_cluster_schedule_kills_brokers_of_the_cluster_and_replays() -> None:
+    """``broker_kill`` hits a ``broker-…`` target only, every round has one, the same seed gives
+    the same schedule, and a one-broker target list cannot take it."""
+    targets = ["broker-a", "broker-b", "plain", "tx", "outbox", "chaos-g1", "chaos-g2"]
+    faults = schedule(5, 12, 60.0, targets, CLUSTER_KINDS)
+    kills = [f for f in faults if f.kind == "broker_kill"]
+    assert len(kills) == 4 and {f.target for f in kills} <= {"broker-a", "broker-b"}
+    assert faults == schedule(5, 12, 60.0, targets, CLUSTER_KINDS)
+    with pytest.raises(ValueError, match="broker_kill"):
+        schedule(5, 3, 10.0, ["broker", "plain"], CLUSTER_KINDS)

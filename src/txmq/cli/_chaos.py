@@ -17,6 +17,9 @@ def chaos(
     seed: Annotated[int, typer.Option(help="Seed of the fault schedule; the same seed replays it.")] = 1,
     faults: Annotated[int, typer.Option(help="How many faults to inject.")] = 12,
     duration_s: Annotated[float, typer.Option(help="Seconds the faults spread over.")] = 60.0,
+    brokers: Annotated[int, typer.Option(
+        min=1, max=26, help="2 or more: a cluster run (a name server and that many brokers; the "
+                            "nemesis kills one broker at a time, and the workload's processes).")] = 1,
     report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Keep histories, databases and logs here "
@@ -29,9 +32,11 @@ def chaos(
     with tempfile.TemporaryDirectory(prefix="txmq-chaos-") as tmp:
         where = run_dir or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
-        res = run_chaos(where, ChaosConfig(seed=seed, faults=faults, duration_s=duration_s))
+        res = run_chaos(where, ChaosConfig(seed=seed, faults=faults, duration_s=duration_s,
+                                           brokers=brokers))
     write_reports(res, report, json_path)
-    t = Table("measure", "value", title=f"chaos seed {seed}")
+    t = Table("measure", "value",
+              title=f"chaos seed {seed}" + (f", {brokers} brokers" if brokers > 1 else ""))
     t.add_row("faults injected", str(sum(res.faults_by_kind.values())))
     for kind, n in sorted(res.faults_by_kind.items()):
         t.add_row(f"  {kind}", str(n))

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from txmq.errors import TxmqError
 
-_KEYS = ("outbox_transport", "rollback_topic",
+_KEYS = ("brokers", "orders_stored_per_broker", "outbox_transport", "rollback_topic",
          "orders_total", "committed", "rolled_back", "unknown_resolved_by_check",
          "producer_crashes", "crash_orders_committed_by_check", "crash_orders_rolled_back_by_check",
          "resent_after_crash", "check_backs", "ledger_received_distinct", "ledger_duplicates",
@@ -25,6 +25,9 @@ def demo(
                                                     "starting one.")] = None,
     namesrv_addr: Annotated[str | None, typer.Option(
         help="Find the broker through these name servers (host:port[;host:port]).")] = None,
+    brokers: Annotated[int, typer.Option(
+        min=1, max=26, help="Brokers to start: 2 or more start a name server and that many "
+                            "brokers (broker-a, broker-b, …), every topic on each.")] = 1,
     report: Annotated[Path | None, typer.Option(help="Where to write report.json.")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Working directory of the run.")] = None,
     producers: Annotated[int, typer.Option(min=3, help="Order service processes.")] = 3,
@@ -48,7 +51,8 @@ def demo(
     from txmq.demo._run import DemoOptions, run_demo
 
     console = Console()
-    opts = DemoOptions(sf=sf, broker=broker, namesrv_addr=namesrv_addr, report=report,
+    opts = DemoOptions(sf=sf, broker=broker, namesrv_addr=namesrv_addr, brokers=brokers,
+                       report=report,
                        producers=producers,
                        producer_threads=threads, outbox_transport=outbox_transport,
                        outbox_url=outbox_url, spark=spark, spark_master=spark_master,

@@ -1,7 +1,9 @@
 """``txmq demo``: TPC-H orders as transactional messages into a ledger and a Spark pipeline.
 
-Stages: generate TPC-H data → start a broker → start the ledger (2 consumer processes behind the
-local message table's inbox) and the order service's compensation consumer → run the order service
+Stages: generate TPC-H data → start a broker (or, ``brokers`` ≥ 2, a name server and that many
+brokers, every topic on each; the clients then find them through the name server) → start the
+ledger (2 consumer processes behind the local message table's inbox) and the order service's
+compensation consumer → run the order service
 (3+ producer processes, with deterministic rollbacks, UNKNOWNs and SIGKILLs) → wait until every half
 message is settled → wait until the ledger has caught up → wait until every order the ledger
 rejected came back as a ROLLBACK event and was cancelled → run the Spark Structured Streaming query
@@ -28,7 +30,7 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +41,8 @@ import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from txmq.client import PullConsumer
 from txmq.demo import ledger, order_service, orderdb, tpch
+from txmq.demo._brokers import Brokers, start_brokers
 from txmq.demo._faults import Fault, fault_of
 from txmq.demo._processes import ServiceProcess
 from txmq.errors import ConfigError, TxmqError
@@ -78,6 +80,9 @@ class DemoOptions:
     broker: str | None = None
     namesrv_addr: str | None = None
     """Name servers to find the broker through (RocketMQ ``namesrvAddr``), instead of ``broker``."""
+    brokers: int = 1
+    """Brokers to start (neither ``broker`` nor ``namesrv_addr`` given): 1, or a cluster of a name
+    server and this many brokers (``broker-a``, ``broker-b``, …), every topic on each."""
     report: Path | None = None
     run_dir: Path = field(default_factory=lambda: Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"))
     producers: int = 3
@@ -192,27 +197,16 @@ def _prepare_work(opts: DemoOptions, console: Console) -> tuple[list[tpch.Order]
     return orders, files
 
 
-def _start_broker(opts: DemoOptions) -> tuple[str, Callable[[], None]]:
-    """The broker to run on: ``opts.broker``, the master the name servers ``opts.namesrv_addr``
-    route to, or one started here. Returns its address and how to stop it."""
-    if opts.broker or opts.namesrv_addr:
-        with PullConsumer(opts.broker or "", namesrv_addr=opts.namesrv_addr or "") as pc:
-            pc.create_topic(TOPIC, TOPIC_QUEUES)
-            pc.create_topic(ROLLBACK_TOPIC, ROLLBACK_TOPIC_QUEUES)
-            return pc.broker_address(), lambda: None
-    from txmq.testing import BrokerProcess
-
-    bp = BrokerProcess(
-        opts.run_dir / "broker",
-        {
-            "topics": {TOPIC: TOPIC_QUEUES, ROLLBACK_TOPIC: ROLLBACK_TOPIC_QUEUES},
-            "transaction_timeout_ms": opts.transaction_timeout_ms,
-            "transaction_check_interval_ms": opts.transaction_check_interval_ms,
-            "message_delay_level": opts.message_delay_level,
-        },
+def _start_broker(opts: DemoOptions) -> Brokers:
+    """The brokers to run on: ``opts.broker``, the masters the name servers ``opts.namesrv_addr``
+    route to, or ``opts.brokers`` started here (see :func:`txmq.demo._brokers.start_brokers`)."""
+    return start_brokers(
+        opts.brokers, opts.run_dir, {TOPIC: TOPIC_QUEUES, ROLLBACK_TOPIC: ROLLBACK_TOPIC_QUEUES},
+        opts.broker, opts.namesrv_addr,
+        transaction_timeout_ms=opts.transaction_timeout_ms,
+        transaction_check_interval_ms=opts.transaction_check_interval_ms,
+        message_delay_level=opts.message_delay_level,
     )
-    bp.start()
-    return bp.endpoints, bp.stop
 
 
 class _ProgressFiles:
@@ -245,7 +239,7 @@ class _ProgressFiles:
 
 
 def _run_producers(
-    opts: DemoOptions, endpoints: str, db: Path, work: list[Path], total: int, progress: Progress
+    opts: DemoOptions, brokers: Brokers, db: Path, work: list[Path], total: int, progress: Progress
 ) -> tuple[_ProgressFiles, list[ServiceProcess], int]:
     logs = opts.run_dir / "logs"
     prog = _ProgressFiles([w.with_suffix(".progress") for w in work])
@@ -256,8 +250,7 @@ def _run_producers(
         return ServiceProcess(
             "txmq.demo.order_service",
             [
-                "--endpoints",
-                endpoints,
+                *brokers.args(),
                 "--db",
                 str(db),
                 "--work",
@@ -291,21 +284,21 @@ def _run_producers(
     return prog, list(slots.values()), crashes
 
 
-def _wait_settled(endpoints: str, progress: Progress) -> dict[str, int]:
+def _wait_settled(brokers: Brokers, progress: Progress) -> dict[str, int]:
+    """Wait until no broker holds a pending half; returns the counts summed over the brokers."""
     task = progress.add_task("broker: settle halves", total=None)
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    with PullConsumer(endpoints) as pc:
-        while True:
-            stats = pc.transaction_stats()
-            settled = stats["COMMIT"] + stats["ROLLBACK"] + stats["DISCARD"]
-            progress.update(task, total=settled + stats["PENDING"], completed=settled)
-            if stats["PENDING"] == 0:
-                return stats
-            if time.monotonic() > deadline:
-                raise DemoError(
-                    f"{stats['PENDING']} half messages still pending after {SETTLE_TIMEOUT_S:.0f} s"
-                )
-            time.sleep(0.25)
+    while True:
+        stats = brokers.transaction_stats()
+        settled = stats["COMMIT"] + stats["ROLLBACK"] + stats["DISCARD"]
+        progress.update(task, total=settled + stats["PENDING"], completed=settled)
+        if stats["PENDING"] == 0:
+            return stats
+        if time.monotonic() > deadline:
+            raise DemoError(
+                f"{stats['PENDING']} half messages still pending after {SETTLE_TIMEOUT_S:.0f} s"
+            )
+        time.sleep(0.25)
 
 
 def _wait_ledger(db: Path, expected: set[int], progress: Progress) -> tuple[set[int], int]:
@@ -335,7 +328,7 @@ def _wait_compensated(order_db: Path, expected: set[int], progress: Progress) ->
         time.sleep(0.25)
 
 
-def _spark_stage(opts: DemoOptions, endpoints: str, order_db: Path, progress: Progress,
+def _spark_stage(opts: DemoOptions, brokers: Brokers, order_db: Path, progress: Progress,
                  with_rollbacks: bool = True) -> dict[str, Any]:
     """The Spark query over txmq's ``orders`` (and, ``with_rollbacks``, its rollback topic), checked
     against the order database's oracles (cancelled orders excluded only ``with_rollbacks``)."""
@@ -349,7 +342,7 @@ def _spark_stage(opts: DemoOptions, endpoints: str, order_db: Path, progress: Pr
         txspark.register(spark)
         stream = (
             spark.readStream.format("txmq")
-            .option("endpoints", endpoints)
+            .options(**brokers.spark_options())
             .option("topic", f"{TOPIC},{ROLLBACK_TOPIC}" if with_rollbacks else TOPIC)
             .option("startingOffsets", "earliest")
             .load()
@@ -378,20 +371,20 @@ def _spark_stage(opts: DemoOptions, endpoints: str, order_db: Path, progress: Pr
     }
 
 
-def _start_services(opts: DemoOptions, endpoints: str, side: _Outbox, order_db: Path,
+def _start_services(opts: DemoOptions, brokers: Brokers, side: _Outbox, order_db: Path,
                     ledger_db: Path) -> tuple[list[ServiceProcess], ServiceProcess]:
     """Start the ledger processes and the order service's compensation consumer."""
     ledgers = [
         ServiceProcess(
             "txmq.demo.ledger",
-            ["--endpoints", endpoints, "--db", str(ledger_db), *side.args()],
+            [*brokers.args(), "--db", str(ledger_db), *side.args()],
             opts.run_dir / "logs" / f"ledger-{i}.log",
         )
         for i in range(opts.ledgers)
     ]
     compensator = ServiceProcess(
         "txmq.demo.order_service",
-        ["--endpoints", endpoints, "--db", str(order_db), "--compensate", *side.args()],
+        [*brokers.args(), "--db", str(order_db), "--compensate", *side.args()],
         opts.run_dir / "logs" / "compensation.log",
     )
     return ledgers, compensator
@@ -442,19 +435,20 @@ def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
     order_service.init_tx_log(order_db)
     ledger.init_db(ledger_db)
     with stage("broker_start"):
-        endpoints, stop_broker = _start_broker(opts)
-    console.print(f"broker at {endpoints}; ROLLBACK events over {side.kind} to {side.rollback_topic}; "
+        brokers = _start_broker(opts)
+    console.print(f"{brokers.describe()}; ROLLBACK events over {side.kind} to {side.rollback_topic}; "
                   f"run directory {opts.run_dir}")
-    ledgers, compensator = _start_services(opts, endpoints, side, order_db, ledger_db)
+    ledgers, compensator = _start_services(opts, brokers, side, order_db, ledger_db)
     producers: list[ServiceProcess] = []
     try:
         with _progress(console) as progress:
             with stage("produce"):
                 prog, producers, crashes = _run_producers(
-                    opts, endpoints, order_db, work, len(orders), progress
+                    opts, brokers, order_db, work, len(orders), progress
                 )
             with stage("settle"):
-                stats = _wait_settled(endpoints, progress)
+                stats = _wait_settled(brokers, progress)
+            stored = brokers.stored(TOPIC)
             for p in producers:
                 p.terminate()
             committed = orderdb.committed_orderkeys(order_db)
@@ -468,16 +462,23 @@ def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
             spark = _skipped_spark()
             if opts.spark:
                 with _spark_master(opts, stage, console), stage("spark"):
-                    spark = _spark_stage(opts, endpoints, order_db, progress,
+                    spark = _spark_stage(opts, brokers, order_db, progress,
                                          with_rollbacks=side.kind == "txmq")
     finally:
         for p in [*producers, *ledgers, compensator]:
             p.terminate()
-        stop_broker()
+        brokers.stop()
     comp = {"rejected": rejected, "cancelled": cancelled, **ledger.ledger_rejected(ledger_db)}
     report = _report(opts, orders, prog, stats, crashes, committed, received, dups, spark, comp,
-                     stage.seconds, time.monotonic() - t0, side)
+                     stage.seconds, time.monotonic() - t0, side, _cluster_report(brokers, stored))
     return report
+
+
+def _cluster_report(brokers: Brokers, stored: dict[str, int]) -> dict[str, Any]:
+    """The report's broker part: how many, the name servers ("" with one broker), and the orders
+    each broker stored (messages of ``orders``)."""
+    return {"brokers": len(brokers.masters), "namesrv_addr": brokers.namesrv_addr,
+            "orders_stored_per_broker": stored, "orders_stored": sum(stored.values())}
 
 
 def _compensation_report(committed: set[int], received: set[int],
@@ -528,6 +529,7 @@ def _report(
     stages: dict[str, float],
     elapsed: float,
     side: _Outbox,
+    cluster: dict[str, Any],
 ) -> dict[str, Any]:
     faults = Counter(fault_of(o.o_orderkey) for o in orders)
     unknown_keys = {k for k, s in prog.done.items() if s == "UNKNOWN"}
@@ -545,6 +547,7 @@ def _report(
         "outbox_transport": side.kind,
         "outbox_url": _without_password(side.url),
         "rollback_topic": side.rollback_topic,
+        **cluster,
         "orders_total": len(orders),
         "committed": len(committed),
         "rolled_back": stats["ROLLBACK"],

@@ -1,8 +1,8 @@
 """The demo's downstream ledger service: a push consumer of group ``ledger`` (clustering) behind the
 local message table's inbox (:class:`txmq.outbox.CommitListener`).
 
-Run as ``python -m txmq.demo.ledger --endpoints E --db ledger.db [--outbox-url URL] [--rollback-topic
-T]``. For each delivered order the inbox row and the ``received`` row commit in one SQLite
+Run as ``python -m txmq.demo.ledger --endpoints E|--namesrv-addr N --db ledger.db [--outbox-url URL]
+[--rollback-topic T]``. For each delivered order the inbox row and the ``received`` row commit in one SQLite
 transaction, so a redelivery is recognised by
 the inbox's unique key and acknowledged without booking twice (counted in ``duplicates``). The
 ledger permanently rejects the orders :func:`txmq.demo._faults.fault_of` marks ``LEDGER_REJECT``:
@@ -116,30 +116,35 @@ def _duplicate_recorder(engine: sa.Engine):  # type: ignore[no-untyped-def]
     return record
 
 
-def _relay_sender(endpoints: str, outbox_url: str | None) -> tuple[outbox.Sender, Callable[[], None]]:
-    """What the ledger's relay sends through, and how to close it: txmq's Producer, or the
-    transport of ``outbox_url``. Raises ConfigError (bad URL)."""
+def _relay_sender(endpoints: str, outbox_url: str | None,
+                  namesrv_addr: str = "") -> tuple[outbox.Sender, Callable[[], None]]:
+    """What the ledger's relay sends through, and how to close it: txmq's Producer (to the broker
+    ``endpoints`` or the cluster of ``namesrv_addr``), or the transport of ``outbox_url``. Raises
+    ConfigError (bad URL)."""
     if outbox_url:
         transport = outbox.open_transport(outbox_url)
         return transport, transport.close
-    producer = Producer("ledger-outbox", endpoints)
+    producer = Producer("ledger-outbox", endpoints, namesrv_addr=namesrv_addr)
     producer.start()
     return producer, producer.shutdown
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--endpoints", required=True)
+    p.add_argument("--endpoints", default="", help="the broker (host:port)")
+    p.add_argument("--namesrv-addr", default="", help="name servers of a cluster, instead")
     p.add_argument("--db", type=Path, required=True)
     p.add_argument("--outbox-url", help="send ROLLBACK events over this transport (amqp://, nats://)")
     p.add_argument("--rollback-topic", help="where ROLLBACK events go (default <topic>-rollback)")
     a = p.parse_args(argv)
+    if not a.endpoints and not a.namesrv_addr:
+        p.error("--endpoints or --namesrv-addr is required")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(name)s: %(message)s")
     init_db(a.db)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     engine = _engine(a.db)
-    sender, close_sender = _relay_sender(a.endpoints, a.outbox_url)
+    sender, close_sender = _relay_sender(a.endpoints, a.outbox_url, a.namesrv_addr)
     relay = outbox.Relay(engine, sender, config=outbox.RelayConfig(period_ms=500))
     fixed_topic: str | None = a.rollback_topic
     rollback_topic = ((lambda _t: fixed_topic) if fixed_topic else outbox.default_rollback_topic)
@@ -147,7 +152,8 @@ def main(argv: list[str] | None = None) -> None:
                                      on_duplicate=_duplicate_recorder(engine),
                                      rollback_topic=rollback_topic)
     consumer = listener.consumer(LEDGER_GROUP, a.endpoints, "orders",
-                                 consume_from_where="CONSUME_FROM_FIRST_OFFSET", consume_threads=2)
+                                 consume_from_where="CONSUME_FROM_FIRST_OFFSET", consume_threads=2,
+                                 namesrv_addr=a.namesrv_addr)
     relay.start()
     consumer.start()
     try:

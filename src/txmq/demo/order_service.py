@@ -1,6 +1,6 @@
 """The demo's upstream order service: one producer process of producer group ``order-service``.
 
-Run as ``python -m txmq.demo.order_service --endpoints E --db orders.db --work slot.bin
+Run as ``python -m txmq.demo.order_service --endpoints E|--namesrv-addr N --db orders.db --work slot.bin
 --progress slot.progress``. It sends each order of its work file with
 ``send_message_in_transaction``; the local transaction inserts the order into the shared SQLite
 order database. A progress file (append-only lines ``A <key>`` before the half message, ``D <key>
@@ -149,13 +149,16 @@ def _worker(producer: TransactionProducer, work: list[tuple[int, bytes]], fd: in
 
 
 def run(
-    endpoints: str, db: Path, work_file: Path, progress: Path, threads: int, linger: bool = False
+    endpoints: str, db: Path, work_file: Path, progress: Path, threads: int, linger: bool = False,
+    namesrv_addr: str = "",
 ) -> None:
-    """Send every order of ``work_file`` not yet attempted, with ``threads`` concurrent senders."""
+    """Send every order of ``work_file`` not yet attempted, with ``threads`` concurrent senders, to
+    the broker ``endpoints`` or the cluster the name servers ``namesrv_addr`` route to."""
     work = msgspec.msgpack.decode(work_file.read_bytes(), type=list[tuple[int, bytes]])
     todo = _todo(work, progress)
     fd = os.open(progress, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    producer = TransactionProducer(PRODUCER_GROUP, endpoints, OrderListener(db), check_threads=4)
+    producer = TransactionProducer(PRODUCER_GROUP, endpoints, OrderListener(db), check_threads=4,
+                                   namesrv_addr=namesrv_addr)
     producer.start()
     try:
         parts = [todo[i::threads] for i in range(threads)]
@@ -189,9 +192,10 @@ def cancel_order(conn: sa.Connection, ev: InboxEvent) -> None:
 
 
 def run_compensator(endpoints: str, db: Path, outbox_url: str | None = None,
-                    rollback_topic: str = ROLLBACK_TOPIC) -> None:
+                    rollback_topic: str = ROLLBACK_TOPIC, namesrv_addr: str = "") -> None:
     """Consume ``rollback_topic`` and cancel each named order once, until SIGTERM: on txmq at
-    ``endpoints``, or over the transport of ``outbox_url`` (``amqp://…``, ``nats://…``).
+    ``endpoints`` (or the cluster of the name servers ``namesrv_addr``), or over the transport of
+    ``outbox_url`` (``amqp://…``, ``nats://…``).
 
     Raises:
         ConfigError: a bad ``outbox_url`` or a topic name that transport cannot carry.
@@ -207,7 +211,8 @@ def run_compensator(endpoints: str, db: Path, outbox_url: str | None = None,
     transport = open_transport(outbox_url) if outbox_url else None
     consumer = (listener.subscribe(transport, COMPENSATION_GROUP, rollback_topic) if transport
                 else listener.consumer(COMPENSATION_GROUP, endpoints, rollback_topic,
-                                       consume_from_where="CONSUME_FROM_FIRST_OFFSET"))
+                                       consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                                       namesrv_addr=namesrv_addr))
     consumer.start()
     try:
         stop.wait()
@@ -220,7 +225,8 @@ def run_compensator(endpoints: str, db: Path, outbox_url: str | None = None,
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--endpoints", required=True)
+    p.add_argument("--endpoints", default="", help="the broker (host:port)")
+    p.add_argument("--namesrv-addr", default="", help="name servers of a cluster, instead")
     p.add_argument("--db", type=Path, required=True)
     p.add_argument("--work", type=Path)
     p.add_argument("--progress", type=Path)
@@ -236,12 +242,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(name)s: %(message)s")
+    if not a.endpoints and not a.namesrv_addr:
+        p.error("--endpoints or --namesrv-addr is required")
     if a.compensate:
-        run_compensator(a.endpoints, a.db, a.outbox_url, a.rollback_topic)
+        run_compensator(a.endpoints, a.db, a.outbox_url, a.rollback_topic, a.namesrv_addr)
         return
     if a.work is None or a.progress is None:
         p.error("--work and --progress are required unless --compensate")
-    run(a.endpoints, a.db, a.work, a.progress, a.threads, a.linger)
+    run(a.endpoints, a.db, a.work, a.progress, a.threads, a.linger, a.namesrv_addr)
 
 
 if __name__ == "__main__":

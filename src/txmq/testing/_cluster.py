@@ -19,7 +19,8 @@ from txmq.testing._broker import BrokerProcess
 
 __all__ = ["ClusterProcess", "NamesrvProcess", "run_cluster"]
 
-_START_TIMEOUT_S = 30.0
+_START_TIMEOUT_S = 90.0
+"""How long the name server may take to listen (as :data:`txmq.testing._broker._START_TIMEOUT_S`)."""
 CLUSTER_BROKERS_MAX = 26
 """Broker names run from ``broker-a`` to ``broker-z``."""
 _REGISTERED_TIMEOUT_S = 30.0
@@ -52,6 +53,7 @@ class NamesrvProcess:
         deadline = time.monotonic() + _START_TIMEOUT_S
         while not port_file.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
                 raise BrokerUnavailable(f"name server did not start; see {self.log_path}")
             time.sleep(0.02)
         self.port = int(port_file.read_text())
@@ -171,7 +173,7 @@ def run_cluster(brokers: int = 3, data_dir: Path | None = None,
 
     Raises:
         ValueError: ``brokers`` outside 1..26.
-        BrokerUnavailable: a process did not start or register within 30 s.
+        BrokerUnavailable: a process did not start within 90 s or register within 30 s.
     """
     if not 1 <= brokers <= CLUSTER_BROKERS_MAX:
         raise ValueError(f"brokers must be in 1..{CLUSTER_BROKERS_MAX}")
@@ -179,15 +181,15 @@ def run_cluster(brokers: int = 3, data_dir: Path | None = None,
         if data_dir is None:
             data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="txmq-cl-")))
         ns = NamesrvProcess(data_dir / "namesrv")
-        ns.start()
         stack.callback(ns.stop)
+        ns.start()
         procs: dict[str, BrokerProcess] = {}
         for letter in string.ascii_lowercase[:brokers]:
             name = f"broker-{letter}"
             bp = BrokerProcess(data_dir / name, {**config, "broker_name": name,
                                                  "namesrv_addr": ns.addr})
+            stack.callback(bp.stop)  # before start: a broker that fails to start is stopped too
             bp.start()
-            stack.callback(bp.stop)
             procs[name] = bp
         _wait_registered(ns.addr, list(procs))
         yield ClusterProcess(ns, procs)

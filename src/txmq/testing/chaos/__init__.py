@@ -12,6 +12,11 @@ A run (:func:`run_chaos`, ``txmq chaos``, ``tests/testing/test_chaos.py``) start
   SIGCONT of every process, drop / blackhole / delay / half-open connections in the proxy, a full
   disk under the broker's store, and broker clock jumps forward and back (:mod:`._nemesis`).
 
+A cluster run (``ChaosConfig(brokers=2)``, ``txmq chaos --brokers 2``) starts a name server and
+that many brokers instead of the broker and the proxy; the workload finds them through the name
+server and the nemesis SIGKILLs one broker at a time (``broker_kill``) while the others keep
+serving, besides killing and pausing the workload's processes (:data:`CLUSTER_KINDS`).
+
 After the last fault every fault is healed, the producers stop, and the run waits until every
 transaction is settled, the outbox is sent and both groups have everything; then :func:`check` reads
 the histories, a scan of the broker, the transaction states, the databases and the offset samples,
@@ -21,12 +26,13 @@ schedule, the counts, each violation with its history excerpt, and the seed that
 
 from txmq.testing.chaos._check import Observation, OffsetSample, Stored, Violation, check
 from txmq.testing.chaos._history import HistoryWriter, read_histories
-from txmq.testing.chaos._nemesis import KINDS, Fault, schedule
+from txmq.testing.chaos._nemesis import CLUSTER_KINDS, KINDS, Fault, schedule
 from txmq.testing.chaos._proxy import FaultProxy
 from txmq.testing.chaos._report import render_markdown, write_reports
 from txmq.testing.chaos._run import ChaosConfig, ChaosResult, run_chaos
 
 __all__ = [
+    "CLUSTER_KINDS",
     "KINDS",
     "ChaosConfig",
     "ChaosResult",

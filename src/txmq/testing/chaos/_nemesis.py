@@ -8,7 +8,9 @@ one fault. Kinds:
 - ``drop``, ``blackhole``, ``delay``, ``half_open``: network faults in the :class:`FaultProxy`;
 - ``disk_full``: fill the broker's tmpfs data directory with a ballast file, remove it after;
 - ``clock_forward``, ``clock_back``: jump the broker's clock (the ``_now_ms`` test hook of
-  ``broker/server.py``) by ``amount_ms``, and back to true time after the duration.
+  ``broker/server.py``) by ``amount_ms``, and back to true time after the duration;
+- ``broker_kill`` (cluster runs only): SIGKILL one broker of the cluster (a target named
+  ``broker-…``) while the others keep serving, restart it after the duration.
 
 ``schedule(seed, ...)`` is a pure function of its arguments: the same seed replays the same faults
 at the same offsets from the start of the run.
@@ -23,11 +25,16 @@ from pathlib import Path
 
 import msgspec
 
-__all__ = ["KINDS", "NETWORK_KINDS", "PROCESS_KINDS", "Fault", "fill_disk", "schedule"]
+__all__ = ["CLUSTER_KINDS", "KINDS", "NETWORK_KINDS", "PROCESS_KINDS", "Fault", "fill_disk",
+           "schedule"]
 
 PROCESS_KINDS = ("kill", "pause")
 NETWORK_KINDS = ("drop", "blackhole", "delay", "half_open")
 KINDS = (*PROCESS_KINDS, *NETWORK_KINDS, "disk_full", "clock_forward", "clock_back")
+CLUSTER_KINDS = ("broker_kill", *PROCESS_KINDS)
+"""The kinds of a cluster run: its clients reach the brokers through the name server, not the
+fault proxy, and the brokers' stores are not on a tmpfs, so network, disk and clock faults are one
+broker's affair (``txmq chaos`` without ``--brokers`` runs them)."""
 _CLOCK_JUMP_MS = (2_000, 20_000)
 _DELAY_MS = (50, 400)
 
@@ -50,7 +57,12 @@ class Fault(msgspec.Struct, kw_only=True):
 def schedule(seed: int, faults: int, duration_s: float, targets: list[str],
              kinds: tuple[str, ...] = KINDS) -> list[Fault]:
     """``faults`` faults spread over ``duration_s`` seconds: kinds in shuffled rounds (every kind
-    before any repeats), process faults on a random target; each takes 30–60 % of its slot."""
+    before any repeats), process faults on a random target, ``broker_kill`` on a random target
+    named ``broker-…``; each takes 30–60 % of its slot.
+
+    Raises:
+        ValueError: ``broker_kill`` among ``kinds`` but no target named ``broker-…``.
+    """
     rng = random.Random(seed)
     slot = duration_s / max(1, faults)
     out: list[Fault] = []
@@ -61,6 +73,11 @@ def schedule(seed: int, faults: int, duration_s: float, targets: list[str],
             rng.shuffle(order)
         kind = order.pop()
         target = rng.choice(targets) if kind in PROCESS_KINDS else "broker"
+        if kind == "broker_kill":
+            brokers = [t for t in targets if t.startswith("broker-")]
+            if not brokers:
+                raise ValueError("broker_kill needs targets named broker-… (a cluster run)")
+            target = rng.choice(brokers)
         amount = 0
         if kind == "delay":
             amount = rng.randint(*_DELAY_MS)

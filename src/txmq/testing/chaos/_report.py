@@ -20,10 +20,11 @@ def _table(head: list[str], rows: list[list[object]]) -> list[str]:
 def render_markdown(res: ChaosResult) -> str:
     """The report: seed, verdict, counts, fault schedule, and each violation with its excerpt."""
     t0 = min((f.started_ms for f in res.schedule if f.started_ms), default=0.0)
+    cluster = f" --brokers {res.config.brokers}" if res.config.brokers > 1 else ""
     lines = [f"# Chaos run, seed {res.seed}", "",
              f"- verdict: **{'PASS' if not res.violations else 'FAIL'}** — {len(res.violations)} "
              f"violations; replay with `txmq chaos --seed {res.seed} --faults {res.config.faults} "
-             f"--duration-s {res.config.duration_s:g}`",
+             f"--duration-s {res.config.duration_s:g}{cluster}`",
              f"- faults injected: {sum(res.faults_by_kind.values())} of {len(res.schedule)} scheduled; "
              f"elapsed {res.elapsed_s} s; drained after healing: {res.quiesced}",
              f"- messages in the broker at the end: {res.stored} (and {res.retained_out} delivered "
@@ -31,6 +32,9 @@ def render_markdown(res: ChaosResult) -> str:
              f"{res.tx_states}",
              f"- consumer offsets sampled: {res.offset_samples} times; redeliveries absorbed by the "
              f"inbox: {res.redeliveries}"]
+    if res.stored_by_broker:
+        lines.append(f"- a cluster of {res.config.brokers} brokers; messages stored by each: "
+                     f"{res.stored_by_broker}")
     lines += [f"- fault kind `{k}` skipped: {why}" for k, why in res.skipped_kinds.items()]
     lines += [f"- note: {n}" for n in res.notes]
     lines += ["", "## Faults by kind", "",

@@ -1,10 +1,18 @@
 """One chaos run: start the broker (on a tmpfs), the proxy and the workload; run the nemesis; heal;
-drain; observe; check. See the package docstring for the whole picture."""
+drain; observe; check. See the package docstring for the whole picture.
+
+A cluster run (``ChaosConfig.brokers`` ≥ 2) starts a name server and that many brokers instead
+(``broker-a``, ``broker-b``, … every workload topic on each); the workload finds them through the
+name server, the nemesis kills one broker at a time (``broker_kill``) and the workload's processes,
+and the final scan, the offset samples and the transaction states are read from every broker. A
+queue of the checker is then ``<topic>@<broker>`` and its id.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
+import string
 import threading
 import time
 from collections import Counter
@@ -16,6 +24,7 @@ import msgspec
 from txmq import limits
 from txmq.client import Admin, PullConsumer
 from txmq.testing._broker import BrokerProcess
+from txmq.testing._cluster import CLUSTER_BROKERS_MAX, run_cluster
 from txmq.testing.chaos._check import (
     Observation,
     OffsetSample,
@@ -25,23 +34,37 @@ from txmq.testing.chaos._check import (
     retained_out,
 )
 from txmq.testing.chaos._history import read_histories
-from txmq.testing.chaos._nemesis import KINDS, NETWORK_KINDS, Fault, fill_disk, schedule
+from txmq.testing.chaos._nemesis import (
+    CLUSTER_KINDS,
+    KINDS,
+    NETWORK_KINDS,
+    Fault,
+    fill_disk,
+    schedule,
+)
 from txmq.testing.chaos._procs import BrokerTarget, Worker, mount_tmpfs, unmount
 from txmq.testing.chaos._proxy import FaultProxy
 from txmq.testing.chaos._spec import GROUPS, TOPICS, prepare_databases
+from txmq.testing.chaos._worker import NAMESRV_PREFIX
 
 __all__ = ["ChaosConfig", "ChaosResult", "run_chaos"]
 
 _QUEUES = 2
+_SERVING_TIMEOUT_S = 90.0
+"""A cluster run waits at most this long, before the warm-up, for the workload to have stored a
+message on every broker (a loaded 2-core machine took ~30 s to start the workload's processes; a
+broker killed before they fetched their routes would get nothing until the 30 s route refresh)."""
 _ROLES = {"plain": "plain", "tx": "tx", "outbox": "outbox", GROUPS[0]: "consumer", GROUPS[1]: "consumer"}
 
 
 class ChaosConfig(msgspec.Struct, kw_only=True):
     """A run's parameters. ``duration_s`` is the nemesis's span (the faults spread over it);
     ``warmup_s`` of fault-free load come first; the drain after healing takes at most
-    ``quiesce_timeout_s``."""
+    ``quiesce_timeout_s``. ``brokers`` ≥ 2 makes it a cluster run (see the module docstring); its
+    kinds are :data:`CLUSTER_KINDS` unless ``kinds`` names others than the default."""
 
     seed: int = 1
+    brokers: int = 1
     faults: int = 12
     duration_s: float = 60.0
     warmup_s: float = 5.0
@@ -61,6 +84,8 @@ class ChaosResult(msgspec.Struct, kw_only=True):
     violations: list[Violation]
     skipped_kinds: dict[str, str]
     stored: int
+    stored_by_broker: dict[str, int]
+    """Broker name → messages of the workload's topics it stored (``{}`` in a one-broker run)."""
     retained_out: int
     """Acknowledged messages delivered, then deleted by retention (a full disk forces it)."""
     offset_samples: int
@@ -86,15 +111,21 @@ class _Run:
         (run / "history").mkdir(parents=True, exist_ok=True)
         self.store_dir = run / "broker" / "store"
         self.skipped: dict[str, str] = {}
-        why = mount_tmpfs(self.store_dir, config.tmpfs_size)
-        self.mounted = not why
-        if why:
-            self.skipped["disk_full"] = f"cannot mount a tmpfs for the broker's store: {why}"
         self.clock_file = run / "clock_offset_ms"
         self.clock_file.write_text("0")
-        self.broker = BrokerProcess(run / "broker", _broker_config(), log_path=run / "logs-broker.log",
-                                    env={"TXMQ_TEST_CLOCK_OFFSET_FILE": str(self.clock_file)})
-        self.target = BrokerTarget(self.broker)
+        self.brokers: dict[str, BrokerTarget] = {}
+        """Broker name → the broker as a target: ``{"broker": …}`` in a one-broker run."""
+        self._cluster = contextlib.ExitStack()
+        self.namesrv_addr = ""
+        self.mounted = False
+        if config.brokers == 1:
+            why = mount_tmpfs(self.store_dir, config.tmpfs_size)
+            self.mounted = not why
+            if why:
+                self.skipped["disk_full"] = f"cannot mount a tmpfs for the broker's store: {why}"
+            broker = BrokerProcess(run / "broker", _broker_config(), log_path=run / "logs-broker.log",
+                                   env={"TXMQ_TEST_CLOCK_OFFSET_FILE": str(self.clock_file)})
+            self.brokers["broker"] = BrokerTarget(broker)
         self.proxy: FaultProxy | None = None
         self.workers: dict[str, Worker] = {}
         self.samples: list[OffsetSample] = []
@@ -103,34 +134,56 @@ class _Run:
 
     def start(self) -> None:
         prepare_databases(self.run)
-        self.broker.start()
-        self.proxy = FaultProxy(self.broker.port)
-        self.proxy.start()
+        if self.config.brokers == 1:
+            broker = self.brokers["broker"].broker
+            broker.start()
+            self.proxy = FaultProxy(broker.port)
+            self.proxy.start()
+            endpoints = self.proxy.endpoints
+        else:
+            cluster = self._cluster.enter_context(
+                run_cluster(self.config.brokers, self.run / "cluster", **_broker_config()))
+            self.brokers = {n: BrokerTarget(b) for n, b in cluster.brokers.items()}
+            self.namesrv_addr = cluster.namesrv_addr
+            endpoints = NAMESRV_PREFIX + cluster.namesrv_addr
         for name, role in _ROLES.items():
-            self.workers[name] = Worker(role, name, self.run, self.proxy.endpoints)
+            self.workers[name] = Worker(role, name, self.run, endpoints)
             self.workers[name].start()
         self._sampler = threading.Thread(target=self._sample_offsets, name="chaos-offsets", daemon=True)
         self._sampler.start()
 
     def targets(self) -> dict[str, Worker | BrokerTarget]:
-        return {"broker": self.target, **self.workers}
+        return {**self.brokers, **self.workers}
+
+    def masters(self) -> dict[str, str]:
+        """Broker name → address: ``{"": address}`` in a one-broker run (its queues keep their
+        topic's name in the checker), the cluster's brokers otherwise."""
+        if self.config.brokers == 1:
+            return {"": self.brokers["broker"].broker.endpoints}
+        return {n: t.broker.endpoints for n, t in self.brokers.items()}
+
+    def restarts(self) -> list[float]:
+        """When any broker was started again (ms since the epoch), in order."""
+        return sorted(t for b in self.brokers.values() for t in b.restarts)
 
     def _sample_offsets(self) -> None:
-        clients: dict[str, PullConsumer] = {}
+        clients: dict[tuple[str, str], PullConsumer] = {}
         while not self._sampling.wait(limits.CHAOS_OFFSET_SAMPLE_INTERVAL_MS / 1000):
-            for g in GROUPS:
-                try:
-                    if g not in clients:
-                        clients[g] = PullConsumer(self.broker.endpoints, g, timeout_ms=1000)
-                        clients[g].start()
-                    for t in TOPICS.values():
-                        for q in range(_QUEUES):
-                            off = clients[g].fetch_consumer_offset(t, q)
-                            if off is not None:
-                                self.samples.append(OffsetSample(time.time() * 1000, g, t, q, off))
-                except Exception:  # the broker is down, paused or full: no sample this time
-                    with contextlib.suppress(Exception):
-                        clients.pop(g).shutdown()
+            for name, addr in self.masters().items():
+                for g in GROUPS:
+                    try:
+                        if (name, g) not in clients:
+                            clients[(name, g)] = PullConsumer(addr, g, timeout_ms=1000)
+                            clients[(name, g)].start()
+                        for t in TOPICS.values():
+                            for q in range(_QUEUES):
+                                off = clients[(name, g)].fetch_consumer_offset(t, q)
+                                if off is not None:
+                                    self.samples.append(OffsetSample(time.time() * 1000, g,
+                                                                     _queue_topic(t, name), q, off))
+                    except Exception:  # the broker is down, paused or full: no sample this time
+                        with contextlib.suppress(Exception):
+                            clients.pop((name, g)).shutdown()
         for c in clients.values():
             with contextlib.suppress(Exception):
                 c.shutdown()
@@ -142,8 +195,10 @@ class _Run:
         for w in self.workers.values():
             w.resume()
             w.kill()
-        self.target.resume()
-        self.broker.stop()
+        for b in self.brokers.values():
+            b.resume()
+            b.broker.stop()
+        self._cluster.close()
         if self.proxy is not None:
             self.proxy.stop()
         if self.mounted:
@@ -151,14 +206,15 @@ class _Run:
 
     # -- faults -----------------------------------------------------------------------------------
     def inject(self, f: Fault) -> None:
-        assert self.proxy is not None
-        if f.kind == "kill":
+        if f.kind in ("kill", "broker_kill"):
             self.targets()[f.target].kill()
         elif f.kind == "pause":
             self.targets()[f.target].pause()
         elif f.kind == "drop":
+            assert self.proxy is not None
             f.note = f"{self.proxy.drop()} connections closed"
         elif f.kind in NETWORK_KINDS:
+            assert self.proxy is not None
             self.proxy.set_mode(f.kind, f.amount_ms)  # type: ignore[arg-type]
         elif f.kind == "disk_full":
             fill_disk(self.store_dir)
@@ -166,12 +222,12 @@ class _Run:
             self.clock_file.write_text(str(f.amount_ms))
 
     def heal(self, f: Fault) -> None:
-        assert self.proxy is not None
-        if f.kind == "kill":
+        if f.kind in ("kill", "broker_kill"):
             self._restart(self.targets()[f.target])
         elif f.kind == "pause":
             self.targets()[f.target].resume()
         elif f.kind in NETWORK_KINDS:
+            assert self.proxy is not None
             self.proxy.set_mode("pass")
         elif f.kind == "disk_full":
             (self.store_dir / "chaos-ballast").unlink(missing_ok=True)
@@ -190,9 +246,9 @@ class _Run:
 
     def heal_all(self) -> list[str]:
         """Undo anything still in effect; restart whatever is dead. Returns notes."""
-        assert self.proxy is not None
         notes = []
-        self.proxy.set_mode("pass")
+        if self.proxy is not None:
+            self.proxy.set_mode("pass")
         self.clock_file.write_text("0")
         (self.store_dir / "chaos-ballast").unlink(missing_ok=True)
         for name, t in self.targets().items():
@@ -234,29 +290,39 @@ def _effects(run: Path) -> dict[str, dict[str, int]]:
     return out
 
 
-def _scan(pc: PullConsumer) -> list[Stored]:
+def _queue_topic(topic: str, broker: str) -> str:
+    """The checker's name of ``topic``'s queues on ``broker``: ``topic`` in a one-broker run
+    (``broker`` ""), ``<topic>@<broker>`` in a cluster run (queue ids repeat across brokers)."""
+    return f"{topic}@{broker}" if broker else topic
+
+
+def _scan(pcs: dict[str, PullConsumer]) -> list[Stored]:
+    """Every message of the workload's topics on every broker (``pcs``: name → its client)."""
     out = []
-    for t in TOPICS.values():
-        for q in range(_QUEUES):
-            off, end = pc.min_offset(t, q), pc.max_offset(t, q)
-            while off < end:
-                got = pc.pull(t, q, off, 256).messages
-                if not got:
-                    break
-                out += [Stored(t, q, m.queue_offset, m.keys, m.msg_id) for m in got]
-                off = got[-1].queue_offset + 1
+    for name, pc in pcs.items():
+        for t in TOPICS.values():
+            for q in range(_QUEUES):
+                off, end = pc.min_offset(t, q), pc.max_offset(t, q)
+                while off < end:
+                    got = pc.pull(t, q, off, 256).messages
+                    if not got:
+                        break
+                    out += [Stored(_queue_topic(t, name), q, m.queue_offset, m.keys, m.msg_id)
+                            for m in got]
+                    off = got[-1].queue_offset + 1
     return out
 
 
-def _min_offsets(pc: PullConsumer) -> dict[str, int]:
-    return {f"{t}/{q}": pc.min_offset(t, q) for t in TOPICS.values() for q in range(_QUEUES)}
+def _min_offsets(pcs: dict[str, PullConsumer]) -> dict[str, int]:
+    return {f"{_queue_topic(t, name)}/{q}": pc.min_offset(t, q)
+            for name, pc in pcs.items() for t in TOPICS.values() for q in range(_QUEUES)}
 
 
-def _backlog(r: _Run, pc: PullConsumer) -> str:
+def _backlog(r: _Run, pcs: dict[str, PullConsumer]) -> str:
     """What is still to settle, deliver or relay ("" when everything has drained)."""
-    pending = pc.transaction_stats().get("PENDING", 0)
+    pending = sum(pc.transaction_stats().get("PENDING", 0) for pc in pcs.values())
     unsent = _outbox_unsent(r.run)
-    keys = {m.key for m in _scan(pc)}
+    keys = {m.key for m in _scan(pcs)}
     effects = _effects(r.run)
     missing = {g: len(keys - set(effects[g])) for g in GROUPS}
     if pending or unsent or any(missing.values()):
@@ -264,14 +330,14 @@ def _backlog(r: _Run, pc: PullConsumer) -> str:
     return ""
 
 
-def _quiesce(r: _Run, pc: PullConsumer) -> str:
+def _quiesce(r: _Run, pcs: dict[str, PullConsumer]) -> str:
     """Stop the producers and wait until everything has drained; returns what had not, or ""."""
     (r.run / "stop").touch()
     deadline = time.monotonic() + r.config.quiesce_timeout_s
     left = "not measured"
     while time.monotonic() < deadline:
         try:
-            left = _backlog(r, pc)
+            left = _backlog(r, pcs)
         except Exception as exc:
             left = repr(exc)
         if not left:
@@ -281,20 +347,30 @@ def _quiesce(r: _Run, pc: PullConsumer) -> str:
     return left
 
 
-def _observe(r: _Run, pc: PullConsumer, events: list[dict[str, Any]]) -> Observation:
-    tx_broker = {}  # by half offset: the broker finds settled transactions only that way
-    with Admin(r.broker.endpoints) as admin:
+def _tx_states(masters: dict[str, str], events: list[dict[str, Any]]) -> dict[str, str]:
+    """msg id → the state of its transaction on the broker that stored the half (by half offset:
+    the broker finds settled transactions only that way)."""
+    out = {}
+    with contextlib.ExitStack() as stack:
+        admins = {n: stack.enter_context(Admin(a)) for n, a in masters.items()}
+        only = next(iter(admins.values())) if len(admins) == 1 else None
         for e in events:
             if e["op"] == "tx" and e["phase"] == "ok":
-                state = admin.query_transaction(f"half:{e['half_offset']}")["state"]
-                tx_broker[e["msg_id"]] = str(state)
+                admin = only or admins[e.get("broker", "")]
+                out[e["msg_id"]] = str(admin.query_transaction(f"half:{e['half_offset']}")["state"])
+    return out
+
+
+def _observe(r: _Run, pcs: dict[str, PullConsumer], events: list[dict[str, Any]]) -> Observation:
+    tx_broker = _tx_states(r.masters(), events)
     with contextlib.closing(sqlite3.connect(r.run / "tx.db", timeout=30)) as c:
         tx_local = {k: s for k, s in c.execute("SELECT key, state FROM tx")}
     with contextlib.closing(sqlite3.connect(r.run / "outbox.db", timeout=30)) as c:
         outbox_keys = [k for (k,) in c.execute("SELECT biz_key FROM txmq_outbox")]
-    return Observation(groups=list(GROUPS), stored=_scan(pc), tx_local=tx_local, tx_broker=tx_broker,
-                       outbox_keys=outbox_keys, effects=_effects(r.run), offsets=list(r.samples),
-                       broker_restarts=list(r.target.restarts), min_offsets=_min_offsets(pc))
+    return Observation(groups=list(GROUPS), stored=_scan(pcs), tx_local=tx_local,
+                       tx_broker=tx_broker, outbox_keys=outbox_keys, effects=_effects(r.run),
+                       offsets=list(r.samples), broker_restarts=r.restarts(),
+                       min_offsets=_min_offsets(pcs))
 
 
 def _redeliveries(events: list[dict[str, Any]]) -> int:
@@ -309,26 +385,59 @@ def _redeliveries(events: list[dict[str, Any]]) -> int:
     return n
 
 
+def _wait_serving(r: _Run) -> str:
+    """Wait until every broker stores a ``chaos-plain`` message (at most
+    :data:`_SERVING_TIMEOUT_S`); returns "" or a note naming the brokers that had none."""
+    deadline = time.monotonic() + _SERVING_TIMEOUT_S
+    idle = set(r.masters())
+    while idle and time.monotonic() < deadline:
+        for name in sorted(idle):
+            with contextlib.suppress(Exception), PullConsumer(r.masters()[name]) as pc:
+                if sum(pc.max_offset(TOPICS["plain"], q) for q in range(_QUEUES)) > 0:
+                    idle.discard(name)
+        time.sleep(0.5)
+    return f"brokers {sorted(idle)} had no message before the nemesis" if idle else ""
+
+
+def _broker_names(brokers: int) -> list[str]:
+    """The nemesis's broker targets: ``broker``, or the cluster's ``broker-a``, ``broker-b``, …"""
+    return ["broker"] if brokers == 1 else [f"broker-{c}" for c in string.ascii_lowercase[:brokers]]
+
+
+def _kinds(config: ChaosConfig) -> tuple[str, ...]:
+    """The fault kinds of the run: ``config.kinds``, but :data:`CLUSTER_KINDS` for a cluster run
+    left at the default kinds."""
+    return CLUSTER_KINDS if config.brokers > 1 and config.kinds == KINDS else config.kinds
+
+
 def run_chaos(run_dir: Path, config: ChaosConfig) -> ChaosResult:
     """Run the workload under the seeded nemesis in ``run_dir`` and check the histories.
 
     Raises:
-        BrokerUnavailable: the broker did not start (or start again after a kill).
+        ValueError: ``config.brokers`` outside 1..26.
+        BrokerUnavailable: the broker (a broker of the cluster, or the name server) did not start
+            (or start again after a kill).
     """
+    if not 1 <= config.brokers <= CLUSTER_BROKERS_MAX:
+        raise ValueError(f"brokers must be in 1..{CLUSTER_BROKERS_MAX}, not {config.brokers}")
     began = time.monotonic()
     faults = schedule(config.seed, config.faults, config.duration_s,
-                      ["broker", *_ROLES], config.kinds)
+                      [*_broker_names(config.brokers), *_ROLES], _kinds(config))
     r = _Run(run_dir, config)
     try:
         r.start()
+        serving = _wait_serving(r) if config.brokers > 1 else ""
         time.sleep(config.warmup_s)
         _nemesis(r, faults)
-        notes = r.heal_all()
-        with PullConsumer(r.broker.endpoints, "chaos-checker") as pc:
-            left = _quiesce(r, pc)
+        notes = [serving] if serving else []
+        notes += r.heal_all()
+        with contextlib.ExitStack() as stack:
+            pcs = {n: stack.enter_context(PullConsumer(a, "chaos-checker"))
+                   for n, a in r.masters().items()}
+            left = _quiesce(r, pcs)
             r._sampling.set()
             events = read_histories(run_dir / "history")
-            obs = _observe(r, pc, events)
+            obs = _observe(r, pcs, events)
     finally:
         r.stop()
     violations = check(events, obs)
@@ -339,6 +448,8 @@ def run_chaos(run_dir: Path, config: ChaosConfig) -> ChaosResult:
         seed=config.seed, config=config, schedule=faults, operations=dict(sorted(ops.items())),
         faults_by_kind=dict(Counter(f.kind for f in faults if f.started_ms)), violations=violations,
         skipped_kinds=r.skipped, stored=len(obs.stored),
+        stored_by_broker=dict(sorted(Counter(m.topic.partition("@")[2] for m in obs.stored
+                                             if "@" in m.topic).items())),
         retained_out=len(retained_out(events, obs)), offset_samples=len(obs.offsets),
         redeliveries=_redeliveries(events),
         tx_states=dict(Counter(obs.tx_broker.values())), elapsed_s=round(time.monotonic() - began, 1),

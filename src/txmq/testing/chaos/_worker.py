@@ -1,5 +1,8 @@
 """The chaos workload's processes: ``python -m txmq.testing.chaos._worker ROLE RUN_DIR ENDPOINTS NAME``.
 
+ENDPOINTS is a broker address ``host:port``, or ``namesrv:<addresses>`` for a cluster: the clients
+then find its brokers through those name servers.
+
 Roles (each appends its history to ``RUN_DIR/history/NAME.jsonl``; see :mod:`._history`):
 
 - ``plain``: a Producer sends ``chaos-plain`` messages, one key each (``keys`` = the operation id);
@@ -49,6 +52,15 @@ _PAUSE_S = 0.03
 
 
 _PARENT = os.getppid()
+NAMESRV_PREFIX = "namesrv:"
+"""ENDPOINTS starting with this name the name servers of a cluster instead of a broker."""
+
+
+def _where(endpoints: str) -> tuple[str, dict[str, Any]]:
+    """``(endpoints, client keyword arguments)`` of the ENDPOINTS argument."""
+    if endpoints.startswith(NAMESRV_PREFIX):
+        return "", {"namesrv_addr": endpoints.removeprefix(NAMESRV_PREFIX)}
+    return endpoints, {}
 
 
 def _orphaned() -> bool:
@@ -76,7 +88,8 @@ def _start(make: Any) -> Any:
 
 
 def run_plain(run: Path, endpoints: str, h: HistoryWriter) -> None:
-    p = _start(lambda: Producer("chaos-plain-producers", endpoints, timeout_ms=_TIMEOUT_MS))
+    addr, kw = _where(endpoints)
+    p = _start(lambda: Producer("chaos-plain-producers", addr, timeout_ms=_TIMEOUT_MS, **kw))
     i = 0
     while not _stopping(run):
         i += 1
@@ -88,7 +101,8 @@ def run_plain(run: Path, endpoints: str, h: HistoryWriter) -> None:
             h.write("send", _completion(exc), key=key, error=repr(exc)[:200])
             time.sleep(0.2)
             continue
-        h.write("send", "ok", key=key, msg_id=r.msg_id, queue=r.queue_id, offset=r.queue_offset)
+        h.write("send", "ok", key=key, msg_id=r.msg_id, queue=r.queue_id, offset=r.queue_offset,
+                broker=r.broker_name)
         time.sleep(_PAUSE_S)
     _idle()
 
@@ -140,7 +154,8 @@ class _LocalTransactions:
 def run_tx(run: Path, endpoints: str, h: HistoryWriter) -> None:
     db = run / "tx.db"
     listener = _LocalTransactions(db, h)
-    tp = _start(lambda: TransactionProducer(TX_GROUP, endpoints, listener, timeout_ms=_TIMEOUT_MS))
+    addr, kw = _where(endpoints)
+    tp = _start(lambda: TransactionProducer(TX_GROUP, addr, listener, timeout_ms=_TIMEOUT_MS, **kw))
     rng = random.Random(h.inc)
     i = 0
     while not _stopping(run):
@@ -155,14 +170,16 @@ def run_tx(run: Path, endpoints: str, h: HistoryWriter) -> None:
             h.write("tx", _completion(exc), key=key, error=repr(exc)[:200])
             time.sleep(0.2)
             continue
-        h.write("tx", "ok", key=key, msg_id=r.msg_id, half_offset=r.half_offset, outcome=r.outcome)
+        h.write("tx", "ok", key=key, msg_id=r.msg_id, half_offset=r.half_offset, outcome=r.outcome,
+                broker=r.broker_name)
         time.sleep(_PAUSE_S)
     _idle()
 
 
 def run_outbox(run: Path, endpoints: str, h: HistoryWriter) -> None:
     engine = outbox.create_sqlite_engine(str(run / "outbox.db"))
-    producer = _start(lambda: Producer("chaos-relay", endpoints, timeout_ms=_TIMEOUT_MS))
+    addr, kw = _where(endpoints)
+    producer = _start(lambda: Producer("chaos-relay", addr, timeout_ms=_TIMEOUT_MS, **kw))
     relay = outbox.Relay(engine, producer, config=outbox.RelayConfig(period_ms=100, lease_ms=5000,
                                                                      backoff_max_ms=1000))
     relay.start()
@@ -197,9 +214,11 @@ def run_consumer(run: Path, endpoints: str, h: HistoryWriter) -> None:
                     queue=m.queue_id, offset=m.queue_offset, reconsume=m.reconsume_times)
         return inbox(msgs)
 
+    addr, kw = _where(endpoints)
+
     def make() -> PushConsumer:
-        c = PushConsumer(group, endpoints, listener, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-                         suspend_ms=1000, timeout_ms=_TIMEOUT_MS)
+        c = PushConsumer(group, addr, listener, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                         suspend_ms=1000, timeout_ms=_TIMEOUT_MS, **kw)
         for t in TOPICS.values():
             c.subscribe(t)
         c.start()

@@ -187,11 +187,11 @@ class AsyncProducer(ClientBase):
         if len(msg.body) > self.max_message_size:
             raise MessageTooLarge(f"body of {len(msg.body)} bytes exceeds {self.max_message_size}")
 
-    async def send(self, msg: Message, queue: QueueChoice = None, *, delay_level: int = 0,
+    async def send(self, msg: Message, queue_id: QueueChoice = None, *, delay_level: int = 0,
                    selector: MessageQueueSelector | None = None, arg: Any = None) -> SendResult:
         """Send one message; returns after the broker stored it (durably, with SYNC_FLUSH).
 
-        ``queue`` pins the queue (see :data:`QueueChoice`); ``selector(queues, msg, arg)`` picks it
+        ``queue_id`` pins the queue (see :data:`QueueChoice`); ``selector(queues, msg, arg)`` picks it
         for an orderly send (RocketMQ ``send(msg, selector, arg)``), and then no other queue is
         tried. ``delay_level`` > 0 makes it a delay message (property ``DELAY``): consumers see it
         after that level's delay (``message_delay_level``: 1 = 1 s … 18 = 2 h by default).
@@ -210,14 +210,14 @@ class AsyncProducer(ClientBase):
         self._validate(msg)
         ensure_msg_id(msg, self._ids)
         route = await self._writable(msg.topic)
-        fixed = self._fixed_queue(route, queue)
+        fixed = self._fixed_queue(route, queue_id)
         if selector is not None:
             fixed = self._fixed_queue(route, selector(list(route.publish), msg, arg))
         half = msg.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
         return await self._send(msg, msg.msg_id, half, RequestCode.SEND_MESSAGE_V2, msg.body,
                                 route, fixed)
 
-    async def send_batch(self, msgs: list[Message], queue: QueueChoice = None) -> SendResult:
+    async def send_batch(self, msgs: list[Message], queue_id: QueueChoice = None) -> SendResult:
         """Send plain messages of one topic in one request, stored contiguously in one queue.
 
         Returns the first message's result (``queue_offset`` of the first; the rest follow).
@@ -235,7 +235,7 @@ class AsyncProducer(ClientBase):
         half = msgs[0].properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
         return await self._send(Message(topic=topic, body=b""), msgs[0].msg_id, half,
                                 RequestCode.SEND_BATCH_MESSAGE, encode_batch(msgs), route,
-                                self._fixed_queue(route, queue), batch=True)
+                                self._fixed_queue(route, queue_id), batch=True)
 
     async def _send(self, msg: Message, msg_id: str, half: bool, code: int, body: bytes,
                     route: TopicRoute, fixed: MessageQueue | None, *,
@@ -392,16 +392,16 @@ class AsyncTransactionProducer(AsyncProducer):
         self.end_failures = 0
         """End requests that failed after the local outcome was known (check-back settles them)."""
 
-    async def send_half(self, msg: Message, queue: QueueChoice = None) -> SendResult:
+    async def send_half(self, msg: Message, queue_id: QueueChoice = None) -> SendResult:
         """Store ``msg`` as a half message (invisible until committed); see
         :meth:`TransactionCore.half` for its fresh id. Raises as :meth:`send`."""
-        return await self.send(self._tx.half(msg), queue)
+        return await self.send(self._tx.half(msg), queue_id)
 
-    async def send_half_batch(self, msgs: list[Message], queue: QueueChoice = None) -> SendResult:
+    async def send_half_batch(self, msgs: list[Message], queue_id: QueueChoice = None) -> SendResult:
         """Store several half messages of one topic in one request, contiguous in the half queue
         (the result names the first; the rest follow). Ending them one by one needs each one's
         offsets, so this is for callers that settle a whole batch at once (the Spark sink)."""
-        return await self.send_batch([self._tx.half(m) for m in msgs], queue)
+        return await self.send_batch([self._tx.half(m) for m in msgs], queue_id)
 
     async def end_transaction(self, half: SendResult, state: LocalTransactionState) -> str:
         """Tell the half's broker group (its current master) the local outcome; returns its recorded

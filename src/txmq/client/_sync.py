@@ -249,15 +249,15 @@ class Producer(_SyncClient):
         """See :meth:`AsyncProducer.publish_queues`."""
         return self._run(self._a.publish_queues(topic))
 
-    def send(self, msg: Message, queue: QueueChoice = None, *, delay_level: int = 0,
+    def send(self, msg: Message, queue_id: QueueChoice = None, *, delay_level: int = 0,
              selector: MessageQueueSelector | None = None, arg: Any = None) -> SendResult:
         """See :meth:`AsyncProducer.send` (``selector`` runs on the client's loop thread)."""
-        return self._run(self._a.send(msg, queue, delay_level=delay_level, selector=selector,
+        return self._run(self._a.send(msg, queue_id, delay_level=delay_level, selector=selector,
                                       arg=arg))
 
-    def send_batch(self, msgs: list[Message], queue: QueueChoice = None) -> SendResult:
+    def send_batch(self, msgs: list[Message], queue_id: QueueChoice = None) -> SendResult:
         """See :meth:`AsyncProducer.send_batch`."""
-        return self._run(self._a.send_batch(msgs, queue))
+        return self._run(self._a.send_batch(msgs, queue_id))
 
 
 class TransactionProducer(Producer):
@@ -284,13 +284,13 @@ class TransactionProducer(Producer):
         self._a = self._build(AsyncTransactionProducer, **_args(locals()))
         self.listener = self._a.listener
 
-    def send_half(self, msg: Message, queue: QueueChoice = None) -> SendResult:
+    def send_half(self, msg: Message, queue_id: QueueChoice = None) -> SendResult:
         """See :meth:`AsyncTransactionProducer.send_half`."""
-        return self._run(self._a.send_half(msg, queue))
+        return self._run(self._a.send_half(msg, queue_id))
 
-    def send_half_batch(self, msgs: list[Message], queue: QueueChoice = None) -> SendResult:
+    def send_half_batch(self, msgs: list[Message], queue_id: QueueChoice = None) -> SendResult:
         """See :meth:`AsyncTransactionProducer.send_half_batch`."""
-        return self._run(self._a.send_half_batch(msgs, queue))
+        return self._run(self._a.send_half_batch(msgs, queue_id))
 
     def end_transaction(self, half: SendResult, state: LocalTransactionState) -> str:
         """See :meth:`AsyncTransactionProducer.end_transaction` (never raises)."""

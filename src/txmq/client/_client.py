@@ -271,7 +271,9 @@ class ClientBase:
 
         Raises:
             ConnectTimeout, BrokerUnavailable: it cannot be reached.
-            RemoteError: NO_PERMISSION: the broker refused the heartbeat (ACL).
+            RemoteError: the broker refused the heartbeat (NO_PERMISSION by ACL, SYSTEM_BUSY for
+                too many connections); a refusal for a subscribed topic that no longer exists
+                (TOPIC_NOT_EXIST) is logged and the connection kept, so other topics go on.
         """
         conn = self._conns.get(addr)
         if conn is not None and not conn.closed:
@@ -287,10 +289,10 @@ class ClientBase:
                 try:
                     await self._heartbeat(conn)
                 except RemoteError as exc:
-                    if exc.response_code == ResponseCode.NO_PERMISSION:
-                        await conn.close()
+                    if exc.response_code != ResponseCode.TOPIC_NOT_EXIST:
+                        await conn.close()  # refused (ACL, too many connections): say why
                         raise
-                    log.warning("heartbeat to %s refused: %s", addr, exc)
+                    log.warning("heartbeat to %s refused: %s", addr, exc)  # a deleted topic
                 except BaseException:
                     await conn.close()
                     raise

@@ -190,7 +190,9 @@ def test_poison_half_message_is_discarded_with_a_reason_and_the_others_are_check
     h.store.flush()
     h = BrokerHarness(store=h.store, now_ms=h.now_ms)  # recovery indexes the stored half
     h.heartbeat(1, "producer-1", ["pg"])
-    good2 = h.send(1, "t", b"g2", transactional=True)
+    # the second harness numbers its ids from 1 again: give g2 its own UNIQ_KEY, or the broker
+    # takes it for a retry of g1 (a pending half with the same key is stored once)
+    good2 = h.send(1, "t", b"g2", transactional=True, properties={"UNIQ_KEY": "G2"})
     checks = h.tick(limits.TRANSACTION_TIMEOUT_MS + 1)
     assert sorted(_checked(c.command) for c in checks) == sorted(
         _sent(g).queue_offset for g in (good1, good2))

@@ -2,7 +2,7 @@
 group and topic are those of a half still pending on the broker is answered SEND_OK with the stored
 half's msgId, queue and offsets, and stores nothing (docs/transactions.md). RocketMQ stores it again:
 the first copy becomes an orphan that is checked back and may be committed a second time
-(cluster reference notes, cluster.md §1.4)."""
+(docs/transactions.md, "A retried half is not a second transaction")."""
 
 from __future__ import annotations
 

@@ -192,7 +192,8 @@ class TransactionService:
         broker after a timeout or a lost connection; the broker stores a half at most once and
         answers the retry with the stored one (docs/transactions.md, "A retried half is not a
         second transaction"). RocketMQ has no such rule: its retried half may become an orphan
-        that is checked back and committed a second time (shared/reference/cluster.md §1.4).
+        that is checked back and committed a second time (RocketMQ
+        ``DefaultMQProducerImpl.sendMessageInTransaction``).
         Settled halves are not looked at (a retry after the end is a new half). Raises nothing
         but what reading the store raises (StoreError)."""
         if not uniq_key:

@@ -12,7 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from txmq.client import LocalTransactionState, MessageExt, PullConsumer, TransactionProducer
+from txmq.client import LocalTransactionState, Message, MessageExt, PullConsumer, TransactionProducer
 from txmq.testing import BrokerProcess
 
 _PRODUCER = textwrap.dedent("""
@@ -146,3 +146,49 @@ def test_every_transaction_ends_as_its_local_database_says(tmp_path: Path) -> No
     assert set(ids) <= committed, "a message is visible without a local commit"
     assert committed <= set(ids), f"{len(committed - set(ids))} locally committed transactions lost"
     assert stats["ROLLBACK"] > 0 and len(committed) > 50
+
+
+class _UnknownThenCommit:
+    """Leaves every transaction UNKNOWN; a check-back commits it."""
+
+    def __init__(self) -> None:
+        self.checked: list[str] = []
+
+    def execute_local_transaction(self, msg: object, arg: object) -> LocalTransactionState:
+        return LocalTransactionState.UNKNOWN
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        self.checked.append(msg.keys)
+        return LocalTransactionState.COMMIT_MESSAGE
+
+
+def test_a_producer_used_without_start_is_checked_back_after_its_broker_restarts(
+        tmp_path: Path) -> None:
+    """The chaos bug of seed 23: a producer that was never started had no heartbeat loop, so a broker
+    restarted after its half was stored never heard of the group again and the half stayed pending.
+    The first request now starts the heartbeats; the restarted broker checks the half back."""
+    broker = BrokerProcess(tmp_path / "broker", {"topics": {"t": 1}, "transaction_timeout_ms": 500,
+                                                  "transaction_check_interval_ms": 500})
+    broker.start()
+    listener = _UnknownThenCommit()
+    tp = TransactionProducer("lazy-pg", broker.endpoints, listener, timeout_ms=2000)  # no start()
+    try:
+        r = tp.send_message_in_transaction(Message(topic="t", body=b"x", keys="k1"), None)
+        assert r.outcome == "PENDING"
+        broker.kill()  # before the first check-back (transaction_timeout_ms 500)
+        broker.start()
+        deadline = time.monotonic() + 30
+        while "k1" not in listener.checked and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "k1" in listener.checked, "the restarted broker never checked the half back"
+        pc = PullConsumer(broker.endpoints)
+        try:
+            deadline = time.monotonic() + 10
+            while pc.max_offset("t", 0) < 1 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert [m.keys for m in _read_all(pc, 0)] == ["k1"]
+        finally:
+            pc.shutdown()
+    finally:
+        tp.shutdown()
+        broker.stop()

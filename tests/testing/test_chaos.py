@@ -29,10 +29,6 @@ def test_a_small_chaos_schedule_leaves_no_violation(tmp_path: Path) -> None:
     assert all(f.healed_ms > f.started_ms > 0 for f in res.schedule), report
 
 
-@pytest.mark.xfail(reason="known bug, replayable with `txmq chaos --brokers 2 --seed 23 --faults 4 "
-                   "--duration-s 30`: a committed transaction whose check-back answers were in flight "
-                   "when its broker was SIGKILLed stays PENDING after the restart (no further "
-                   "check-back reaches the producer); docs/reliability.md", strict=False)
 def test_a_broker_killed_in_a_cluster_leaves_no_violation(tmp_path: Path) -> None:
     """A cluster run: a name server and two brokers, the workload finding them through it; the
     nemesis SIGKILLs one broker at a time (restarted after its slot) while the other keeps serving,

@@ -56,16 +56,20 @@ def _now_ms() -> int:
 
 
 async def supervised(name: str, step: Callable[[], Awaitable[None]], period_s: float,
-                     running: Callable[[], bool], errors: Counter[str]) -> None:
-    """Run ``step`` every ``period_s`` while ``running()``: an exception is caught, logged, counted
-    in ``errors[name]``, and the next try waits twice as long (up to
-    ``limits.CLIENT_LOOP_BACKOFF_MAX_MS``), so a background loop never dies silently (as the
-    broker's timers). Cancellation ends it."""
+                     running: Callable[[], bool], errors: Counter[str], *,
+                     pause: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    """Run ``step`` every ``period_s`` seconds while ``running()`` (``period_s`` 0: ``step`` does its
+    own waiting, as a pull loop's long poll, and runs again at once). An exception is caught, logged,
+    counted in ``errors[name]``, and the next try waits twice the last pause (the first time
+    ``max(2 × period_s, limits.CLIENT_LOOP_BACKOFF_MIN_MS)``), up to
+    ``limits.CLIENT_LOOP_BACKOFF_MAX_MS``: a background loop never dies silently, nor spins on a
+    failure (as the broker's timers). Cancellation ends it. ``pause`` is the sleep (tests)."""
     delay = period_s
     while running():
-        await asyncio.sleep(delay)
-        if not running():
-            return
+        if delay > 0:
+            await pause(delay)
+            if not running():
+                return
         try:
             await step()
             delay = period_s
@@ -73,7 +77,8 @@ async def supervised(name: str, step: Callable[[], Awaitable[None]], period_s: f
             raise
         except Exception as exc:
             errors[name] += 1
-            delay = min(delay * 2, limits.CLIENT_LOOP_BACKOFF_MAX_MS / 1000)
+            delay = min(max(delay * 2, limits.CLIENT_LOOP_BACKOFF_MIN_MS / 1000),
+                        limits.CLIENT_LOOP_BACKOFF_MAX_MS / 1000)
             if isinstance(exc, TransportError | RemoteError):
                 log.warning("%s failed (%s); next try in %.1f s", name, exc, delay)
             else:
@@ -143,6 +148,8 @@ class ClientBase:
         """Broker name → {broker id → address}, merged from every route and the cluster info."""
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
+        self._loops_spawned = False  # the heartbeat and route-refresh loops are spawned
+        self._shut = False  # set by shutdown(): no background loop starts again (start() clears it)
         self.loop_errors: Counter[str] = Counter()
         """Failures of each background loop by name (heartbeat, route refresh, …)."""
 
@@ -236,7 +243,7 @@ class ClientBase:
         for topic in list(self._routes):
             try:
                 await self.route(topic, refresh=True)
-            except RemoteError as exc:
+            except (RemoteError, TransportError) as exc:  # the next topic is still refreshed
                 log.warning("route of %s not refreshed: %s", topic, exc)
 
     async def queue_nums(self, topic: str, refresh: bool = False) -> int:
@@ -275,6 +282,7 @@ class ClientBase:
                 too many connections); a refusal for a subscribed topic that no longer exists
                 (TOPIC_NOT_EXIST) is logged and the connection kept, so other topics go on.
         """
+        self._ensure_background()
         conn = self._conns.get(addr)
         if conn is not None and not conn.closed:
             return conn
@@ -375,7 +383,19 @@ class ClientBase:
     def _spawn_supervised(self, name: str, step: Callable[[], Awaitable[None]],
                           period_s: float) -> None:
         self._tasks.append(asyncio.create_task(
-            supervised(name, step, period_s, lambda: self._running, self.loop_errors)))
+            supervised(name, step, period_s, lambda: not self._shut, self.loop_errors)))
+
+    def _ensure_background(self) -> None:
+        """Spawn the heartbeat and route-refresh loops once: at :meth:`start`, or at the first
+        request of a client used without it. RocketMQ refuses a client that was not started; txmq
+        serves it, and must keep it heartbeating: a transaction producer that no broker hears from
+        is never checked back, so a half stored before its broker restarted would stay pending."""
+        if self._loops_spawned or self._shut:
+            return
+        self._loops_spawned = True
+        self._spawn_supervised("heartbeat", self._heartbeat_all,
+                               limits.HEARTBEAT_INTERVAL_MS / 1000)
+        self._spawn_supervised("route refresh", self._refresh_routes, self._poll_ms / 1000)
 
     async def start(self) -> None:
         """Connect and start heartbeats and route refreshes. With name servers, every master they
@@ -387,7 +407,7 @@ class ClientBase:
                 cannot be reached.
             RemoteError: refused (e.g. NO_PERMISSION by ACL).
         """
-        self._running = True
+        self._running, self._shut = True, False
         try:
             if self.endpoints:
                 await self._connection()
@@ -397,9 +417,7 @@ class ClientBase:
         except BaseException:
             await self.shutdown()
             raise
-        self._spawn_supervised("heartbeat", self._heartbeat_all,
-                               limits.HEARTBEAT_INTERVAL_MS / 1000)
-        self._spawn_supervised("route refresh", self._refresh_routes, self._poll_ms / 1000)
+        self._ensure_background()
 
     def _unregister_header(self) -> UnregisterClientRequestHeader:
         return UnregisterClientRequestHeader(client_id=self.client_id)
@@ -407,7 +425,7 @@ class ClientBase:
     async def shutdown(self) -> None:
         """Stop background tasks, unregister from every broker and close the connections.
         Idempotent."""
-        self._running = False
+        self._running, self._shut, self._loops_spawned = False, True, False
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

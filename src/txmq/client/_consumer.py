@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from txmq import limits
+from txmq.client._client import supervised
 from txmq.client._connection import AsyncConnection
 from txmq.client._core import (
     ConsumeFromWhere,
@@ -43,7 +44,6 @@ from txmq.client._pull import (
     _DEFAULT_TIMESTAMP_AGO_MS,
     _PullMixin,
     _wall_ms,
-    run_supervised,
     validate_group,
 )
 from txmq.errors import ConfigError, RemoteError, ResponseCode, TransportError
@@ -286,10 +286,10 @@ class AsyncPushConsumer(_PullMixin):
         await super().start()
         await self._rebalance()
         running = self._loops_running
-        loops = [run_supervised("rebalance", self._rebalance_round, running, self.loop_errors),
-                 run_supervised("persist", self._persist_round, running, self.loop_errors)]
+        loops = [supervised("rebalance", self._rebalance_round, 0, running, self.loop_errors),
+                 supervised("persist", self._persist_round, 0, running, self.loop_errors)]
         if self._locking:
-            loops.append(run_supervised("lock", self._lock_round, running, self.loop_errors))
+            loops.append(supervised("lock", self._lock_round, 0, running, self.loop_errors))
         self._background = [asyncio.create_task(c) for c in loops]
 
     def _loops_running(self) -> bool:
@@ -420,8 +420,8 @@ class AsyncPushConsumer(_PullMixin):
             await asyncio.wait({previous})
         if self._locking and not await self._lock_until_held(w):
             return
-        await run_supervised("pull", partial(self._pull_once, w), lambda: not w.pq.dropped,
-                             self.loop_errors, pause=partial(self._pause, w))
+        await supervised("pull", partial(self._pull_once, w), 0, lambda: not w.pq.dropped,
+                         self.loop_errors, pause=partial(self._pause, w))
 
     async def _start_offset(self, mq: MessageQueue) -> int:
         if self._clustering:
@@ -435,7 +435,7 @@ class AsyncPushConsumer(_PullMixin):
                                           self.consume_timestamp_ms)
 
     async def _pull_once(self, w: _QueueWorker) -> None:
-        """One step of a queue's pull loop (run by :func:`run_supervised`: an unexpected error,
+        """One step of a queue's pull loop (run by :func:`supervised`: an unexpected error,
         such as a body that does not decode, is logged and counted, and pulling goes on)."""
         pq, mq = w.pq, w.mq
         if pq.next_offset < 0:

@@ -12,12 +12,11 @@ import contextlib
 import logging
 import random
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from txmq import limits
 from txmq.client._async import _Client
+from txmq.client._client import supervised
 from txmq.client._connection import AsyncConnection
 from txmq.client._core import (
     ConsumeFromWhere,
@@ -57,7 +56,7 @@ from txmq.protocol import (
     to_ext,
 )
 
-__all__ = ["AsyncPullConsumer", "run_supervised"]
+__all__ = ["AsyncPullConsumer"]
 
 log = logging.getLogger("txmq.client.consumer")
 
@@ -73,32 +72,6 @@ def validate_group(group: str) -> None:
     """Raise ConfigError for an empty group name or one holding ``@`` (the offset key separator)."""
     if not group or "@" in group:
         raise ConfigError(f"consumer group {group!r} must be non-empty and hold no '@'")
-
-
-async def run_supervised(name: str, step: Callable[[], Awaitable[None]],
-                         running: Callable[[], bool], errors: Counter[str], *,
-                         pause: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
-    """Run ``step`` (which does its own waiting) again and again while ``running()``. An
-    exception is caught, logged, counted in ``errors[name]``, and the loop pauses
-    ``limits.CLIENT_LOOP_BACKOFF_MIN_MS``, doubled on each further failure up to
-    ``limits.CLIENT_LOOP_BACKOFF_MAX_MS``, then goes on: a consumer's background loop never dies
-    silently. Cancellation ends it."""
-    delay = 0.0
-    while running():
-        try:
-            await step()
-            delay = 0.0
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            errors[name] += 1
-            delay = min(max(delay * 2, limits.CLIENT_LOOP_BACKOFF_MIN_MS / 1000),
-                        limits.CLIENT_LOOP_BACKOFF_MAX_MS / 1000)
-            if isinstance(exc, TransportError | RemoteError):
-                log.warning("%s failed (%s); next try in %.1f s", name, exc, delay)
-            else:
-                log.exception("%s failed; next try in %.1f s", name, delay)
-            await pause(delay)
 
 
 class _PullMixin(_Client):
@@ -406,8 +379,8 @@ class AsyncPullConsumer(_PullMixin):
         if self._mode == "subscribe":
             self._rebalance_now = asyncio.Event()
             await self._rebalance()
-            self._tasks.append(asyncio.create_task(run_supervised(
-                "rebalance", self._rebalance_round, lambda: self._running, self.loop_errors)))
+            self._tasks.append(asyncio.create_task(supervised(
+                "rebalance", self._rebalance_round, 0, lambda: self._running, self.loop_errors)))
 
     async def _rebalance_round(self) -> None:
         assert self._rebalance_now is not None

@@ -80,6 +80,10 @@ class _LoopThread:
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
+    def alive(self) -> bool:
+        """Whether the loop runs (and so can run a coroutine)."""
+        return not self.loop.is_closed() and self._thread.is_alive()
+
     def stop(self) -> None:
         """Stop the loop and join its thread; then close the loop. Idempotent."""
         if self.loop.is_closed():
@@ -95,7 +99,6 @@ class _SyncClient:
 
     def __init__(self) -> None:
         self._lt = _LoopThread(f"txmq-{type(self).__name__}")
-        self._started = False
 
     def _build(self, cls: type[A], *args: Any, **kw: Any) -> A:
         """Construct the async twin on the loop thread; on failure stop the thread and close its
@@ -122,16 +125,15 @@ class _SyncClient:
         except BaseException:
             self._lt.stop()
             raise
-        self._started = True
 
     def shutdown(self) -> None:
-        """Stop and disconnect. Idempotent."""
-        if self._started:
-            try:
+        """Stop and disconnect (also a client used without :meth:`start`: its first request
+        started the heartbeats). Idempotent."""
+        try:
+            if self._lt.alive():
                 self._run(self._a.shutdown())
-            finally:
-                self._started = False
-        self._lt.stop()
+        finally:
+            self._lt.stop()
 
     @property
     def client_id(self) -> str:

@@ -4,10 +4,7 @@
 from __future__ import annotations
 
 import contextlib
-import signal
 import string
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -16,62 +13,27 @@ from typing import Any
 
 from txmq.errors import BrokerUnavailable
 from txmq.testing._broker import BrokerProcess
+from txmq.testing._process import ServerProcess
 
 __all__ = ["ClusterProcess", "NamesrvProcess", "run_cluster"]
 
-_START_TIMEOUT_S = 90.0
-"""How long the name server may take to listen (as :data:`txmq.testing._broker._START_TIMEOUT_S`)."""
 CLUSTER_BROKERS_MAX = 26
 """Broker names run from ``broker-a`` to ``broker-z``."""
 _REGISTERED_TIMEOUT_S = 30.0
 
 
-class NamesrvProcess:
+class NamesrvProcess(ServerProcess):
     """A ``txmq namesrv`` subprocess; ``addr`` is ``127.0.0.1:<port>`` (the port survives
     restarts)."""
 
     def __init__(self, work_dir: Path, log_path: Path | None = None) -> None:
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_path or self.work_dir / "namesrv.log"
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        super().__init__("name server", log_path or self.work_dir / "namesrv.log")
 
     def start(self) -> None:
         """Start the process and wait until it listens. Raises BrokerUnavailable."""
-        port_file = self.work_dir / "namesrv.port"
-        port_file.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "txmq", "namesrv", "--port", str(self.port),
-               "--port-file", str(port_file)]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
-                                         start_new_session=True)
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not port_file.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise BrokerUnavailable(f"name server did not start; see {self.log_path}")
-            time.sleep(0.02)
-        self.port = int(port_file.read_text())
-
-    def kill(self) -> None:
-        """SIGKILL the name server and wait for it to die."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL if it does not exit in time."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        self._launch(["namesrv"], self.work_dir / "namesrv.port")
 
 
 class ClusterProcess:

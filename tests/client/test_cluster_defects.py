@@ -384,3 +384,31 @@ def test_failed_sync_constructor_and_start_leak_nothing() -> None:
         assert _fds() <= fds
     finally:
         closed.close()
+
+
+def test_a_group_without_a_master_is_looked_up_once_a_second_not_per_request() -> None:
+    """A route whose broker group has only a slave: each request to its master fails with
+    BrokerUnavailable, and the route is fetched again at most once per
+    ROUTE_REFRESH_MIN_INTERVAL_MS (not once per request, which hammered the name server)."""
+    def namesrv(cmd: Command) -> Command | None:
+        if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+            return cmd.response(0, body=encode_route(TopicRouteData(
+                queue_datas=[QueueData(broker_name="b", read_queue_nums=1, write_queue_nums=1,
+                                       perm=PERM_RW)],
+                broker_datas=[BrokerData(cluster="c", broker_name="b",
+                                         broker_addrs={1: "127.0.0.1:1"})])))
+        return cmd.response(0)
+
+    async def main(ns: FakeServer) -> int:
+        p = AsyncTransactionProducer("g", "", Committing(), namesrv_addr=ns.addr)
+        try:
+            await p.route("t")
+            for _ in range(20):
+                with pytest.raises(BrokerUnavailable, match="no master"):
+                    await p.master_address("b", "t")
+            return ns.codes().count(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+        finally:
+            await p.shutdown()
+
+    with serve(namesrv) as ns:
+        assert asyncio.run(main(ns)) == 2  # the first lookup, then one refresh for 20 requests

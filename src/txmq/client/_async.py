@@ -87,11 +87,6 @@ QueueChoice = MessageQueue | int | None
 topic's publish queues (over one broker: its queue id), or None: round robin."""
 
 
-ROUTE_REFRESH_MIN_INTERVAL_MS = 1_000
-"""Least time between two route lookups of one topic triggered by failed sends (txmq; RocketMQ
-refreshes only on its 30 s timer, so a new or returned broker waits that long)."""
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -160,7 +155,6 @@ class AsyncProducer(ClientBase):
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.faults = FaultStrategy(send_latency_fault_enable)
         self._selector = QueueSelector(self.faults, random.Random())
-        self._route_refreshed_at: dict[str, float] = {}
         self.send_failures: Counter[str] = Counter()
         """Failed send attempts by broker group (each retried or reported)."""
 
@@ -285,18 +279,9 @@ class AsyncProducer(ClientBase):
 
     async def _refreshed(self, route: TopicRoute) -> TopicRoute:
         """``route`` fetched again after TOPIC_NOT_EXIST or a broker that could not be reached (a
-        route that lost or gained a broker), at most once per ``ROUTE_REFRESH_MIN_INTERVAL_MS``
-        per topic so concurrent failing sends ask the name server once; the old route if the
-        lookup fails."""
-        now = time.monotonic()
-        if now - self._route_refreshed_at.get(route.topic, -1e9) < ROUTE_REFRESH_MIN_INTERVAL_MS / 1000:
-            return self._routes.get(route.topic, route)
-        self._route_refreshed_at[route.topic] = now
-        try:
-            return await self.route(route.topic, refresh=True)
-        except (TransportError, RemoteError) as exc:
-            log.warning("route of %s not refreshed: %s", route.topic, exc)
-            return route
+        route that lost or gained a broker), rate-limited by :meth:`refresh_route_soon`; the old
+        route if the lookup fails or was done just now."""
+        return await self.refresh_route_soon(route.topic) or route
 
     async def _attempt(self, msg: Message, msg_id: str, code: int, body: bytes, mq: MessageQueue,
                        timeout_s: float, at: _Attempt, *, batch: bool) -> SendResult | None:

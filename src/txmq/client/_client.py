@@ -47,6 +47,11 @@ __all__ = ["ClientBase", "supervised"]
 
 log = logging.getLogger("txmq.client")
 
+ROUTE_REFRESH_MIN_INTERVAL_MS = 1_000
+"""Least time between two route lookups of one topic triggered by failures (a send that cannot
+reach its broker, a group with no master; txmq: RocketMQ refreshes only on its 30 s timer, so a
+new or returned broker waits that long)."""
+
 _UNREGISTER_TIMEOUT_S = 2.0
 """How long shutdown waits for each broker's UNREGISTER_CLIENT answer (txmq)."""
 
@@ -146,6 +151,7 @@ class ClientBase:
         self._routes: dict[str, TopicRoute] = {}
         self._brokers: dict[str, dict[int, str]] = {}
         """Broker name → {broker id → address}, merged from every route and the cluster info."""
+        self._route_refreshed_at: dict[str, float] = {}  # topic -> monotonic s of the last lookup
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
         self._loops_spawned = False  # the heartbeat and route-refresh loops are spawned
@@ -246,6 +252,21 @@ class ClientBase:
             except (RemoteError, TransportError) as exc:  # the next topic is still refreshed
                 log.warning("route of %s not refreshed: %s", topic, exc)
 
+    async def refresh_route_soon(self, topic: str) -> TopicRoute | None:
+        """Fetch ``topic``'s route again after a failure, at most once per
+        ``ROUTE_REFRESH_MIN_INTERVAL_MS`` per topic, so concurrent failures ask the name server once.
+        Returns the route then cached (None if there is none); a failed lookup is logged, not
+        raised."""
+        now = time.monotonic()
+        if now - self._route_refreshed_at.get(topic, -1e9) < ROUTE_REFRESH_MIN_INTERVAL_MS / 1000:
+            return self._routes.get(topic)
+        self._route_refreshed_at[topic] = now
+        try:
+            return await self.route(topic, refresh=True)
+        except (TransportError, RemoteError) as exc:
+            log.warning("route of %s not refreshed: %s", topic, exc)
+            return self._routes.get(topic)
+
     async def queue_nums(self, topic: str, refresh: bool = False) -> int:
         """How many queues a send to ``topic`` can choose from (over every broker group).
         Raises RemoteError (TOPIC_NOT_EXIST) for unknown topics."""
@@ -262,7 +283,7 @@ class ClientBase:
         if addr is None and not broker_name and self.endpoints:
             return self.endpoints
         if addr is None and topic:
-            await self.route(topic, refresh=True)
+            await self.refresh_route_soon(topic)
             addr = self._brokers.get(broker_name, {}).get(MASTER_ID)
         if addr is None:
             raise BrokerUnavailable(f"broker group {broker_name!r} has no master in the routes")
@@ -368,7 +389,9 @@ class ClientBase:
 
     async def _heartbeat_all(self) -> None:
         """Heartbeat every master of the routes (and slaves, for consumers); a broker that fails is
-        logged and counted, the others still get theirs."""
+        logged and counted, the others still get theirs. A broker once known stays a target (a
+        killed broker's producers must be heard of as soon as it restarts, or its pending halves
+        wait for a route refresh to be checked back)."""
         failed: list[str] = []
         for addr in self._heartbeat_targets():
             try:

@@ -279,9 +279,9 @@ class AsyncProducer(ClientBase):
 
     async def _refreshed(self, route: TopicRoute) -> TopicRoute:
         """``route`` fetched again after TOPIC_NOT_EXIST or a broker that could not be reached (a
-        route that lost or gained a broker), rate-limited by :meth:`refresh_route_soon`; the old
+        route that lost or gained a broker), rate-limited by :meth:`_refresh_route_soon`; the old
         route if the lookup fails or was done just now."""
-        return await self.refresh_route_soon(route.topic) or route
+        return await self._refresh_route_soon(route.topic) or route
 
     async def _attempt(self, msg: Message, msg_id: str, code: int, body: bytes, mq: MessageQueue,
                        timeout_s: float, at: _Attempt, *, batch: bool) -> SendResult | None:

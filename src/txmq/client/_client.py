@@ -252,7 +252,7 @@ class ClientBase:
             except (RemoteError, TransportError) as exc:  # the next topic is still refreshed
                 log.warning("route of %s not refreshed: %s", topic, exc)
 
-    async def refresh_route_soon(self, topic: str) -> TopicRoute | None:
+    async def _refresh_route_soon(self, topic: str) -> TopicRoute | None:
         """Fetch ``topic``'s route again after a failure, at most once per
         ``ROUTE_REFRESH_MIN_INTERVAL_MS`` per topic, so concurrent failures ask the name server once.
         Returns the route then cached (None if there is none); a failed lookup is logged, not
@@ -283,7 +283,7 @@ class ClientBase:
         if addr is None and not broker_name and self.endpoints:
             return self.endpoints
         if addr is None and topic:
-            await self.refresh_route_soon(topic)
+            await self._refresh_route_soon(topic)
             addr = self._brokers.get(broker_name, {}).get(MASTER_ID)
         if addr is None:
             raise BrokerUnavailable(f"broker group {broker_name!r} has no master in the routes")

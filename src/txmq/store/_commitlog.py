@@ -21,9 +21,9 @@ from pathlib import Path
 from txmq.errors import CorruptRecord, StoreError
 from txmq.store._base import Record
 from txmq.store._codec import (
-    RECORD_HEAD_SIZE,
-    RECORD_MAGIC,
+    RECORD_MAGICS,
     RECORD_SIZE_MAX,
+    RECORD_SIZE_MIN,
     decode_record,
     peek_size,
     store_timestamp,
@@ -43,6 +43,12 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _find_any(mm: mmap.mmap, needles: list[bytes], start: int) -> int:
+    """The first position at or after ``start`` where one of ``needles`` occurs (-1 if none)."""
+    hits = [h for n in needles if (h := mm.find(n, start)) >= 0]
+    return min(hits) if hits else -1
 
 
 class Segment:
@@ -217,14 +223,14 @@ class CommitLog:
         """The bytes of the record at ``offset`` (its declared size; checked by the decoder)."""
         data = self.read(offset, max(size_hint, 4096))
         size = peek_size(data)
-        if RECORD_HEAD_SIZE <= size <= RECORD_SIZE_MAX and size > len(data):
+        if RECORD_SIZE_MIN <= size <= RECORD_SIZE_MAX and size > len(data):
             data = self.read(offset, size)
         return data
 
     def _first_ms(self, seg: Segment) -> int | None:
-        if seg.size < RECORD_HEAD_SIZE:
+        if seg.size < RECORD_SIZE_MIN:
             return None
-        return store_timestamp(os.pread(seg.fd, RECORD_HEAD_SIZE, 0))
+        return store_timestamp(os.pread(seg.fd, RECORD_SIZE_MIN, 0))
 
     def first_ms(self, seg: Segment) -> int | None:
         """Store timestamp of a segment's first record (cached; None if empty)."""
@@ -253,8 +259,8 @@ class CommitLog:
         buf, buf_at = b"", start
         while pos < seg.end:
             rel = pos - buf_at
-            need = peek_size(buf, rel) if len(buf) - rel >= 4 else RECORD_HEAD_SIZE
-            need = max(need, RECORD_HEAD_SIZE)
+            need = peek_size(buf, rel) if len(buf) - rel >= 4 else RECORD_SIZE_MIN
+            need = max(need, RECORD_SIZE_MIN)
             if len(buf) - rel < need:
                 if need > RECORD_SIZE_MAX or pos + need > seg.end:
                     self.scan_error = f"torn or bad record at commit log offset {pos}"
@@ -275,14 +281,14 @@ class CommitLog:
         searching for the record magic), or None: tells damage in the middle of a segment from a
         torn tail. Reads the rest of the segment. Raises OSError."""
         seg = self.segment_at(offset)
-        if seg is None or seg.end - offset <= RECORD_HEAD_SIZE:
+        if seg is None or seg.end - offset <= RECORD_SIZE_MIN:
             return None
-        magic = RECORD_MAGIC.to_bytes(4, "big")
+        magics = [m.to_bytes(4, "big") for m in RECORD_MAGICS]
         with mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ) as mm:
             view = memoryview(mm)
             try:
                 pos = offset - seg.base + 1
-                while (hit := mm.find(magic, pos + 4)) >= 0:
+                while (hit := _find_any(mm, magics, pos + 4)) >= 0:
                     try:
                         decode_record(view, hit - 4, seg.base + hit - 4)
                         return seg.base + hit - 4

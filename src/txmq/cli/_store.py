@@ -101,7 +101,8 @@ def migrate(data_dir: DataDir,
     if report.already:
         _out.print(f"{data_dir} is already in the current format: nothing to do")
         return
+    torn = (f", {report.torn_tail_bytes} bytes of torn tail dropped" if report.torn_tail_bytes
+            else "")
     _out.print(f"migrated {report.records or 'the rest of'} records ({report.old_bytes} → "
-               f"{report.new_bytes} bytes, {report.queues} consume queues"
-               f"{f', {report.torn_tail_bytes} bytes of torn tail dropped' if report.torn_tail_bytes else ''}); "
+               f"{report.new_bytes} bytes, {report.queues} consume queues{torn}); "
                f"the old files are in {report.kept_in} (delete it once the broker runs)")

@@ -129,7 +129,7 @@ class CommitLog:
         return None
 
     # -- writing ----------------------------------------------------------------------------------
-    def append(self, data: bytes, base_offset: int) -> None:
+    def append(self, data: bytes | bytearray, base_offset: int) -> None:
         """Write one batch at ``base_offset`` (== :attr:`end`, which :meth:`place` returned).
 
         Raises:

@@ -251,7 +251,7 @@ class FileStore(Store):
                 raise DiskFull(f"disk full creating an index file at {self.root}") from exc
             raise StoreError(f"cannot create an index file at {self.root}: {exc}") from exc
 
-    def _write_log(self, data: bytes, base: int) -> None:
+    def _write_log(self, data: bytes | bytearray, base: int) -> None:
         try:
             self._log.append(data, base)
         except OSError as exc:

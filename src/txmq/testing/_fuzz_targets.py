@@ -29,6 +29,7 @@ from txmq.errors import (
 )
 from txmq.protocol import (
     BORNHOST_V6_FLAG,
+    CRC32_RESERVED_LEN,
     FLAG_ONEWAY,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
@@ -52,7 +53,6 @@ from txmq.protocol import (
     SendMessageRequestHeaderV2,
     SubscriptionData,
     decode_batch,
-    CRC32_RESERVED_LEN,
     decode_body,
     decode_cluster_info,
     decode_message_ext,
@@ -281,9 +281,9 @@ def _record_seeds() -> list[bytes]:
     rec = Record(topic="t", queue_id=1, body=b"body", tags="tag", keys="k1 k2",
                  properties={"UNIQ_KEY": "M1", "TRAN_MSG": "true"}, born_timestamp_ms=5,
                  store_timestamp_ms=6, queue_offset=3, born_host="127.0.0.1:5")
-    enc = encode_record(rec, "10.0.0.1:10911")
-    place_record(enc, 0, len(enc), 4096)
-    enc = bytes(enc)
+    buf = encode_record(rec, "10.0.0.1:10911")
+    place_record(buf, 0, len(buf), 4096)
+    enc = bytes(buf)
     cp = encode_checkpoint(Checkpoint(dispatched=10, last_record=0, queues=[("t", 0, 0, 1)],
                                       index_files=[("f", 1, 2, 3, 4, 5, 6)]))
     return [b"\x00" + enc, b"\x01" + enc, b"\x02" + cp, b"\x03" + cp[12:]]

@@ -25,6 +25,7 @@ import itertools
 import logging
 import os
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
@@ -511,8 +512,9 @@ class FileStore(Store):
             raise CorruptRecord(f"consume queue {topic}/{queue_id} unreadable: {exc}") from exc
         parts: list[bytes | memoryview] = []
         count = total = i = 0
+        ends = [c + s for c, s, _ in entries]
         while i < len(entries):
-            j, data, at = self._span(entries, i)
+            j, data, at = self._raw_span(entries, ends, i)
             view = memoryview(data)
             for k in range(i, j):
                 clo, size, h = entries[k]
@@ -526,6 +528,23 @@ class FileStore(Store):
         if len(parts) > 1:
             return RawRead(b"".join(parts), count, offset + len(entries))
         return RawRead(bytes(parts[0]) if parts else b"", count, offset + len(entries))
+
+    def _raw_span(self, entries: list[tuple[int, int, int]], ends: list[int],
+                  i: int) -> tuple[int, bytes, int]:
+        """:meth:`_span` for a pull: the entries from ``i`` that end within its segment and
+        READ_SPAN_BYTES_MAX, found by bisection over ``ends`` (ascending unless a hole, an entry of
+        size 0, is among them: then entry by entry)."""
+        start = entries[i][0]
+        seg = self._log.segment_at(start)
+        if seg is None or ends[i] > seg.end:
+            raise CorruptRecord(f"commit log offset {start} is not stored")
+        j = max(i + 1, bisect_right(ends, min(seg.end, start + limits.READ_SPAN_BYTES_MAX), i))
+        if ends[j - 1] < ends[i] or entries[j - 1][1] == 0:
+            return self._span(entries, i)
+        data = self._log.read(start, ends[j - 1] - start)
+        if len(data) != ends[j - 1] - start:
+            raise CorruptRecord(f"commit log range [{start}, {ends[j - 1]}) is not all stored")
+        return j, data, start
 
     def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         cq = self._queues.get((topic, queue_id))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -36,6 +37,13 @@ def _cpu_s(pid: int) -> float:
         except (OSError, ValueError, IndexError):
             continue  # a thread that just ended
     return total / 1e9
+
+
+def _user_sys_s(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of ``pid`` (``/proc/<pid>/stat``, 10 ms ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 async def _fill(endpoints: str, n: int, body: bytes, in_flight: int = 64) -> None:
@@ -87,16 +95,21 @@ def main() -> None:
             asyncio.run(_fill(broker.endpoints, args.messages, b"x" * args.body))
             assert broker.proc is not None
             rows = []
+            us0 = _user_sys_s(broker.proc.pid)
             for i in range(args.rounds):
                 cpu0, t0 = _cpu_s(broker.proc.pid), time.perf_counter()
                 n = asyncio.run(_drain(broker.endpoints, args.queues, args.batch, f"g{i}"))
                 wall, cpu = time.perf_counter() - t0, _cpu_s(broker.proc.pid) - cpu0
                 assert n == args.messages, (n, args.messages)
                 rows.append({"cpu_us_per_msg": cpu / n * 1e6, "msgs_per_s": n / wall})
+            us1 = _user_sys_s(broker.proc.pid)
+            total = args.rounds * args.messages
+            split = {"user_us_per_msg": (us1[0] - us0[0]) / total * 1e6,
+                     "sys_us_per_msg": (us1[1] - us0[1]) / total * 1e6}
         finally:
             broker.stop()
     out = {"messages": args.messages, "body": args.body, "queues": args.queues,
-           "batch": args.batch, "rounds": rows,
+           "batch": args.batch, "rounds": rows, **split,
            "median_cpu_us_per_msg": statistics.median(r["cpu_us_per_msg"] for r in rows),
            "median_msgs_per_s": statistics.median(r["msgs_per_s"] for r in rows)}
     print(json.dumps(out, indent=1))

@@ -54,11 +54,14 @@ def _find_any(mm: mmap.mmap, needles: list[bytes], start: int) -> int:
 class Segment:
     """One segment file: ``[base, base + size)`` of the commit log."""
 
-    __slots__ = ("base", "fd", "first_ms", "path", "size")
+    __slots__ = ("base", "fd", "first_ms", "mm", "path", "size")
 
     def __init__(self, base: int, path: Path, fd: int, size: int) -> None:
         self.base, self.path, self.fd, self.size = base, path, fd, size
         self.first_ms: int | None = None  # store timestamp of its first record, read lazily
+        self.mm: mmap.mmap | None = None
+        """A read-only map of the segment's first ``len(mm)`` bytes (:meth:`CommitLog.view`).
+        Dropped, never closed: a view still using it keeps it mapped until it is released."""
 
     @property
     def end(self) -> int:
@@ -176,12 +179,14 @@ class CommitLog:
                 seg = self.segments.pop()
                 self._bases.pop()
             removed += seg.size
+            seg.mm = None
             os.close(seg.fd)
             seg.path.unlink()
         seg = self.segments[-1]
         keep = max(0, offset - seg.base)
         if keep < seg.size:
             removed += seg.size - keep
+            seg.mm = None
             os.ftruncate(seg.fd, keep)
             os.fsync(seg.fd)
             seg.size = keep
@@ -194,6 +199,7 @@ class CommitLog:
         count = min(count, len(self.segments) - 1)
         gone = self.segments[:count]
         for seg in gone:
+            seg.mm = None
             seg.path.unlink()
         with self._lock:
             del self.segments[:count]
@@ -218,6 +224,27 @@ class CommitLog:
             return os.pread(seg.fd, n, offset - seg.base)
         except OSError as exc:
             raise CorruptRecord(f"cannot read commit log offset {offset}: {exc}") from exc
+
+    def view(self, offset: int, nbytes: int) -> memoryview:
+        """Up to ``nbytes`` from ``offset`` (never past the end of its segment) as a view of the
+        segment's read-only map: no copy (the map is made, or made again when the segment grew
+        past it, here). Release the view before the segment can be truncated.
+
+        Raises:
+            CorruptRecord: ``offset`` is not stored, or the segment cannot be mapped.
+        """
+        seg = self.segment_at(offset)
+        if seg is None:
+            raise CorruptRecord(f"commit log offset {offset} is not stored (log holds "
+                                f"[{self.min_offset}, {self.end}))")
+        rel = offset - seg.base
+        n = min(nbytes, seg.size - rel)
+        if seg.mm is None or rel + n > len(seg.mm):
+            try:
+                seg.mm = mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:
+                raise CorruptRecord(f"cannot map commit log segment {seg.path}: {exc}") from exc
+        return memoryview(seg.mm)[rel : rel + n]
 
     def read_record_bytes(self, offset: int, size_hint: int = 0) -> bytes:
         """The bytes of the record at ``offset`` (its declared size; checked by the decoder)."""
@@ -300,6 +327,7 @@ class CommitLog:
 
     def close(self) -> None:
         for seg in self.segments:
+            seg.mm = None
             os.close(seg.fd)
         self.segments = []
         self._bases = []

@@ -514,8 +514,7 @@ class FileStore(Store):
         count = total = i = 0
         ends = [c + s for c, s, _ in entries]
         while i < len(entries):
-            j, data, at = self._raw_span(entries, ends, i)
-            view = memoryview(data)
+            j, view, at = self._raw_span(entries, ends, i)
             for k in range(i, j):
                 clo, size, h = entries[k]
                 if not size or (tag_hashes is not None and h not in tag_hashes):
@@ -530,21 +529,20 @@ class FileStore(Store):
         return RawRead(bytes(parts[0]) if parts else b"", count, offset + len(entries))
 
     def _raw_span(self, entries: list[tuple[int, int, int]], ends: list[int],
-                  i: int) -> tuple[int, bytes, int]:
-        """:meth:`_span` for a pull: the entries from ``i`` that end within its segment and
-        READ_SPAN_BYTES_MAX, found by bisection over ``ends`` (ascending unless a hole, an entry of
-        size 0, is among them: then entry by entry)."""
+                  i: int) -> tuple[int, memoryview, int]:
+        """The entries from ``i`` that end within its segment and READ_SPAN_BYTES_MAX (found by
+        bisection over ``ends``, which ascend: a hole, an entry of size 0, ends where the next
+        record starts), as ``(j, a view of the commit log map over them, where it starts)``.
+        Raises CorruptRecord when the log does not hold them all."""
         start = entries[i][0]
         seg = self._log.segment_at(start)
         if seg is None or ends[i] > seg.end:
             raise CorruptRecord(f"commit log offset {start} is not stored")
         j = max(i + 1, bisect_right(ends, min(seg.end, start + limits.READ_SPAN_BYTES_MAX), i))
-        if ends[j - 1] < ends[i] or entries[j - 1][1] == 0:
-            return self._span(entries, i)
-        data = self._log.read(start, ends[j - 1] - start)
-        if len(data) != ends[j - 1] - start:
+        view = self._log.view(start, ends[j - 1] - start)
+        if len(view) != ends[j - 1] - start:
             raise CorruptRecord(f"commit log range [{start}, {ends[j - 1]}) is not all stored")
-        return j, data, start
+        return j, view, start
 
     def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         cq = self._queues.get((topic, queue_id))

@@ -16,7 +16,7 @@ from txmq.protocol import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_NOT_TYPE,
     decode_message_exts,
 )
 from txmq.store import FileStore, MemoryStore, Record, check_store, repair_store, tag_hash
@@ -61,7 +61,8 @@ def test_transaction_types_and_the_prepared_offset_are_stored() -> None:
     half = placed(rec(1, properties={"TRAN_MSG": "true", "REAL_TOPIC": "t", "REAL_QID": "1"}))
     commit = placed(rec(1, properties={"TRAN_PREPARED_QUEUE_OFFSET": "0"},
                         prepared_transaction_offset=777))
-    assert decode_message_exts(half)[0].sys_flag & 0xC == TRANSACTION_PREPARED_TYPE
+    # RocketMQ TransactionalMessageBridge.parseHalfMessageInner stores a half as NOT_TYPE
+    assert decode_message_exts(half)[0].sys_flag & 0xC == TRANSACTION_NOT_TYPE
     m = decode_message_exts(commit)[0]
     assert m.sys_flag & 0xC == TRANSACTION_COMMIT_TYPE and m.prepared_transaction_offset == 777
 

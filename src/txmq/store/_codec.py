@@ -19,7 +19,8 @@ below are for two IPv4 hosts::
          20     8  queue offset                 q   written at append
          28     8  physical offset              q   where the record starts; written at append,
                                                      checked on every read
-         36     4  sysFlag                      i   transaction type in bits 2-3 (MessageSysFlag)
+         36     4  sysFlag                      i   transaction type in bits 2-3 (MessageSysFlag):
+                                                     COMMIT on a commit record, NOT_TYPE otherwise
          40     8  born timestamp               q   ms
          48     H  born host                    8s  4-byte address + i32 port
          56     8  store timestamp              q   ms, written at append
@@ -81,7 +82,7 @@ from txmq.protocol import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_NOT_TYPE,
     MessageExt,
     decode_message_ext,
     encode_message_ext_reserved,
@@ -156,9 +157,12 @@ def wire_host(host: str) -> str:
 
 
 def _tx_type(rec: Record) -> int:
+    """A half is stored as a normal message (``TRAN_MSG`` in its properties, RocketMQ
+    ``TransactionalMessageBridge.parseHalfMessageInner``), a commit record as COMMIT
+    (``EndTransactionProcessor``; txmq marks it with ``TRAN_PREPARED_QUEUE_OFFSET``)."""
     props = rec.properties
     if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-        return TRANSACTION_PREPARED_TYPE
+        return TRANSACTION_NOT_TYPE
     if PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in props:
         return TRANSACTION_COMMIT_TYPE
     return transaction_type(rec.sys_flag)
@@ -168,7 +172,8 @@ def encode_record(rec: Record, store_host: str) -> bytearray:
     """``rec`` as a record (layout above) with its physical offset 0 and its CRC property blank:
     :func:`place_record` fills both in once the offset is known. The queue offset and store
     timestamp are ``rec``'s; the transaction type comes from its properties (``TRAN_MSG``: a
-    half, ``TRAN_PREPARED_QUEUE_OFFSET``: a commit record) or ``rec.sys_flag``; a ``__CRC32#``
+    half, stored as NOT_TYPE as RocketMQ does; ``TRAN_PREPARED_QUEUE_OFFSET``: a commit record)
+    or ``rec.sys_flag``; a ``__CRC32#``
     property in ``rec`` is dropped (RocketMQ ``CommitLog.asyncPutMessage``).
 
     Raises:

@@ -181,3 +181,21 @@ def test_a_raw_read_filters_by_tag_hash_and_bounds_bytes(tmp_path: Path, kind: s
     none = s.read_queue_raw("t", 0, 9, 100, 1 << 20)
     assert none.count == 0 and none.next_offset == 9 and none.body == b""
     s.close()
+
+
+def test_pulls_keep_only_a_bounded_number_of_segments_mapped(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from txmq import limits
+    from txmq.store import StoreConfig
+
+    monkeypatch.setattr(limits, "COMMIT_LOG_MAPS_MAX", 2)
+    s = FileStore(tmp_path, StoreConfig(mapped_file_size_commit_log=64 * 1024))
+    for i in range(5):  # five segments of one 40 KiB record each
+        s.append([rec(i, queue_id=0, body=bytes([65 + i]) * 40_000)])
+    s.flush()
+    assert len(s._log.segments) == 5
+    for i in range(5):
+        got = s.read_queue_raw("t", 0, i, 1, 1 << 20)
+        assert decode_message_exts(got.body)[0].body == bytes([65 + i]) * 40_000
+    assert sum(seg.mm is not None for seg in s._log.segments) == 2
+    s.close()

@@ -15,9 +15,11 @@ import mmap
 import os
 import threading
 from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
+from txmq import limits
 from txmq.errors import CorruptRecord, StoreError
 from txmq.store._base import Record
 from txmq.store._codec import (
@@ -100,6 +102,8 @@ class CommitLog:
         if not self.segments:
             self.segments.append(self._create(0))
         self._bases = [s.base for s in self.segments]
+        self._mapped: OrderedDict[int, Segment] = OrderedDict()
+        """Segments with a map, least recently mapped first (at most COMMIT_LOG_MAPS_MAX)."""
 
     # -- layout -----------------------------------------------------------------------------------
     @property
@@ -180,6 +184,7 @@ class CommitLog:
                 self._bases.pop()
             removed += seg.size
             seg.mm = None
+            self._mapped.pop(seg.base, None)
             os.close(seg.fd)
             seg.path.unlink()
         seg = self.segments[-1]
@@ -200,6 +205,7 @@ class CommitLog:
         gone = self.segments[:count]
         for seg in gone:
             seg.mm = None
+            self._mapped.pop(seg.base, None)
             seg.path.unlink()
         with self._lock:
             del self.segments[:count]
@@ -244,6 +250,10 @@ class CommitLog:
                 seg.mm = mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ)
             except (OSError, ValueError) as exc:
                 raise CorruptRecord(f"cannot map commit log segment {seg.path}: {exc}") from exc
+            self._mapped[seg.base] = seg
+            self._mapped.move_to_end(seg.base)
+            while len(self._mapped) > limits.COMMIT_LOG_MAPS_MAX:
+                self._mapped.popitem(last=False)[1].mm = None
         return memoryview(seg.mm)[rel : rel + n]
 
     def read_record_bytes(self, offset: int, size_hint: int = 0) -> bytes:
@@ -326,6 +336,7 @@ class CommitLog:
                 view.release()
 
     def close(self) -> None:
+        self._mapped.clear()
         for seg in self.segments:
             seg.mm = None
             os.close(seg.fd)

@@ -24,7 +24,8 @@ PULL_BATCH_MAX = 1024
 default ``pullBatchSize`` but allows larger ``maxMsgNums``)."""
 
 PULL_BATCH_BYTES_MAX = 8 * 1024 * 1024
-"""Most body bytes returned by one pull (txmq)."""
+"""Most record bytes returned by one pull (txmq; RocketMQ bounds a pull in memory by
+``maxTransferBytesOnMessageInMemory``, 256 KiB)."""
 
 # --- client --------------------------------------------------------------------------------------
 REQUEST_TIMEOUT_MS = 10_000

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -97,3 +99,10 @@ def test_the_cli_migrates_and_a_second_run_has_nothing_to_do(old_store: Path) ->
     r = runner.invoke(app, ["store", "migrate", str(old_store)])
     assert r.exit_code == 0 and "nothing to do" in r.output
     assert os.listdir(old_store / "migrate.txm1")
+
+
+def test_the_broker_command_refuses_to_start_on_an_old_store(old_store: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "txmq", "broker", "--data-dir", str(old_store),
+                        "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "txmq store migrate" in " ".join(r.stderr.split())

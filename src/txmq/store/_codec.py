@@ -2,8 +2,8 @@
 
 Every format is drawn next to its ``struct`` format; all integers are big-endian.
 
-Commit log record: a RocketMQ MessageExt record, byte for byte what an Apache RocketMQ 5 broker
-with ``MessageStoreConfig.enabledAppendPropCRC`` stores (``MessageExtEncoder.encode``,
+Commit log record: a RocketMQ MessageExt record in the layout an Apache RocketMQ 5 broker with
+``MessageStoreConfig.enabledAppendPropCRC`` stores (``MessageExtEncoder.encode``,
 ``CommitLog.DefaultAppendMessageCallback.doAppend``), so a pull reply is the stored bytes and a
 replica can ship them as they are. The encoding is :mod:`txmq.protocol._message_codec`'s
 (:func:`~txmq.protocol.encode_message_ext_reserved`); ``H`` is 8 bytes per host (IPv4 + port) or

@@ -87,6 +87,7 @@ __all__ = [
     "ResponseCode",
     "ServiceNotAvailable",
     "StoreError",
+    "StoreFormatOld",
     "SubscriptionGroupNotExist",
     "SystemBusy",
     "TopicNotExist",
@@ -265,6 +266,13 @@ class CommitLogDamaged(StoreError):
     damage, ``txmq store repair --yes`` cuts the log there into the quarantine."""
 
     code = "COMMIT_LOG_DAMAGED"
+
+
+class StoreFormatOld(StoreError):
+    """The data directory was written in txmq's store format before MessageExt records (magic
+    "TXM1"): the store refuses to open it; ``txmq store migrate DATA_DIR`` rewrites it."""
+
+    code = "STORE_FORMAT_OLD"
 
 
 class DiskFull(StoreError):

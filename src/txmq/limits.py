@@ -24,7 +24,8 @@ PULL_BATCH_MAX = 1024
 default ``pullBatchSize`` but allows larger ``maxMsgNums``)."""
 
 PULL_BATCH_BYTES_MAX = 8 * 1024 * 1024
-"""Most body bytes returned by one pull (txmq)."""
+"""Most record bytes returned by one pull (txmq; RocketMQ bounds a pull in memory by
+``maxTransferBytesOnMessageInMemory``, 256 KiB)."""
 
 # --- client --------------------------------------------------------------------------------------
 REQUEST_TIMEOUT_MS = 10_000
@@ -247,6 +248,10 @@ DELETE_FILES_BATCH_MAX = 10
 READ_SPAN_BYTES_MAX = 1024 * 1024
 """A pull reads neighbouring records of one segment with one ``pread`` when they lie within this
 span (txmq)."""
+COMMIT_LOG_MAPS_MAX = 16
+"""Commit log segments kept memory-mapped for pulls at once (the least recently mapped one is
+unmapped past it), so readers spread over a long log stay far below ``vm.max_map_count``
+(65,530 by default) and its address space (txmq; RocketMQ maps every segment, 1 GiB each)."""
 
 REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX = 4096
 """Requests of one connection the broker holds (awaiting fsync) before it stops reading from that

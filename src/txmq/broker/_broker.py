@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import lru_cache
 
 import msgspec
 
@@ -91,7 +92,7 @@ from txmq.protocol import (
     to_ext,
     wants_standard_json,
 )
-from txmq.store import AppendResult, Record, Store
+from txmq.store import AppendResult, Record, Store, tag_hash
 
 __all__ = ["Broker", "dlq_topic", "retry_topic"]
 
@@ -392,9 +393,11 @@ class Broker:
             nxt = lo if h.queue_offset < lo else hi
             return self._pull_reply(conn, cmd, ResponseCode.PULL_OFFSET_MOVED, nxt, lo, hi)
         count_max = max(1, min(h.max_msg_nums, limits.PULL_BATCH_MAX))
-        msgs = self.store.read_queue(h.topic, h.queue_id, h.queue_offset, count_max,
-                                     limits.PULL_BATCH_BYTES_MAX)
-        if not msgs:
+        read = self.store.read_queue_raw(h.topic, h.queue_id, h.queue_offset, count_max,
+                                         limits.PULL_BATCH_BYTES_MAX,
+                                         _subscription_hashes(h.subscription or "*"))
+        nxt = read.next_offset
+        if nxt == h.queue_offset:  # nothing durable at the offset yet
             if h.sys_flag & PULL_FLAG_SUSPEND and h.suspend_timeout_millis > 0:
                 # The commit offset was applied now; a woken hold must not apply it again (it may
                 # be stale by then, e.g. after an operator reset the group's offsets).
@@ -403,16 +406,11 @@ class Broker:
                 return [Hold(conn, held, h.topic, h.queue_id, now + h.suspend_timeout_millis,
                              held_at_ms=now)]
             return self._pull_reply(conn, cmd, ResponseCode.PULL_NOT_FOUND, h.queue_offset, lo, hi)
-        nxt = msgs[-1].queue_offset + 1
         self.traffic.pulled(h.consumer_group, h.topic, h.queue_id, nxt)
-        tags = _parse_subscription(h.subscription or "*")
-        if tags is not None:
-            msgs = [m for m in msgs if m.tags in tags]
-            if not msgs:
-                return self._pull_reply(conn, cmd, ResponseCode.PULL_NOT_FOUND, nxt, lo, hi)
-        body = encode_message_exts(msgs)
-        self.traffic.delivered(h.consumer_group, h.topic, len(msgs), len(body))
-        return self._pull_reply(conn, cmd, ResponseCode.SUCCESS, nxt, lo, hi, body)
+        if not read.count:  # every entry read was filtered out by its tag hash
+            return self._pull_reply(conn, cmd, ResponseCode.PULL_NOT_FOUND, nxt, lo, hi)
+        self.traffic.delivered(h.consumer_group, h.topic, read.count, len(read.body))
+        return self._pull_reply(conn, cmd, ResponseCode.SUCCESS, nxt, lo, hi, read.body)
 
     def expire_hold(self, conn: int, cmd: Command) -> list[Action]:
         """A held pull reached its deadline with nothing new: answer PULL_NOT_FOUND."""
@@ -577,3 +575,12 @@ def _parse_subscription(expr: str) -> set[str] | None:
     if expr in ("", "*"):
         return None
     return {t.strip() for t in expr.split("||") if t.strip()}
+
+
+@lru_cache(maxsize=1024)
+def _subscription_hashes(expr: str) -> frozenset[int] | None:
+    """The consume queue tag hashes a pull with subscription ``expr`` delivers (None: all).
+    RocketMQ ``SubscriptionData.codeSet``; as in RocketMQ, the consumer checks the tags
+    themselves, since two tags can share a hash."""
+    tags = _parse_subscription(expr)
+    return None if tags is None else frozenset(tag_hash(t) for t in tags)

@@ -1,5 +1,6 @@
-"""``txmq store check`` and ``txmq store repair``: the offline commit log check and repair a broker
-that refuses to start names in its error (see :mod:`txmq.store._check`)."""
+"""``txmq store check``, ``txmq store repair`` and ``txmq store migrate``: the offline commit log
+check and repair a broker that refuses to start names in its error (see :mod:`txmq.store._check`),
+and the rewrite of a data directory of the earlier TXM1 format (:mod:`txmq.store._migrate`)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from txmq.errors import StoreError
-from txmq.store import StoreCheck, check_store, repair_store
+from txmq.store import StoreCheck, StoreConfig, check_store, migrate_store, repair_store
 
 __all__ = ["store_app"]
 
-store_app = typer.Typer(help="Offline commit log check and repair (no broker may use the directory).",
+store_app = typer.Typer(help="Offline commit log check, repair and migration (no broker may use the "
+                             "directory).",
                         no_args_is_help=True)
 
 DataDir = Annotated[Path, typer.Argument(help="The broker's data directory.", exists=True,
@@ -49,7 +51,7 @@ def _print(found: StoreCheck) -> None:
 @store_app.command("check")
 def check(data_dir: DataDir,
           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Verify every commit log record's CRC32C; exit 1 if the log is damaged."""
+    """Verify every commit log record's CRC (its __CRC32# property); exit 1 if the log is damaged."""
     try:
         found = check_store(data_dir)
     except StoreError as exc:
@@ -81,3 +83,26 @@ def repair(data_dir: DataDir,
     for line in moved:
         _out.print(f"quarantined {line}")
     _out.print("[green]repaired[/green]: the store opens again")
+
+
+@store_app.command("migrate")
+def migrate(data_dir: DataDir,
+            segment_bytes: Annotated[int, typer.Option(
+                "--segment-bytes", help="Commit log segment size of the rewritten log "
+                "(mapped_file_size_commit_log).")] = StoreConfig().mapped_file_size_commit_log,
+            ) -> None:
+    """Rewrite a data directory of txmq's earlier TXM1 store format into RocketMQ MessageExt
+    records, keeping queue (and so consumer) offsets; the old files are kept in migrate.txm1/."""
+    try:
+        report = migrate_store(data_dir, StoreConfig(mapped_file_size_commit_log=segment_bytes))
+    except StoreError as exc:
+        _err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    if report.already:
+        _out.print(f"{data_dir} is already in the current format: nothing to do")
+        return
+    torn = (f", {report.torn_tail_bytes} bytes of torn tail dropped" if report.torn_tail_bytes
+            else "")
+    _out.print(f"migrated {report.records or 'the rest of'} records ({report.old_bytes} → "
+               f"{report.new_bytes} bytes, {report.queues} consume queues{torn}); "
+               f"the old files are in {report.kept_in} (delete it once the broker runs)")

@@ -144,6 +144,12 @@ class _PullMixin(_Client):
         r = await self._pull_raw(topic, queue_id, offset, max_nums, suspend_ms, commit_offset,
                                  subscription, broker_name=broker_name)
         msgs = decode_message_exts(r.body) if r.status is PullStatus.FOUND else []
+        expr = subscription.strip()
+        if msgs and expr not in ("", "*"):
+            # the broker filters by tag hash; two tags may share one (RocketMQ
+            # PullAPIWrapper.processPullResult checks the tags themselves too)
+            wanted = {t.strip() for t in expr.split("||")}
+            msgs = [m for m in msgs if m.tags in wanted]
         return PullResult(r.status, msgs, r.next_begin_offset, r.min_offset, r.max_offset)
 
     async def _call_master(self, topic: str, broker_name: str, code: RequestCode,

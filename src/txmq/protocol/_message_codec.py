@@ -63,7 +63,7 @@ from collections.abc import Iterable, Mapping
 
 from txmq import limits
 from txmq.errors import MalformedMessage
-from txmq.protocol._message import PROPERTY_KEYS, PROPERTY_TAGS, Message, MessageExt
+from txmq.protocol._message import PROPERTY_CRC32, PROPERTY_KEYS, PROPERTY_TAGS, Message, MessageExt
 from txmq.protocol._message_id import pack_host, unpack_host
 
 __all__ = [
@@ -74,6 +74,7 @@ __all__ = [
     "COMPRESSION_TYPE_COMPARATOR",
     "COMPRESSION_ZLIB_TYPE",
     "COMPRESSION_ZSTD_TYPE",
+    "CRC32_RESERVED_LEN",
     "INNER_BATCH_FLAG",
     "MESSAGE_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE_V2",
@@ -93,9 +94,12 @@ __all__ = [
     "decode_properties",
     "encode_batch",
     "encode_message_ext",
+    "encode_message_ext_reserved",
     "encode_message_exts",
     "encode_properties",
+    "fill_prop_crc",
     "inflate_body",
+    "prop_crc",
     "reset_transaction_type",
     "transaction_type",
     "unwrap_inner_batch",
@@ -220,6 +224,9 @@ def decode_properties(text: str) -> dict[str, str]:
 
 
 def _split_tags_keys(props: dict[str, str]) -> tuple[str, str]:
+    """TAGS and KEYS out of the properties; the store's ``__CRC32#`` (see :func:`fill_prop_crc`)
+    is dropped, so SDK users never see it (a RocketMQ client shows it as a property)."""
+    props.pop(PROPERTY_CRC32, None)
     return props.pop(PROPERTY_TAGS, ""), props.pop(PROPERTY_KEYS, "")
 
 
@@ -230,12 +237,14 @@ def _utf8(text: str, what: str) -> bytes:
         raise MalformedMessage(f"{what} is not encodable as UTF-8: {exc}") from exc
 
 
-def _wire_strings(msg: Message) -> tuple[bytes, bytes]:
-    """The UTF-8 properties (with TAGS and KEYS) and its length check."""
+def _wire_strings(msg: Message, reserve: int = 0) -> tuple[bytes, bytes]:
+    """The UTF-8 properties (with TAGS and KEYS) and its length (plus ``reserve`` bytes the caller
+    appends), checked."""
     props = _utf8(_properties_text(msg.properties, msg.tags, msg.keys), "properties")
-    if len(props) > limits.PROPERTIES_MAX_BYTES:
-        raise MalformedMessage(f"properties of {len(props)} bytes exceed {limits.PROPERTIES_MAX_BYTES}")
-    return props, _I16.pack(len(props))
+    if len(props) + reserve > limits.PROPERTIES_MAX_BYTES:
+        raise MalformedMessage(f"properties of {len(props) + reserve} bytes exceed "
+                               f"{limits.PROPERTIES_MAX_BYTES}")
+    return props, _I16.pack(len(props) + reserve)
 
 
 # --- compression ---------------------------------------------------------------------------------
@@ -301,7 +310,7 @@ def encode_message_exts(msgs: Iterable[MessageExt], *, compress: bool = False) -
     return b"".join(parts)
 
 
-def _ext_parts(msg: MessageExt, compress: bool) -> tuple[bytes, ...]:
+def _ext_parts(msg: MessageExt, compress: bool, reserve: int = 0) -> tuple[bytes, ...]:
     body = msg.body
     sys_flag = msg.sys_flag & ~_V6_FLAGS
     if compress and sys_flag & COMPRESSED_FLAG:
@@ -317,9 +326,9 @@ def _ext_parts(msg: MessageExt, compress: bool) -> tuple[bytes, ...]:
         magic, topic_len = MESSAGE_MAGIC_CODE_V2, _I16.pack(len(topic))
     else:
         raise MalformedMessage(f"topic of {len(topic)} bytes exceeds {limits.MESSAGE_TOPIC_MAX_BYTES}")
-    props, props_len = _wire_strings(msg)
+    props, props_len = _wire_strings(msg, reserve)
     head = _HEADS[(sys_flag >> 4) & 3]
-    total = head.size + len(body) + len(topic_len) + len(topic) + 2 + len(props)
+    total = head.size + len(body) + len(topic_len) + len(topic) + 2 + len(props) + reserve
     try:
         packed = head.pack(
             total, magic, zlib.crc32(body) & _CRC_MASK, msg.queue_id, msg.flag, msg.queue_offset,
@@ -502,3 +511,57 @@ def unwrap_inner_batch(msg: MessageExt) -> list[MessageExt]:
                        store_timestamp_ms=msg.store_timestamp_ms, born_host=msg.born_host,
                        store_host=msg.store_host, sys_flag=msg.sys_flag)
             for i, m in enumerate(decode_batch(msg.body))]
+
+
+# --- the stored record's CRC property (RocketMQ 5 enabledAppendPropCRC) ---------------------------
+CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1
+"""Bytes at the end of a stored record's properties for its CRC: ``__CRC32#``, ``\\u0001``, ten
+digits, ``\\u0002`` (RocketMQ ``CommitLog.CRC32_RESERVED_LEN`` = 20)."""
+_CRC_NAME = PROPERTY_CRC32.encode() + NAME_VALUE_SEPARATOR.encode()
+_CRC_END = PROPERTY_SEPARATOR.encode()
+
+
+def encode_message_ext_reserved(msg: MessageExt) -> bytearray:
+    """:func:`encode_message_ext` with :data:`CRC32_RESERVED_LEN` zero bytes at the end of the
+    properties (counted in the properties length and the total size), ready for
+    :func:`fill_prop_crc` once the store has written its own fields. ``msg.properties`` must not
+    hold ``__CRC32#`` (RocketMQ ``CommitLog.asyncPutMessage`` deletes it). RocketMQ
+    ``MessageExtEncoder.encode`` with ``MessageStoreConfig.enabledAppendPropCRC``.
+
+    Raises:
+        MalformedMessage: as :func:`encode_message_ext` (the reserve counts towards the
+            properties' ``PROPERTIES_MAX_BYTES``).
+    """
+    out = bytearray().join(_ext_parts(msg, False, CRC32_RESERVED_LEN))
+    out += bytes(CRC32_RESERVED_LEN)
+    return out
+
+
+def fill_prop_crc(buf: bytearray, start: int, size: int) -> None:
+    """Write the CRC property into the reserved tail of the record ``buf[start:start+size]``:
+    CRC32 (``& 0x7FFFFFFF``) of the record's bytes before the reserve, as ``__CRC32#``,
+    ``\\u0001``, ten decimal digits least significant first (zero-padded), ``\\u0002``.
+    RocketMQ ``CommitLog.DefaultAppendMessageCallback.doAppend`` and
+    ``MessageDecoder.createCrc32``."""
+    end = start + size - CRC32_RESERVED_LEN
+    with memoryview(buf) as view:
+        crc = zlib.crc32(view[start:end]) & _CRC_MASK
+    buf[end : start + size] = b"".join((_CRC_NAME, str(crc).zfill(10)[::-1].encode(), _CRC_END))
+
+
+def prop_crc(data: bytes | bytearray | memoryview, start: int, size: int) -> tuple[int, int] | None:
+    """``(stored, computed)`` CRC of the record ``data[start:start+size]`` whose properties end
+    with the CRC property (:func:`fill_prop_crc`), or None when its last
+    :data:`CRC32_RESERVED_LEN` bytes are not one. RocketMQ ``CommitLog.checkMessageAndReturnSize``
+    with ``forceVerifyPropCRC``."""
+    end = start + size - CRC32_RESERVED_LEN
+    if end < start:
+        return None
+    with memoryview(data) as view:
+        tail = bytes(view[end : start + size])
+        if tail[: len(_CRC_NAME)] != _CRC_NAME or tail[-1:] != _CRC_END:
+            return None
+        digits = tail[len(_CRC_NAME) : -1]
+        if not digits.isdigit():
+            return None
+        return int(digits[::-1]), zlib.crc32(view[start:end]) & _CRC_MASK

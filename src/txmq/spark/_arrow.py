@@ -36,6 +36,7 @@ from txmq.protocol import (
     COMPRESSED_FLAG,
     MESSAGE_MAGIC_CODE,
     NAME_VALUE_SEPARATOR,
+    PROPERTY_CRC32,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
@@ -286,6 +287,7 @@ def _split_properties(texts: list[str]) -> tuple[list[str], list[str], list[str]
             props = decode_properties(text)
         if "" in props or "" in props.values():
             props = decode_properties(text)
+        props.pop(PROPERTY_CRC32, None)  # the store's record CRC, hidden as the SDK's decoder does
         tags.append(props.pop(PROPERTY_TAGS, ""))
         keys.append((props.pop(PROPERTY_KEYS, "").split(None, 1) or ("",))[0])
         ids.append(props.get(PROPERTY_UNIQ_KEY, ""))

@@ -4,11 +4,21 @@
 same segment rolling), used by the contract suite and the sans-IO simulations.
 """
 
-from txmq.store._base import AppendResult, CleanReport, DiskStatus, Record, RetentionHook, Store
+from txmq.store._base import (
+    AppendResult,
+    CleanReport,
+    DiskStatus,
+    RawRead,
+    Record,
+    RetentionHook,
+    Store,
+)
 from txmq.store._check import StoreCheck, check_store, repair_store
+from txmq.store._codec import tag_hash
 from txmq.store._config import StoreConfig, is_delete_hour
 from txmq.store._file import FileStore
 from txmq.store._memory import MemoryStore
+from txmq.store._migrate import MigrateReport, migrate_store, needs_migration
 from txmq.store._recovery import RecoveryReport
 from txmq.store._table import StateTable
 
@@ -18,6 +28,8 @@ __all__ = [
     "DiskStatus",
     "FileStore",
     "MemoryStore",
+    "MigrateReport",
+    "RawRead",
     "Record",
     "RecoveryReport",
     "RetentionHook",
@@ -27,5 +39,8 @@ __all__ = [
     "StoreConfig",
     "check_store",
     "is_delete_hour",
+    "migrate_store",
+    "needs_migration",
     "repair_store",
+    "tag_hash",
 ]

@@ -23,7 +23,7 @@ from txmq.protocol import MessageExt
 from txmq.store._config import StoreConfig
 from txmq.store._table import StateTable
 
-__all__ = ["AppendResult", "CleanReport", "DiskStatus", "Record", "RetentionHook", "Store"]
+__all__ = ["AppendResult", "CleanReport", "DiskStatus", "RawRead", "Record", "RetentionHook", "Store"]
 
 log = logging.getLogger("txmq.store")
 
@@ -34,8 +34,11 @@ RetentionHook = Callable[[], "int | None"]
 class Record(msgspec.Struct, array_like=True, kw_only=True):
     """One stored message. ``queue_offset`` and ``commit_log_offset`` are assigned by the store.
 
-    Hosts are ``"ip:port"`` strings (anything else is stored as the port alone); ``flag`` is the
-    producer's integer flag (RocketMQ ``Message.flag``).
+    Hosts are ``"ip:port"`` strings (anything else is stored as ``0.0.0.0:0``); ``flag`` is the
+    producer's integer flag (RocketMQ ``Message.flag``). ``sys_flag`` holds RocketMQ
+    ``MessageSysFlag`` bits (the store sets the transaction type from the properties: see
+    :func:`txmq.store._codec.encode_record`); ``prepared_transaction_offset`` is, on a commit
+    record, its half's commit log offset (RocketMQ ``preparedTransactionOffset``).
     """
 
     topic: str
@@ -51,6 +54,8 @@ class Record(msgspec.Struct, array_like=True, kw_only=True):
     flag: int = 0
     born_host: str = ""
     store_host: str = ""
+    sys_flag: int = 0
+    prepared_transaction_offset: int = 0
 
     def to_message_ext(self, commit_log_offset: int) -> MessageExt:
         """The consumer view of this record."""
@@ -59,7 +64,8 @@ class Record(msgspec.Struct, array_like=True, kw_only=True):
             properties=self.properties, queue_id=self.queue_id, queue_offset=self.queue_offset,
             commit_log_offset=commit_log_offset, born_timestamp_ms=self.born_timestamp_ms,
             store_timestamp_ms=self.store_timestamp_ms, reconsume_times=self.reconsume_times,
-            born_host=self.born_host, store_host=self.store_host,
+            born_host=self.born_host, store_host=self.store_host, sys_flag=self.sys_flag,
+            prepared_transaction_offset=self.prepared_transaction_offset,
         )
 
 
@@ -69,6 +75,21 @@ class AppendResult(msgspec.Struct, frozen=True):
     commit_log_offset: int
     queue_offset: int
     size: int
+
+
+class RawRead(msgspec.Struct, frozen=True):
+    """Stored records of one consume queue, as they lie in the commit log (a pull reply's body).
+
+    Attributes:
+        body: the records back to back (RocketMQ MessageExt layout, see
+            :mod:`txmq.store._codec`), or b"" when none matched.
+        count: records in ``body``.
+        next_offset: the queue offset after the last entry looked at (matching or not).
+    """
+
+    body: bytes
+    count: int
+    next_offset: int
 
 
 class DiskStatus(msgspec.Struct, frozen=True):
@@ -201,6 +222,20 @@ class Store(abc.ABC):
 
         Raises:
             CorruptRecord: a record in range fails its check.
+        """
+
+    @abc.abstractmethod
+    def read_queue_raw(self, topic: str, queue_id: int, offset: int, max_count: int,
+                       max_bytes: int, tag_hashes: Collection[int] | None = None) -> RawRead:
+        """Up to ``max_count`` durable entries of a consume queue from ``offset`` (visibility as
+        :meth:`read_queue`), the records whose consume queue tag hash is in ``tag_hashes`` (all
+        with None) copied out of the commit log as stored, with no decoding: RocketMQ
+        ``DefaultMessageStore.getMessage`` filtering by tags code. ``max_bytes`` bounds the
+        record bytes (at least one record is returned if any matches). An offset below the
+        queue's minimum returns nothing with ``next_offset`` = ``offset``.
+
+        Raises:
+            CorruptRecord: the consume queue or the commit log range cannot be read.
         """
 
     @abc.abstractmethod

@@ -24,7 +24,7 @@ from txmq.store._commitlog import CommitLog
 from txmq.store._config import StoreConfig
 from txmq.store._file import FileStore
 from txmq.store._quarantine import Quarantine
-from txmq.store._recovery import keep_tail
+from txmq.store._recovery import keep_tail, refuse_old_format
 
 __all__ = ["DamagedRange", "SegmentCheck", "StoreCheck", "check_store", "repair_store"]
 
@@ -90,6 +90,7 @@ def check_store(root: Path | str) -> StoreCheck:
         raise StoreError(f"{root} holds no commit log (no {root / 'commitlog'} directory)")
     clog = CommitLog(root / "commitlog", StoreConfig().mapped_file_size_commit_log, threading.Lock())
     try:
+        refuse_old_format(clog)
         out = StoreCheck(segments=[SegmentCheck(s.path.name, s.base, s.end) for s in clog.segments],
                          checkpoint_offset=_checkpoint_offset(root), log_end=clog.end)
         pos, i = clog.min_offset, 0

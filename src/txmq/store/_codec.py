@@ -2,98 +2,134 @@
 
 Every format is drawn next to its ``struct`` format; all integers are big-endian.
 
-Commit log record (RocketMQ ``CommitLog`` message layout, with a CRC32C over the whole record
-instead of the body only, and tags and keys as their own fields)::
+Commit log record: a RocketMQ MessageExt record in the layout an Apache RocketMQ 5 broker with
+``MessageStoreConfig.enabledAppendPropCRC`` stores (``MessageExtEncoder.encode``,
+``CommitLog.DefaultAppendMessageCallback.doAppend``), so a pull reply is the stored bytes and a
+replica can ship them as they are. The encoding is :mod:`txmq.protocol._message_codec`'s
+(:func:`~txmq.protocol.encode_message_ext_reserved`); ``H`` is 8 bytes per host (IPv4 + port) or
+20 (IPv6 + port, with the sysFlag bits ``BORNHOST_V6_FLAG`` / ``STOREHOSTADDRESS_V6_FLAG``); offsets
+below are for two IPv4 hosts::
 
-     offset  size  field
-          0     4  total_size          u32  bytes of the whole record, this field included
-          4     4  magic               u32  RECORD_MAGIC ("TXM1")
-          8     4  crc32c              u32  CRC32C of bytes [12, total_size)
-         12     4  queue_id            u32
-         16     4  flag                u32  the producer's flag (RocketMQ Message.flag)
-         20     4  sys_flag            u32  bits 2-3: transaction type (RocketMQ MessageSysFlag)
-         24     8  queue_offset        u64
-         32     8  commit_log_offset   u64  where this record starts (checked on read)
-         40     8  born_timestamp_ms   i64
-         48     8  store_timestamp_ms  i64
-         56    20  born_host           16-byte IPv6 address (IPv4-mapped) + u32 port
-         76    20  store_host          same
-         96     4  reconsume_times     u32
-        100     4  body_len = B        u32
-        104     B  body
-      104+B     2  topic_len = T       u16, then T bytes of UTF-8
-                2  tags_len            u16, then the tags (UTF-8)
-                2  keys_len            u16, then the keys (UTF-8, space-separated)
-                4  properties_len      u32, then a msgpack map of str → str
-     total_size = 104 + B + 2 + T + 2 + len(tags) + 2 + len(keys) + 4 + len(properties)
+     offset  size  field                        struct ">iIiiiqqiq" H "q" H "iqi"
+          0     4  total size                   i   bytes of the whole record, this field included
+          4     4  magic code                   I   0xDAA320A7 (v1) or 0xDAA320AB (v2, topic > 127 B)
+          8     4  body CRC                     i   CRC32 of the body & 0x7FFFFFFF (UtilAll.crc32)
+         12     4  queue id                     i
+         16     4  flag                         i   the producer's Message.flag
+         20     8  queue offset                 q   written at append
+         28     8  physical offset              q   where the record starts; written at append,
+                                                     checked on every read
+         36     4  sysFlag                      i   transaction type in bits 2-3 (MessageSysFlag):
+                                                     COMMIT on a commit record, NOT_TYPE otherwise
+         40     8  born timestamp               q   ms
+         48     H  born host                    8s  4-byte address + i32 port
+         56     8  store timestamp              q   ms, written at append
+         64     H  store host                   8s  this broker (set_store_host)
+         72     4  reconsume times              i
+         76     8  prepared transaction offset  q   on a commit record: its half's physical offset
+         84     4  body length = B              i
+         88     B  body                             as stored (a compressed send is inflated first)
+       88+B   1|2  topic length = T             b (v1) | h (v2)
+                T  topic                            UTF-8
+                2  properties length = P        h   including the 20 reserved bytes below
+              P-20 properties                       name \\u0001 value \\u0002 ..., TAGS and KEYS
+                                                    among them (MessageDecoder)
+               20  __CRC32# \\u0001 dddddddddd \\u0002
+                                                    CRC32 & 0x7FFFFFFF of bytes [0, total - 20),
+                                                    ten decimal digits least significant first
+                                                    (CommitLog.CRC32_RESERVED_LEN,
+                                                    MessageDecoder.createCrc32)
+     total = 88 + B + (1|2) + T + 2 + P
 
-Consume queue entry (RocketMQ ``ConsumeQueue.CQ_STORE_UNIT_SIZE`` = 20)::
+A record is valid when its magic code is one of the two, its total size is within
+``[RECORD_SIZE_MIN, RECORD_SIZE_MAX]`` and inside the log, its physical offset is where it lies
+and its CRC property matches (RocketMQ ``CommitLog.checkMessageAndReturnSize`` with
+``forceVerifyPropCRC``); recovery, reads and ``txmq store check`` all check that.
+
+Consume queue entry (RocketMQ ``ConsumeQueue.CQ_STORE_UNIT_SIZE`` = 20; the tag hash is
+CRC32C of the tags, not Java's ``String.hashCode``)::
 
      +-----------------------------+-------------------+-----------------------------+
      | commit log offset  u64      | size  u32         | tag hash  u64               |
      +-----------------------------+-------------------+-----------------------------+
        0                         8                  12                              20
+     struct ">QIQ"
 
 Checkpoint file (RocketMQ ``StoreCheckpoint``, here a CRC-checked msgpack payload)::
 
      +-----------------+-----------------+-----------------+-----------------------+
      | magic  u32      | crc32c  u32     | length  u32     | payload (msgpack)     |
      +-----------------+-----------------+-----------------+-----------------------+
+     struct ">III"
 """
 
 from __future__ import annotations
 
-import ipaddress
 import struct
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import crc32c
 import msgspec
 
-from txmq.errors import CorruptRecord
+from txmq.errors import CorruptRecord, MalformedMessage
 from txmq.protocol import (
+    BORNHOST_V6_FLAG,
+    CRC32_RESERVED_LEN,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    PROPERTY_CRC32,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
     MessageExt,
+    decode_message_ext,
+    encode_message_ext_reserved,
+    fill_prop_crc,
+    pack_host,
+    prop_crc,
+    reset_transaction_type,
+    transaction_type,
 )
 from txmq.store._base import Record
 
 __all__ = [
     "CQ_ENTRY",
     "CQ_ENTRY_SIZE",
-    "RECORD_HEAD",
-    "RECORD_HEAD_SIZE",
-    "RECORD_MAGIC",
+    "RECORD_MAGICS",
+    "RECORD_SIZE_MAX",
+    "RECORD_SIZE_MIN",
     "Checkpoint",
+    "check_record",
     "decode_checkpoint",
     "decode_message",
     "decode_record",
     "encode_checkpoint",
     "encode_record",
-    "host_bytes",
-    "record_size",
-    "record_tail",
+    "peek_size",
+    "place_record",
     "seal",
+    "store_timestamp",
     "tag_hash",
     "unseal",
+    "wire_host",
 ]
 
 T = TypeVar("T")
 
-RECORD_MAGIC = 0x54584D31  # "TXM1"
-RECORD_HEAD = struct.Struct(">IIIIIIQQqq16sI16sIII")
-RECORD_HEAD_SIZE = 104
-assert RECORD_HEAD.size == RECORD_HEAD_SIZE
-_CRC_FROM = 12  # the CRC covers everything after the magic and the CRC itself
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-RECORD_SIZE_MIN = RECORD_HEAD_SIZE + 2 + 2 + 2 + 4
+RECORD_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+"""The magic codes of a stored record (RocketMQ ``MessageDecoder.MESSAGE_MAGIC_CODE``, ``_V2``)."""
+RECORD_SIZE_MIN = 88 + 1 + 2 + CRC32_RESERVED_LEN
+"""Smallest valid record: IPv4 hosts, empty body, topic and properties, the CRC property."""
 RECORD_SIZE_MAX = 64 * 1024 * 1024
 """Sanity bound on a record's declared size (a larger value is corruption)."""
-
-SYS_FLAG_TRANSACTION_PREPARED = 0x4
-SYS_FLAG_TRANSACTION_COMMIT = 0x8
+_SIZE_MAGIC = struct.Struct(">iI")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_PHYSICAL_OFFSET_AT = 28
+_SYS_FLAG_AT = 36
+_BORN_HOST_AT = 48
 
 CQ_ENTRY = struct.Struct(">QIQ")
 CQ_ENTRY_SIZE = 20
@@ -103,33 +139,6 @@ CHECKPOINT_MAGIC = 0x54584D43  # "TXMC"
 _CHECKPOINT_HEAD = struct.Struct(">III")
 
 _enc = msgspec.msgpack.Encoder()
-_props_dec = msgspec.msgpack.Decoder(dict[str, str])
-_NO_HOST = (bytes(16), 0)
-
-
-@lru_cache(maxsize=1024)
-def _host_bytes(host: str) -> tuple[bytes, int]:
-    """``"ip:port"`` → (16-byte address, port). Anything that is not an IP literal stores zeros."""
-    addr, sep, port = host.rpartition(":")
-    if not sep or not port.isdigit():
-        return _NO_HOST
-    try:
-        ip = ipaddress.ip_address(addr.strip("[]"))
-    except ValueError:
-        return bytes(16), int(port)
-    if isinstance(ip, ipaddress.IPv4Address):
-        ip = ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ip.packed)
-    return ip.packed, int(port) & 0xFFFFFFFF
-
-
-@lru_cache(maxsize=1024)
-def _host_str(addr: bytes, port: int) -> str:
-    if addr == _NO_HOST[0] and port == 0:
-        return ""
-    ip = ipaddress.IPv6Address(addr)
-    if ip.ipv4_mapped is not None:
-        return f"{ip.ipv4_mapped}:{port}"
-    return f"[{ip}]:{port}"
 
 
 def tag_hash(tags: str) -> int:
@@ -137,146 +146,134 @@ def tag_hash(tags: str) -> int:
     return crc32c.crc32c(tags.encode()) if tags else 0
 
 
-def _sys_flag(props: dict[str, str]) -> int:
-    if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-        return SYS_FLAG_TRANSACTION_PREPARED
-    if PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in props:
-        return SYS_FLAG_TRANSACTION_COMMIT
-    return 0
-
-
-@lru_cache(maxsize=4096)
-def _short_str(text: str) -> bytes:
-    """u16 length + UTF-8 (topics, tags and keys repeat: cached)."""
-    data = text.encode()
-    if len(data) > 0xFFFF:
-        raise ValueError("topic, tags and keys must each be under 64 KiB")
-    return _U16.pack(len(data)) + data
-
-
-_EMPTY_STR = _short_str("")
-_NO_PROPS = _U32.pack(0)
-
-
-def record_tail(rec: Record) -> bytes:
-    """The variable part after the body (topic, tags, keys, properties).
-
-    Raises:
-        ValueError: topic, tags or keys of 64 KiB or more.
-    """
-    props = _enc.encode(rec.properties) if rec.properties else b""
-    return b"".join((_short_str(rec.topic), _short_str(rec.tags) if rec.tags else _EMPTY_STR,
-                     _short_str(rec.keys) if rec.keys else _EMPTY_STR,
-                     _U32.pack(len(props)) if props else _NO_PROPS, props))
-
-
-def record_size(rec: Record) -> int:
-    """Bytes :func:`encode_record` produces for ``rec`` (MemoryStore offsets use it too)."""
-    return RECORD_HEAD_SIZE + len(rec.body) + len(record_tail(rec))
-
-
-def host_bytes(host: str) -> tuple[bytes, int]:
-    """A host as stored: 16-byte address and port (zeros for "")."""
-    return _host_bytes(host) if host else _NO_HOST
-
-
-def encode_record(rec: Record, commit_log_offset: int, store_host: tuple[bytes, int],
-                  tail: bytes | None = None) -> bytes:
-    """One record in the layout above, its CRC32C filled in (``store_host`` from
-    :func:`host_bytes`; ``tail`` from :func:`record_tail` saves encoding it twice).
-
-    Raises:
-        ValueError: a field does not fit its width (topic/tags/keys ≥ 64 KiB, negative offsets).
-    """
-    if tail is None:
-        tail = record_tail(rec)
-    body = rec.body
-    born, born_port = _host_bytes(rec.born_host) if rec.born_host else _NO_HOST
+@lru_cache(maxsize=1024)
+def wire_host(host: str) -> str:
+    """``host`` if it is an ``ip:port`` a record can hold, else "" (stored as ``0.0.0.0:0``)."""
     try:
-        head = RECORD_HEAD.pack(
-            RECORD_HEAD_SIZE + len(body) + len(tail), RECORD_MAGIC, 0, rec.queue_id, rec.flag,
-            _sys_flag(rec.properties), rec.queue_offset, commit_log_offset, rec.born_timestamp_ms,
-            rec.store_timestamp_ms, born, born_port, store_host[0], store_host[1],
-            rec.reconsume_times, len(body))
-    except struct.error as exc:
-        raise ValueError(f"record field out of range: {exc}") from exc
-    crc = crc32c.crc32c(tail, crc32c.crc32c(body, crc32c.crc32c(head[_CRC_FROM:])))
-    return b"".join((head[:8], _U32.pack(crc), head[_CRC_FROM:], body, tail))
+        pack_host(host)
+    except MalformedMessage:
+        return ""
+    return host
 
 
-def _check(view: memoryview, pos: int, commit_log_offset: int) -> int:
-    """Verify the record at ``view[pos:]``; return its size. Raises CorruptRecord."""
-    if len(view) - pos < RECORD_HEAD_SIZE:
-        raise CorruptRecord(f"commit log offset {commit_log_offset}: short record")
-    total, magic, crc = RECORD_HEAD.unpack_from(view, pos)[:3]
-    if magic != RECORD_MAGIC:
-        raise CorruptRecord(f"commit log offset {commit_log_offset}: bad magic {magic:#x}")
-    if not RECORD_SIZE_MIN <= total <= RECORD_SIZE_MAX or pos + total > len(view):
-        raise CorruptRecord(f"commit log offset {commit_log_offset}: bad or torn size {total}")
-    if crc32c.crc32c(view[pos + _CRC_FROM : pos + total]) != crc:
-        raise CorruptRecord(f"commit log offset {commit_log_offset}: CRC32C mismatch")
-    return int(total)
+def _tx_type(rec: Record) -> int:
+    """A half is stored as a normal message (``TRAN_MSG`` in its properties, RocketMQ
+    ``TransactionalMessageBridge.parseHalfMessageInner``), a commit record as COMMIT
+    (``EndTransactionProcessor``; txmq marks it with ``TRAN_PREPARED_QUEUE_OFFSET``)."""
+    props = rec.properties
+    if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+        return TRANSACTION_NOT_TYPE
+    if PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in props:
+        return TRANSACTION_COMMIT_TYPE
+    return transaction_type(rec.sys_flag)
+
+
+def encode_record(rec: Record, store_host: str) -> bytearray:
+    """``rec`` as a record (layout above) with its physical offset 0 and its CRC property blank:
+    :func:`place_record` fills both in once the offset is known. The queue offset and store
+    timestamp are ``rec``'s; the transaction type comes from its properties (``TRAN_MSG``: a
+    half, stored as NOT_TYPE as RocketMQ does; ``TRAN_PREPARED_QUEUE_OFFSET``: a commit record)
+    or ``rec.sys_flag``; a ``__CRC32#``
+    property in ``rec`` is dropped (RocketMQ ``CommitLog.asyncPutMessage``).
+
+    Raises:
+        ValueError: a field does not fit the layout (topic over 32,767 bytes, properties over
+            ``PROPERTIES_MAX_BYTES`` with the CRC property, a value outside Java's int/long).
+    """
+    props = rec.properties
+    if PROPERTY_CRC32 in props:
+        props = {k: v for k, v in props.items() if k != PROPERTY_CRC32}
+    msg = MessageExt(topic=rec.topic, body=rec.body, tags=rec.tags, keys=rec.keys,
+                     properties=props, flag=rec.flag, queue_id=rec.queue_id,
+                     queue_offset=rec.queue_offset, born_timestamp_ms=rec.born_timestamp_ms,
+                     store_timestamp_ms=rec.store_timestamp_ms,
+                     reconsume_times=rec.reconsume_times,
+                     born_host=wire_host(rec.born_host) if rec.born_host else "",
+                     store_host=store_host,
+                     sys_flag=reset_transaction_type(rec.sys_flag, _tx_type(rec)),
+                     prepared_transaction_offset=rec.prepared_transaction_offset)
+    try:
+        return encode_message_ext_reserved(msg)
+    except MalformedMessage as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def place_record(buf: bytearray, start: int, size: int, commit_log_offset: int) -> None:
+    """Write the physical offset and then the CRC property of the record ``buf[start:start+size]``
+    made by :func:`encode_record` (RocketMQ ``doAppend``'s order: offsets first, CRC last)."""
+    _I64.pack_into(buf, start + _PHYSICAL_OFFSET_AT, commit_log_offset)
+    fill_prop_crc(buf, start, size)
 
 
 def peek_size(view: memoryview | bytes, pos: int = 0) -> int:
-    """The declared total size of the record at ``pos`` (0 if fewer than 4 bytes)."""
+    """The declared total size of the record at ``pos`` (0 if fewer than 4 bytes or negative)."""
     if len(view) - pos < 4:
         return 0
-    return int(_U32.unpack_from(view, pos)[0])
+    return max(0, int(_I32.unpack_from(view, pos)[0]))
 
 
-def _fields(view: memoryview, pos: int, commit_log_offset: int) -> tuple[tuple[Any, ...], bytes, str,
-                                                                          str, str, dict[str, str],
-                                                                          int]:
-    total = _check(view, pos, commit_log_offset)
-    head = RECORD_HEAD.unpack_from(view, pos)
-    if head[7] != commit_log_offset:
-        raise CorruptRecord(f"record at {commit_log_offset} says it is at {head[7]}")
+def check_record(view: memoryview | bytes, pos: int, commit_log_offset: int) -> int:
+    """Verify the record at ``view[pos:]``, which must start at ``commit_log_offset``; return
+    its size.
+
+    Raises:
+        CorruptRecord: short, bad magic code, a size out of bounds or past the data (torn), a
+            physical offset that is not ``commit_log_offset``, no CRC property, or a CRC mismatch.
+    """
+    at = f"commit log offset {commit_log_offset}"
+    if len(view) - pos < 8:
+        raise CorruptRecord(f"{at}: short record")
+    total, magic = _SIZE_MAGIC.unpack_from(view, pos)
+    if magic not in RECORD_MAGICS:
+        raise CorruptRecord(f"{at}: bad magic code {magic:#x}")
+    if not RECORD_SIZE_MIN <= total <= RECORD_SIZE_MAX or pos + total > len(view):
+        raise CorruptRecord(f"{at}: bad or torn size {total}")
+    (phys,) = _I64.unpack_from(view, pos + _PHYSICAL_OFFSET_AT)
+    if phys != commit_log_offset:
+        raise CorruptRecord(f"record at {commit_log_offset} says it is at {phys}")
+    crc = prop_crc(view, pos, total)
+    if crc is None:
+        raise CorruptRecord(f"{at}: no {PROPERTY_CRC32} property at the end of the record")
+    if crc[0] != crc[1]:
+        raise CorruptRecord(f"{at}: CRC32 mismatch (stored {crc[0]}, computed {crc[1]})")
+    return int(total)
+
+
+def decode_message(view: memoryview | bytes, pos: int, commit_log_offset: int) -> MessageExt:
+    """The consumer view of the record at ``view[pos:]`` (checked by :func:`check_record`;
+    the body as stored, no ``__CRC32#`` among the properties).
+
+    Raises:
+        CorruptRecord: it fails its check or its fields do not decode.
+    """
+    size = check_record(view, pos, commit_log_offset)
     try:
-        p = pos + RECORD_HEAD_SIZE
-        body = bytes(view[p : p + head[15]])
-        p += head[15]
-        strs = []
-        for _ in range(3):
-            (n,) = _U16.unpack_from(view, p)
-            strs.append(str(view[p + 2 : p + 2 + n], "utf-8"))
-            p += 2 + n
-        (n,) = _U32.unpack_from(view, p)
-        props = _props_dec.decode(view[p + 4 : p + 4 + n]) if n else {}
-        if p + 4 + n != pos + total:
-            raise CorruptRecord(f"record at {commit_log_offset}: field lengths do not add up")
-    except (struct.error, UnicodeDecodeError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return decode_message_ext(bytes(view[pos : pos + size]), check_crc=False, inflate=False)
+    except MalformedMessage as exc:
         raise CorruptRecord(f"record at {commit_log_offset} does not decode: {exc}") from exc
-    return head, body, strs[0], strs[1], strs[2], props, total
 
 
-def decode_record(view: memoryview, pos: int, commit_log_offset: int) -> tuple[Record, int]:
+def decode_record(view: memoryview | bytes, pos: int, commit_log_offset: int) -> tuple[Record, int]:
     """The record at ``view[pos:]`` (which must start at ``commit_log_offset``) and its size.
 
     Raises:
-        CorruptRecord: bad magic, size, CRC32C, offset or field lengths.
+        CorruptRecord: as :func:`decode_message`.
     """
-    head, body, topic, tags, keys, props, total = _fields(view, pos, commit_log_offset)
-    rec = Record(topic=topic, queue_id=head[3], body=body, tags=tags, keys=keys, properties=props,
-                 born_timestamp_ms=head[8], store_timestamp_ms=head[9], reconsume_times=head[14],
-                 queue_offset=head[6], flag=head[4], born_host=_host_str(head[10], head[11]),
-                 store_host=_host_str(head[12], head[13]))
-    return rec, total
-
-
-def decode_message(view: memoryview, pos: int, commit_log_offset: int) -> MessageExt:
-    """The consumer view of the record at ``view[pos:]``. Raises CorruptRecord."""
-    head, body, topic, tags, keys, props, _ = _fields(view, pos, commit_log_offset)
-    return MessageExt(topic=topic, body=body, tags=tags, keys=keys, properties=props,
-                      queue_id=head[3], queue_offset=head[6], commit_log_offset=commit_log_offset,
-                      born_timestamp_ms=head[8], store_timestamp_ms=head[9],
-                      reconsume_times=head[14], born_host=_host_str(head[10], head[11]),
-                      store_host=_host_str(head[12], head[13]))
+    m = decode_message(view, pos, commit_log_offset)
+    rec = Record(topic=m.topic, queue_id=m.queue_id, body=m.body, tags=m.tags, keys=m.keys,
+                 properties=m.properties, born_timestamp_ms=m.born_timestamp_ms,
+                 store_timestamp_ms=m.store_timestamp_ms, reconsume_times=m.reconsume_times,
+                 queue_offset=m.queue_offset, flag=m.flag, born_host=m.born_host,
+                 store_host=m.store_host, sys_flag=m.sys_flag,
+                 prepared_transaction_offset=m.prepared_transaction_offset)
+    return rec, m.store_size
 
 
 def store_timestamp(view: memoryview | bytes) -> int:
     """The store timestamp in a record head (no CRC check: used for retention estimates)."""
-    return int(RECORD_HEAD.unpack_from(view, 0)[9])
+    (sys_flag,) = _I32.unpack_from(view, _SYS_FLAG_AT)
+    at = _BORN_HOST_AT + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
+    return int(_I64.unpack_from(view, at)[0])
 
 
 class Checkpoint(msgspec.Struct, array_like=True, kw_only=True):

@@ -15,15 +15,17 @@ import mmap
 import os
 import threading
 from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
+from txmq import limits
 from txmq.errors import CorruptRecord, StoreError
 from txmq.store._base import Record
 from txmq.store._codec import (
-    RECORD_HEAD_SIZE,
-    RECORD_MAGIC,
+    RECORD_MAGICS,
     RECORD_SIZE_MAX,
+    RECORD_SIZE_MIN,
     decode_record,
     peek_size,
     store_timestamp,
@@ -45,14 +47,23 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _find_any(mm: mmap.mmap, needles: list[bytes], start: int) -> int:
+    """The first position at or after ``start`` where one of ``needles`` occurs (-1 if none)."""
+    hits = [h for n in needles if (h := mm.find(n, start)) >= 0]
+    return min(hits) if hits else -1
+
+
 class Segment:
     """One segment file: ``[base, base + size)`` of the commit log."""
 
-    __slots__ = ("base", "fd", "first_ms", "path", "size")
+    __slots__ = ("base", "fd", "first_ms", "mm", "path", "size")
 
     def __init__(self, base: int, path: Path, fd: int, size: int) -> None:
         self.base, self.path, self.fd, self.size = base, path, fd, size
         self.first_ms: int | None = None  # store timestamp of its first record, read lazily
+        self.mm: mmap.mmap | None = None
+        """A read-only map of the segment's first ``len(mm)`` bytes (:meth:`CommitLog.view`).
+        Dropped, never closed: a view still using it keeps it mapped until it is released."""
 
     @property
     def end(self) -> int:
@@ -91,6 +102,8 @@ class CommitLog:
         if not self.segments:
             self.segments.append(self._create(0))
         self._bases = [s.base for s in self.segments]
+        self._mapped: OrderedDict[int, Segment] = OrderedDict()
+        """Segments with a map, least recently mapped first (at most COMMIT_LOG_MAPS_MAX)."""
 
     # -- layout -----------------------------------------------------------------------------------
     @property
@@ -123,7 +136,7 @@ class CommitLog:
         return None
 
     # -- writing ----------------------------------------------------------------------------------
-    def append(self, data: bytes, base_offset: int) -> None:
+    def append(self, data: bytes | bytearray, base_offset: int) -> None:
         """Write one batch at ``base_offset`` (== :attr:`end`, which :meth:`place` returned).
 
         Raises:
@@ -170,12 +183,15 @@ class CommitLog:
                 seg = self.segments.pop()
                 self._bases.pop()
             removed += seg.size
+            seg.mm = None
+            self._mapped.pop(seg.base, None)
             os.close(seg.fd)
             seg.path.unlink()
         seg = self.segments[-1]
         keep = max(0, offset - seg.base)
         if keep < seg.size:
             removed += seg.size - keep
+            seg.mm = None
             os.ftruncate(seg.fd, keep)
             os.fsync(seg.fd)
             seg.size = keep
@@ -188,6 +204,8 @@ class CommitLog:
         count = min(count, len(self.segments) - 1)
         gone = self.segments[:count]
         for seg in gone:
+            seg.mm = None
+            self._mapped.pop(seg.base, None)
             seg.path.unlink()
         with self._lock:
             del self.segments[:count]
@@ -213,18 +231,43 @@ class CommitLog:
         except OSError as exc:
             raise CorruptRecord(f"cannot read commit log offset {offset}: {exc}") from exc
 
+    def view(self, offset: int, nbytes: int) -> memoryview:
+        """Up to ``nbytes`` from ``offset`` (never past the end of its segment) as a view of the
+        segment's read-only map: no copy (the map is made, or made again when the segment grew
+        past it, here). Release the view before the segment can be truncated.
+
+        Raises:
+            CorruptRecord: ``offset`` is not stored, or the segment cannot be mapped.
+        """
+        seg = self.segment_at(offset)
+        if seg is None:
+            raise CorruptRecord(f"commit log offset {offset} is not stored (log holds "
+                                f"[{self.min_offset}, {self.end}))")
+        rel = offset - seg.base
+        n = min(nbytes, seg.size - rel)
+        if seg.mm is None or rel + n > len(seg.mm):
+            try:
+                seg.mm = mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:
+                raise CorruptRecord(f"cannot map commit log segment {seg.path}: {exc}") from exc
+            self._mapped[seg.base] = seg
+            self._mapped.move_to_end(seg.base)
+            while len(self._mapped) > limits.COMMIT_LOG_MAPS_MAX:
+                self._mapped.popitem(last=False)[1].mm = None
+        return memoryview(seg.mm)[rel : rel + n]
+
     def read_record_bytes(self, offset: int, size_hint: int = 0) -> bytes:
         """The bytes of the record at ``offset`` (its declared size; checked by the decoder)."""
         data = self.read(offset, max(size_hint, 4096))
         size = peek_size(data)
-        if RECORD_HEAD_SIZE <= size <= RECORD_SIZE_MAX and size > len(data):
+        if RECORD_SIZE_MIN <= size <= RECORD_SIZE_MAX and size > len(data):
             data = self.read(offset, size)
         return data
 
     def _first_ms(self, seg: Segment) -> int | None:
-        if seg.size < RECORD_HEAD_SIZE:
+        if seg.size < RECORD_SIZE_MIN:
             return None
-        return store_timestamp(os.pread(seg.fd, RECORD_HEAD_SIZE, 0))
+        return store_timestamp(os.pread(seg.fd, RECORD_SIZE_MIN, 0))
 
     def first_ms(self, seg: Segment) -> int | None:
         """Store timestamp of a segment's first record (cached; None if empty)."""
@@ -253,8 +296,8 @@ class CommitLog:
         buf, buf_at = b"", start
         while pos < seg.end:
             rel = pos - buf_at
-            need = peek_size(buf, rel) if len(buf) - rel >= 4 else RECORD_HEAD_SIZE
-            need = max(need, RECORD_HEAD_SIZE)
+            need = peek_size(buf, rel) if len(buf) - rel >= 4 else RECORD_SIZE_MIN
+            need = max(need, RECORD_SIZE_MIN)
             if len(buf) - rel < need:
                 if need > RECORD_SIZE_MAX or pos + need > seg.end:
                     self.scan_error = f"torn or bad record at commit log offset {pos}"
@@ -275,14 +318,14 @@ class CommitLog:
         searching for the record magic), or None: tells damage in the middle of a segment from a
         torn tail. Reads the rest of the segment. Raises OSError."""
         seg = self.segment_at(offset)
-        if seg is None or seg.end - offset <= RECORD_HEAD_SIZE:
+        if seg is None or seg.end - offset <= RECORD_SIZE_MIN:
             return None
-        magic = RECORD_MAGIC.to_bytes(4, "big")
+        magics = [m.to_bytes(4, "big") for m in RECORD_MAGICS]
         with mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ) as mm:
             view = memoryview(mm)
             try:
                 pos = offset - seg.base + 1
-                while (hit := mm.find(magic, pos + 4)) >= 0:
+                while (hit := _find_any(mm, magics, pos + 4)) >= 0:
                     try:
                         decode_record(view, hit - 4, seg.base + hit - 4)
                         return seg.base + hit - 4
@@ -293,7 +336,9 @@ class CommitLog:
                 view.release()
 
     def close(self) -> None:
+        self._mapped.clear()
         for seg in self.segments:
+            seg.mm = None
             os.close(seg.fd)
         self.segments = []
         self._bases = []

@@ -211,21 +211,26 @@ class ConsumeQueue:
     def entries(self, start: int, end: int) -> list[tuple[int, int]]:
         """``(commit log offset, size)`` of queue offsets ``[start, end)`` within ``[min, max)``.
         Raises OSError."""
+        return [(clo, size) for clo, size, _ in self.tagged_entries(start, end)]
+
+    def tagged_entries(self, start: int, end: int) -> list[tuple[int, int, int]]:
+        """``(commit log offset, size, tag hash)`` of queue offsets ``[start, end)`` within
+        ``[min, max)``. Raises OSError."""
         start, end = max(start, self.min), min(end, self.max)
-        out: list[tuple[int, int]] = []
+        out: list[tuple[int, int, int]] = []
         i = start
         while i < min(end, self.persisted):
             f = self._file_for(i)
             k = min(end, self.persisted, f.first + self.per_file) - i
             data = os.pread(f.fd, k * CQ_ENTRY_SIZE, (i - f.first) * CQ_ENTRY_SIZE)
-            out += [(clo, size) for clo, size, _ in CQ_ENTRY.iter_unpack(data)]
+            out += CQ_ENTRY.iter_unpack(data)
             if len(data) < k * CQ_ENTRY_SIZE:
                 raise OSError(f"consume queue file {f.path} is short")
             i += k
         a, b = max(i, self.persisted) - self.persisted, end - self.persisted
         if b > a:
             tail = self._packed[a * CQ_ENTRY_SIZE : b * CQ_ENTRY_SIZE]
-            out += [(clo, size) for clo, size, _ in CQ_ENTRY.iter_unpack(tail)]
+            out += CQ_ENTRY.iter_unpack(tail)
         return out
 
     def entry(self, i: int) -> int:

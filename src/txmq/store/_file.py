@@ -25,24 +25,24 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Callable, Collection, Iterator
+from bisect import bisect_right
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
 from txmq import limits
-from txmq.errors import CorruptRecord, DiskFull, StoreError
+from txmq.errors import CorruptRecord, DiskFull, StoreError, StoreFormatOld
 from txmq.protocol import PROPERTY_UNIQ_KEY, MessageExt
-from txmq.store._base import AppendResult, CleanReport, DiskStatus, Record, Store
+from txmq.store._base import AppendResult, CleanReport, DiskStatus, RawRead, Record, Store
 from txmq.store._codec import (
-    RECORD_HEAD_SIZE,
     Checkpoint,
     decode_checkpoint,
     decode_message,
     decode_record,
     encode_checkpoint,
     encode_record,
-    host_bytes,
-    record_tail,
+    place_record,
     tag_hash,
+    wire_host,
 )
 from txmq.store._commitlog import CommitLog, fsync_dir
 from txmq.store._config import StoreConfig
@@ -53,7 +53,10 @@ from txmq.store._recovery import recover, sweep_commit_log_dir
 from txmq.store._retention import SegmentInfo, log_report, plan_clean
 from txmq.store._table import FileStateTable, StateTable
 
-__all__ = ["FileStore"]
+__all__ = ["MIGRATING_MARKER", "FileStore"]
+
+MIGRATING_MARKER = "MIGRATING"
+"""A file ``txmq store migrate`` keeps in the data directory while it swaps the directories in."""
 
 log = logging.getLogger("txmq.store")
 
@@ -115,6 +118,9 @@ class FileStore(Store):
         self.quarantine = Quarantine(self.root)
         """Where opening moved what it could not use (:mod:`txmq.store._quarantine`)."""
         log_: CommitLog | None = None
+        if (self.root / MIGRATING_MARKER).exists():
+            raise StoreFormatOld(f"{self.root}: `txmq store migrate` was interrupted; run "
+                                 f"`txmq store migrate {self.root}` again to finish it")
         try:
             (self.root / "meta").mkdir(parents=True, exist_ok=True)
             sweep_commit_log_dir(self.root / "commitlog", self.quarantine)
@@ -133,7 +139,7 @@ class FileStore(Store):
             raise
         self._write = self._flushed = self._log.end
         self._tail = self._flushed_tail = (self._write, self.recovery.last_record)
-        self._store_host = host_bytes(self.config.store_host)
+        self._store_host = wire_host(self.config.store_host) if self.config.store_host else ""
         """(log end, start of the last record): written together, read together by the flusher."""
         self.recovered_records = self.recovery.records
         self.truncated_bytes = self.recovery.truncated_bytes
@@ -145,6 +151,17 @@ class FileStore(Store):
         """Release what a failed opening holds."""
         if clog is not None:
             clog.close()
+
+    def start_queue_at(self, topic: str, queue_id: int, queue_offset: int) -> None:
+        """Make a consume queue that does not exist yet start at ``queue_offset`` instead of 0
+        (``txmq store migrate`` keeps the offsets of queues whose head retention deleted).
+        Raises StoreError if the queue exists or cannot be a directory."""
+        why = topic_dir_problem(topic)
+        if (topic, queue_id) in self._queues or why:
+            raise StoreError(f"cannot start consume queue {topic}/{queue_id} at {queue_offset}: "
+                             f"{why or 'it exists'}")
+        cq = self._queues[(topic, queue_id)] = self._make_queue(topic, queue_id)
+        cq.reset(queue_offset)
 
     def _make_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         return ConsumeQueue(self.root / "consumequeue" / topic / str(queue_id),
@@ -181,15 +198,15 @@ class FileStore(Store):
             return [self._append_one(records[0])]
         self._assign_queue_offsets(records)
         try:
-            tails = [record_tail(r) for r in records]
-            sizes = [RECORD_HEAD_SIZE + len(r.body) + len(t) for r, t in zip(records, tails, strict=True)]
-            pos = base = self._log.place(sum(sizes))
-            chunks, out = [], []
-            for rec, tail, size in zip(records, tails, sizes, strict=True):
-                chunks.append(encode_record(rec, pos, self._store_host, tail))
+            chunks = [encode_record(r, self._store_host) for r in records]
+            data = bytearray().join(chunks)
+            pos = base = self._log.place(len(data))
+            out = []
+            for rec, chunk in zip(records, chunks, strict=True):
+                size = len(chunk)
+                place_record(data, pos - base, size, pos)
                 out.append(AppendResult(pos, rec.queue_offset, size))
                 pos += size
-            data = b"".join(chunks)
         except (ValueError, OSError) as exc:
             raise self._append_error(exc) from exc
         if self._index is not None and self._index.may_roll(records):
@@ -206,10 +223,10 @@ class FileStore(Store):
             self._check_new_queue(rec)
         rec.queue_offset = cq.max if cq is not None else 0
         try:
-            tail = record_tail(rec)
-            size = RECORD_HEAD_SIZE + len(rec.body) + len(tail)
+            data = encode_record(rec, self._store_host)
+            size = len(data)
             base = self._log.place(size)
-            data = encode_record(rec, base, self._store_host, tail)
+            place_record(data, 0, size, base)
         except (ValueError, OSError) as exc:
             raise self._append_error(exc) from exc
         if self._index is not None and self._index.may_roll_one(rec):
@@ -235,7 +252,7 @@ class FileStore(Store):
                 raise DiskFull(f"disk full creating an index file at {self.root}") from exc
             raise StoreError(f"cannot create an index file at {self.root}: {exc}") from exc
 
-    def _write_log(self, data: bytes, base: int) -> None:
+    def _write_log(self, data: bytes | bytearray, base: int) -> None:
         try:
             self._log.append(data, base)
         except OSError as exc:
@@ -396,7 +413,7 @@ class FileStore(Store):
             os.close(fd)
 
     def set_store_host(self, host: str) -> None:
-        self._store_host = host_bytes(host)
+        self._store_host = wire_host(host) if host else ""
 
     def save_meta(self, name: str, data: bytes) -> None:
         path = self.root / "meta" / name
@@ -462,20 +479,70 @@ class FileStore(Store):
             i = j
         return out
 
-    def _span(self, entries: list[tuple[int, int]], i: int) -> tuple[int, bytes, int]:
-        """Read entries ``i..j-1`` (neighbours in one segment, within READ_SPAN_BYTES_MAX) with one
-        pread; return ``(j, bytes, commit log offset of the bytes)``."""
-        start, size = entries[i]
+    def _span(self, entries: Sequence[tuple[int, ...]], i: int) -> tuple[int, bytes, int]:
+        """Read entries ``i..j-1`` (``(commit log offset, size, ...)`` neighbours in one segment,
+        within READ_SPAN_BYTES_MAX) with one pread; return ``(j, bytes, commit log offset of the
+        bytes)``. Raises CorruptRecord when the log does not hold them all."""
+        start, size = entries[i][0], entries[i][1]
         seg = self._log.segment_at(start)
         if seg is None:
             raise CorruptRecord(f"commit log offset {start} is not stored")
         end, j = start + size, i + 1
         while j < len(entries):
-            c, s = entries[j]
+            c, s = entries[j][0], entries[j][1]
             if c + s > seg.end or c + s - start > limits.READ_SPAN_BYTES_MAX:
                 break
             end, j = max(end, c + s), j + 1
-        return j, self._log.read(start, end - start), start
+        data = self._log.read(start, end - start)
+        if len(data) != end - start:
+            raise CorruptRecord(f"commit log range [{start}, {end}) is not all stored")
+        return j, data, start
+
+    def read_queue_raw(self, topic: str, queue_id: int, offset: int, max_count: int,
+                       max_bytes: int, tag_hashes: Collection[int] | None = None) -> RawRead:
+        cq = self._queues.get((topic, queue_id))
+        if cq is None or offset < cq.min or max_count <= 0:
+            return RawRead(b"", 0, offset)
+        end = min(offset + max_count, cq.visible_max(self._flushed))
+        if offset >= end:
+            return RawRead(b"", 0, offset)
+        try:
+            entries = cq.tagged_entries(offset, end)
+        except OSError as exc:
+            raise CorruptRecord(f"consume queue {topic}/{queue_id} unreadable: {exc}") from exc
+        parts: list[bytes | memoryview] = []
+        count = total = i = 0
+        ends = [c + s for c, s, _ in entries]
+        while i < len(entries):
+            j, view, at = self._raw_span(entries, ends, i)
+            for k in range(i, j):
+                clo, size, h = entries[k]
+                if not size or (tag_hashes is not None and h not in tag_hashes):
+                    continue
+                if count and total + size > max_bytes:
+                    return RawRead(b"".join(parts), count, offset + k)
+                parts.append(view[clo - at : clo - at + size])
+                total, count = total + size, count + 1
+            i = j
+        if len(parts) > 1:
+            return RawRead(b"".join(parts), count, offset + len(entries))
+        return RawRead(bytes(parts[0]) if parts else b"", count, offset + len(entries))
+
+    def _raw_span(self, entries: list[tuple[int, int, int]], ends: list[int],
+                  i: int) -> tuple[int, memoryview, int]:
+        """The entries from ``i`` that end within its segment and READ_SPAN_BYTES_MAX (found by
+        bisection over ``ends``, which ascend: a hole, an entry of size 0, ends where the next
+        record starts), as ``(j, a view of the commit log map over them, where it starts)``.
+        Raises CorruptRecord when the log does not hold them all."""
+        start = entries[i][0]
+        seg = self._log.segment_at(start)
+        if seg is None or ends[i] > seg.end:
+            raise CorruptRecord(f"commit log offset {start} is not stored")
+        j = max(i + 1, bisect_right(ends, min(seg.end, start + limits.READ_SPAN_BYTES_MAX), i))
+        view = self._log.view(start, ends[j - 1] - start)
+        if len(view) != ends[j - 1] - start:
+            raise CorruptRecord(f"commit log range [{start}, {ends[j - 1]}) is not all stored")
+        return j, view, start
 
     def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         cq = self._queues.get((topic, queue_id))

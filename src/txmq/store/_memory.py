@@ -1,7 +1,8 @@
 """An in-memory store: the reference model of the contract suite and the simulation's disk.
 
-It lays records out exactly as :class:`~txmq.store.FileStore` does (same record sizes, so the same
-commit log offsets, and the same segment rolling rule), so retention deletes the same segments.
+It keeps the same record bytes as :class:`~txmq.store.FileStore` (RocketMQ MessageExt records,
+:mod:`txmq.store._codec`: same sizes, so the same commit log offsets, and the same segment rolling
+rule, so retention deletes the same segments) and reads by decoding them.
 Nothing survives the process; ``flush`` only moves ``flushed_offset``.
 """
 
@@ -12,8 +13,15 @@ from collections.abc import Callable, Collection, Iterator
 
 from txmq.errors import CorruptRecord, DiskFull, StoreError
 from txmq.protocol import PROPERTY_UNIQ_KEY, MessageExt
-from txmq.store._base import AppendResult, CleanReport, DiskStatus, Record, Store
-from txmq.store._codec import record_size
+from txmq.store._base import AppendResult, CleanReport, DiskStatus, RawRead, Record, Store
+from txmq.store._codec import (
+    decode_message,
+    decode_record,
+    encode_record,
+    place_record,
+    tag_hash,
+    wire_host,
+)
 from txmq.store._config import StoreConfig
 from txmq.store._retention import SegmentInfo, log_report, plan_clean
 
@@ -51,7 +59,9 @@ class MemoryStore(Store):
         self._disk_usage = disk_usage
         self._segments = [_Segment(0)]
         self._records: dict[int, Record] = {}
-        self._sizes: dict[int, int] = {}
+        self._data: dict[int, bytes] = {}
+        self._tag_hash: dict[int, int] = {}
+        self._store_host = wire_host(self.config.store_host) if self.config.store_host else ""
         self._queues: dict[tuple[str, int], _Queue] = {}
         self._keys: dict[tuple[str, str], list[int]] = {}
         self._ids: dict[str, list[int]] = {}
@@ -66,25 +76,28 @@ class MemoryStore(Store):
         if not self._writable:
             raise DiskFull(f"disk {self._usage:.0%} used, above disk_space_warning_level_ratio "
                            f"{self.config.disk_space_warning_level_ratio:.0%}: writes refused")
-        sizes = []
-        for rec in records:
-            try:
-                sizes.append(record_size(rec))
-            except ValueError as exc:
-                raise StoreError(f"record does not fit the layout: {exc}") from exc
+        try:
+            encoded = [encode_record(rec, self._store_host) for rec in records]
+        except ValueError as exc:
+            raise StoreError(f"record does not fit the layout: {exc}") from exc
+        sizes = [len(e) for e in encoded]
         seg = self._segments[-1]
         if seg.offsets and seg.end - seg.base + sum(sizes) > self.config.mapped_file_size_commit_log:
             seg = _Segment(self._write)
             self._segments.append(seg)
         out = []
-        for rec, size in zip(records, sizes, strict=True):
+        for rec, data, size in zip(records, encoded, sizes, strict=True):
             q = self._queues.setdefault((rec.topic, rec.queue_id), _Queue())
             rec.queue_offset = q.min + len(q.offsets)
             clo = self._write
             q.offsets.append(clo)
             seg.offsets.append(clo)
+            # the queue offset is known only now (FileStore assigns it before encoding)
+            data[20:28] = rec.queue_offset.to_bytes(8, "big", signed=True)
+            place_record(data, 0, size, clo)
             self._records[clo] = rec
-            self._sizes[clo] = size
+            self._data[clo] = bytes(data)
+            self._tag_hash[clo] = tag_hash(rec.tags) if rec.tags else 0
             self._index(rec, clo)
             out.append(AppendResult(clo, rec.queue_offset, size))
             self._write += size
@@ -123,6 +136,9 @@ class MemoryStore(Store):
     def checkpoint(self) -> Callable[[], None]:
         return lambda: None
 
+    def set_store_host(self, host: str) -> None:
+        self._store_host = wire_host(host) if host else ""
+
     def save_meta(self, name: str, data: bytes) -> None:
         self._meta[name] = bytes(data)
 
@@ -131,10 +147,10 @@ class MemoryStore(Store):
 
     # -- reading ----------------------------------------------------------------------------------
     def read_at(self, commit_log_offset: int) -> MessageExt:
-        rec = self._records.get(commit_log_offset)
-        if rec is None:
+        data = self._data.get(commit_log_offset)
+        if data is None:
             raise CorruptRecord(f"no record at commit log offset {commit_log_offset}")
-        return rec.to_message_ext(commit_log_offset)
+        return decode_message(data, 0, commit_log_offset)
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int,
                    max_bytes: int) -> list[MessageExt]:
@@ -152,6 +168,25 @@ class MemoryStore(Store):
                 break
             out.append(msg)
         return out
+
+    def read_queue_raw(self, topic: str, queue_id: int, offset: int, max_count: int,
+                       max_bytes: int, tag_hashes: Collection[int] | None = None) -> RawRead:
+        q = self._queues.get((topic, queue_id))
+        if q is None or offset < q.min or max_count <= 0:
+            return RawRead(b"", 0, offset)
+        start = offset - q.min
+        end = min(start + max_count, bisect_left(q.offsets, self._flushed))
+        parts: list[bytes] = []
+        total = 0
+        for i, clo in enumerate(q.offsets[start:end]):
+            if tag_hashes is not None and self._tag_hash[clo] not in tag_hashes:
+                continue
+            data = self._data[clo]
+            if parts and total + len(data) > max_bytes:
+                return RawRead(b"".join(parts), len(parts), offset + i)
+            parts.append(data)
+            total += len(data)
+        return RawRead(b"".join(parts), len(parts), offset + max(0, end - start))
 
     def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         q = self._queues.get((topic, queue_id))
@@ -180,7 +215,7 @@ class MemoryStore(Store):
         for clo in offsets:
             rec = self._records.get(clo)
             if rec is not None and (topics is None or rec.topic in topics):
-                yield clo, rec
+                yield clo, decode_record(self._data[clo], 0, clo)[0]
 
     def query_by_key(self, topic: str, key: str, begin_ms: int, end_ms: int,
                      max_count: int) -> list[MessageExt]:
@@ -197,7 +232,7 @@ class MemoryStore(Store):
             if rec is None or clo >= self._flushed:
                 continue
             if begin_ms <= rec.store_timestamp_ms <= end_ms:
-                out.append(rec.to_message_ext(clo))
+                out.append(self.read_at(clo))
                 if len(out) >= max_count:
                     break
         return out
@@ -225,7 +260,8 @@ class MemoryStore(Store):
         for seg in self._segments[: plan.n_delete]:
             for clo in seg.offsets:
                 del self._records[clo]
-                del self._sizes[clo]
+                del self._data[clo]
+                del self._tag_hash[clo]
             report.deleted_segments.append(seg.base)
             report.freed_bytes += seg.end - seg.base
         del self._segments[: plan.n_delete]

@@ -31,15 +31,19 @@ from pathlib import Path
 
 import msgspec
 
-from txmq.errors import CommitLogDamaged, CorruptRecord, StoreError
+from txmq.errors import CommitLogDamaged, CorruptRecord, StoreError, StoreFormatOld
 from txmq.store._base import Record
-from txmq.store._codec import RECORD_MAGIC, Checkpoint, decode_record, tag_hash
+from txmq.store._codec import RECORD_MAGICS, Checkpoint, decode_record, tag_hash
 from txmq.store._commitlog import CommitLog
 from txmq.store._consumequeue import ConsumeQueue, topic_dir_problem
 from txmq.store._index import Index
 from txmq.store._quarantine import Quarantine
 
-__all__ = ["RecoveryReport", "damaged_error", "keep_tail", "recover", "sweep_commit_log_dir"]
+__all__ = ["RecoveryReport", "damaged_error", "keep_tail", "recover", "refuse_old_format",
+           "sweep_commit_log_dir"]
+
+TXM1_MAGIC_BYTES = b"TXM1"
+"""Bytes 4-8 of a record of txmq's earlier store format (:mod:`txmq.store._migrate_txm1`)."""
 
 log = logging.getLogger("txmq.store")
 
@@ -329,11 +333,23 @@ def _rebuild(clog: CommitLog, start: int, damaged: set[QueueKey], rebuild_index:
         raise damaged_error(clog, clog.scan_end, clog.scan_error, cp_offset)
 
 
+def refuse_old_format(clog: CommitLog) -> None:
+    """Raise :class:`~txmq.errors.StoreFormatOld` when the log's first record is a TXM1 record
+    (txmq's format before MessageExt records), naming the command that rewrites it."""
+    head = clog.read(clog.min_offset, 8) if clog.end > clog.min_offset else b""
+    if len(head) == 8 and head[4:8] == TXM1_MAGIC_BYTES:
+        root = clog.dir.parent
+        raise StoreFormatOld(
+            f"{root} was written by an older txmq (TXM1 records, before the store held RocketMQ "
+            f"MessageExt records); nothing was changed. Run `txmq store migrate {root}` to rewrite "
+            f"it (queue offsets, and so consumer offsets, stay valid), then start again.")
+
+
 def _refuse_foreign(clog: CommitLog) -> None:
     """Without a checkpoint, a log whose first record does not even start like one is not ours
     (another format, another program): refuse rather than truncate it to nothing."""
     head = clog.read(clog.min_offset, 8) if clog.end > clog.min_offset else b""
-    if len(head) == 8 and head[4:8] != RECORD_MAGIC.to_bytes(4, "big") and any(head):
+    if len(head) == 8 and int.from_bytes(head[4:8], "big") not in RECORD_MAGICS and any(head):
         raise StoreError(f"{clog.dir} does not hold a txmq commit log of this format (first record "
                          f"starts {head.hex()}); move it away or point the store elsewhere")
 
@@ -349,6 +365,7 @@ def recover(clog: CommitLog, cq_root: Path, make: Callable[[str, int], ConsumeQu
         StoreError: the log is not a txmq commit log of this format.
     """
     report = RecoveryReport()
+    refuse_old_format(clog)
     if cp is None:
         _refuse_foreign(clog)
     gap = clog.first_gap()

@@ -2,31 +2,33 @@
 (``txmq fuzz``, repair tools): see :mod:`txmq.store._codec` for the layouts."""
 
 from txmq.store._codec import (
-    RECORD_HEAD,
-    RECORD_HEAD_SIZE,
-    RECORD_MAGIC,
+    RECORD_MAGICS,
+    RECORD_SIZE_MAX,
+    RECORD_SIZE_MIN,
     Checkpoint,
+    check_record,
     decode_checkpoint,
     decode_message,
     decode_record,
     encode_checkpoint,
     encode_record,
-    host_bytes,
+    place_record,
     seal,
     unseal,
 )
 
 __all__ = [
-    "RECORD_HEAD",
-    "RECORD_HEAD_SIZE",
-    "RECORD_MAGIC",
+    "RECORD_MAGICS",
+    "RECORD_SIZE_MAX",
+    "RECORD_SIZE_MIN",
     "Checkpoint",
+    "check_record",
     "decode_checkpoint",
     "decode_message",
     "decode_record",
     "encode_checkpoint",
     "encode_record",
-    "host_bytes",
+    "place_record",
     "seal",
     "unseal",
 ]

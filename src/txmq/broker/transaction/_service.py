@@ -433,9 +433,13 @@ class TransactionService:
         for k in _TX_PROPS:
             props.pop(k, None)
         props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(entry.half_offset)
+        # RocketMQ EndTransactionProcessor: a COMMIT-type record (the type follows from the
+        # property above) whose preparedTransactionOffset is its half's commit log offset
         return Record(topic=topic, queue_id=qid, body=half.body, tags=half.tags, keys=half.keys,
                       properties=props, born_timestamp_ms=half.born_timestamp_ms,
-                      store_timestamp_ms=now_ms, born_host=half.born_host)
+                      store_timestamp_ms=now_ms, born_host=half.born_host, flag=half.flag,
+                      reconsume_times=half.reconsume_times,
+                      prepared_transaction_offset=entry.commit_log_offset)
 
     # -- check-back -------------------------------------------------------------------------------
     def tick(self, now_ms: int) -> list[SendTo]:

@@ -132,6 +132,7 @@ class Broker:
         self.schedule = ScheduleService(parse_delay_levels(config.message_delay_level), store,
                                         self.append, self.destination_problem)
         self._recover()
+        self.tx.trim(store.min_offset)  # retention may have run since the index was saved
         self.groups = GroupService(self)
         self.tx_requests = TransactionRequests(self)
         self.sender = SendPath(self)
@@ -220,13 +221,37 @@ class Broker:
         log.info("transaction index recovered: %s", self.tx.index.counts())
 
     def persist_offsets(self) -> None:
-        """Save consumer offsets and delay progress if they changed (the shell calls it)."""
-        try:
-            self.offsets.persist()
-            self.schedule.persist()
-        except StoreError as exc:  # a full disk: retried next time, never fatal
-            log.error("consumer offsets or delay progress not saved: %s", exc)
-        self.tx.save_snapshot()
+        """Save consumer offsets, delay progress and the transaction index snapshot if they
+        changed, now, on this thread (the shell does at shutdown): :meth:`prepare_persist`'s step
+        run at once. Never raises."""
+        self.prepare_persist()()
+
+    def prepare_persist(self, pause: Callable[[], None] = lambda: None) -> Callable[[], None]:
+        """Copy what changed of the consumer offsets, the delay progress and the transaction index
+        (on the event loop: dict copies and references, no encoding, no disk) and return the step
+        that encodes, writes and fsyncs each (for the shell's writer thread, one step at a time;
+        ``pause`` is called between chunks of a large encode so the loop gets the GIL). Each file
+        is replaced atomically (temp, fsync, rename). The step never raises: a failure (a full
+        disk) is logged and that part is saved again next time."""
+        steps = [(what, step) for what, step in (
+            ("consumer offsets", self.offsets.prepare_persist()),
+            ("delay progress", self.schedule.prepare_persist()),
+            ("transaction index", self.tx.prepare_snapshot(pause))) if step is not None]
+
+        def run() -> None:
+            for what, step in steps:
+                try:
+                    step()
+                except StoreError as exc:  # a full disk: retried next time, never fatal
+                    log.error("%s not saved: %s", what, exc)
+
+        return run
+
+    def after_retention(self, min_offset: int) -> None:
+        """Retention deleted the commit log below ``min_offset`` (``CleanReport.min_offset``):
+        forget the transaction outcomes and discarded transactions it made moot
+        (:meth:`TransactionService.trim`)."""
+        self.tx.trim(min_offset)
 
     # -- dispatch ---------------------------------------------------------------------------------
     def request_codes(self) -> frozenset[int]:
@@ -258,6 +283,17 @@ class Broker:
             log.exception("unexpected error in a run of %d sends", len(cmds))
             return [a for cmd in cmds if not cmd.is_response
                     for a in self._error(conn, cmd, ResponseCode.SYSTEM_ERROR, "internal error")]
+
+    def handle_ends(self, conn: int, cmds: list[Command], now_ms: int) -> list[Action]:
+        """Several END_TRANSACTION requests that arrived together, in order, settled with one
+        append (:meth:`TransactionRequests.end_run`); what each is answered is what
+        :meth:`handle` answers it. A failure of the whole run (the append: a full disk) answers
+        each request with it. Never raises."""
+        try:
+            return self.tx_requests.end_run(conn, cmds, now_ms)
+        except Exception as exc:
+            code, remark = failure(exc, f"settling a run of {len(cmds)} ends")
+            return [a for cmd in cmds for a in self._error(conn, cmd, code, remark)]
 
     def _error(self, conn: int, cmd: Command, code: ResponseCode, remark: str) -> list[Action]:
         """The error response to ``cmd`` (none for a one-way request: logged instead)."""

@@ -10,7 +10,7 @@ from an older file may hold one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import msgspec
 
@@ -104,10 +104,28 @@ class OffsetTable:
         return dict(self._table)
 
     def persist(self) -> bool:
-        """Save the table if it changed; return whether it wrote. Raises StoreError (it stays
-        dirty: the next call tries again)."""
-        if not self._dirty:
+        """Save the table now if it changed, on this thread; return whether it wrote. Raises
+        StoreError (it stays dirty: the next call tries again)."""
+        step = self.prepare_persist()
+        if step is None:
             return False
-        self._store.save_meta(OFFSETS_META, msgspec.json.encode(self._table))
-        self._dirty = False
+        step()
         return True
+
+    def prepare_persist(self) -> Callable[[], None] | None:
+        """Copy the table if it changed (on the event loop: one dict copy) and return the step
+        that encodes and saves the copy (for a writer thread; temp file, fsync, rename), or None
+        when nothing changed. The step raises StoreError, and the table is dirty again then."""
+        if not self._dirty:
+            return None
+        table = dict(self._table)
+        self._dirty = False
+
+        def step() -> None:
+            try:
+                self._store.save_meta(OFFSETS_META, msgspec.json.encode(table))
+            except BaseException:
+                self._dirty = True  # (one assignment: safe from the writer thread)
+                raise
+
+        return step

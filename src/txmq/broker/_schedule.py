@@ -61,6 +61,7 @@ class ScheduleService:
                                "(delayed messages may be delivered again)") or {}
         self.offsets = {lvl: saved.get(str(lvl), 0) for lvl in range(1, len(levels_ms) + 1)}
         self._saved = dict(self.offsets)
+        self._save_failed = False  # the last save raised: the next prepare_persist saves again
         self._unflushed: list[tuple[int, int, int]] = []  # (level, next offset, durable end)
         stranded = {k: v for k, v in saved.items() if int(k) > len(levels_ms)}
         if stranded:
@@ -207,10 +208,20 @@ class ScheduleService:
         return len(records)
 
     def persist(self) -> None:
-        """Save per-level progress up to deliveries the store has flushed."""
+        """Save per-level progress up to deliveries the store has flushed, now, on this thread.
+        Raises StoreError (tried again next time)."""
+        step = self.prepare_persist()
+        if step is not None:
+            step()
+
+    def prepare_persist(self) -> Callable[[], None] | None:
+        """Take in the progress of deliveries the store has flushed (on the event loop: O(levels))
+        and return the step that saves a copy of it (for a writer thread), or None when it did not
+        move and the last save did not fail. The step raises StoreError (tried again next
+        time)."""
         flushed = self.store.flushed_offset
         keep = []
-        changed = False
+        changed = self._save_failed
         for level, nxt, end in self._unflushed:
             if end <= flushed:
                 self._saved[level] = max(self._saved[level], nxt)
@@ -218,9 +229,19 @@ class ScheduleService:
             else:
                 keep.append((level, nxt, end))
         self._unflushed = keep
-        if changed:
-            self.store.save_meta(_META, msgspec.json.encode({str(k): v for k, v in
-                                                             self._saved.items()}))
+        if not changed:
+            return None
+        saved = {str(k): v for k, v in self._saved.items()}
+        self._save_failed = False
+
+        def step() -> None:
+            try:
+                self.store.save_meta(_META, msgspec.json.encode(saved))
+            except BaseException:
+                self._save_failed = True  # (one assignment: safe from the writer thread)
+                raise
+
+        return step
 
 
 def _delivered(m: MessageExt, now_ms: int) -> Record:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from txmq import limits
-from txmq.broker._actions import Action, ok_reply
+from txmq.broker._actions import Action, failure, ok_reply
 from txmq.broker.transaction import EndResult, Outcome
 from txmq.errors import InvalidRequest, MalformedHeader, ResponseCode
 from txmq.protocol import (
@@ -70,6 +70,39 @@ class TransactionRequests:
         h = from_ext(cmd.ext, EndTransactionRequestHeader)
         check_group(h.producer_group)
         return self._end_reply(conn, cmd, self.b.tx.end(h, now))
+
+    def end_run(self, conn: int, cmds: list[Command], now: int) -> list[Action]:
+        """END_TRANSACTION requests that arrived together (one-way ones from RocketMQ producers
+        and txmq's ``oneway_end``), settled with one :meth:`TransactionService.end_many`: one
+        append and one op record per outcome, as an END_TRANSACTION_BATCH is. Answers, stored
+        records and errors are those of handling each request in turn (a repeated end of one half
+        in the run gets the first one's outcome, a malformed header its own error); a one-way
+        request is answered by nothing. Raises nothing but unexpected failures (the broker's
+        dispatch answers every request of the run with them)."""
+        if self.b.config.broker_role == "SLAVE":
+            return [a for cmd in cmds for a in self.b.error_reply(
+                conn, cmd, ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")]
+        early: dict[int, list[Action]] = {}
+        headers: list[EndTransactionRequestHeader] = []
+        for i, cmd in enumerate(cmds):
+            try:
+                h = from_ext(cmd.ext, EndTransactionRequestHeader)
+                check_group(h.producer_group)
+                headers.append(h)
+            except Exception as exc:  # MalformedHeader, InvalidRequest: that request's own error
+                early[i] = self.b.error_reply(conn, cmd, *failure(exc, "decoding an end"))
+        results = iter(self.b.tx.end_many(headers, now))
+        out: list[Action] = []
+        for i, cmd in enumerate(cmds):
+            if i in early:
+                out += early[i]
+                continue
+            r = next(results)
+            if r.code != ResponseCode.SUCCESS:
+                out += self.b.error_reply(conn, cmd, r.code, r.remark)
+            elif not cmd.is_oneway:
+                out += self._end_reply(conn, cmd, r)
+        return out
 
     def _end_transaction_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
         if self.b.config.broker_role == "SLAVE":

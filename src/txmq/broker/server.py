@@ -11,7 +11,11 @@ moves bytes, keeps time and runs blocking disk work in one thread:
 - **Store upkeep**: a checkpoint (consume queues and index to disk) every
   ``FLUSH_INTERVAL_CONSUME_QUEUE_MS``, disk usage every ``DISK_CHECK_INTERVAL_MS``, retention every
   ``CLEAN_RESOURCE_INTERVAL_MS`` with retention hooks saying what consumer groups, pending
-  transactions and delay queues still need.
+  transactions and delay queues still need (and afterwards the transaction outcomes and discarded
+  transactions retention made moot are forgotten: ``Broker.after_retention``).
+- **State files off the loop**: every ``CONSUMER_OFFSET_FLUSH_INTERVAL_MS`` the consumer offsets,
+  delay progress and transaction index snapshot are copied on the loop and encoded, written and
+  fsynced by a writer thread of their own (:meth:`BrokerServer.save_state`), one save at a time.
 - **Back-pressure**: a connection with ``REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX`` replies waiting for
   fsync, or with ``WRITE_BUFFER_HIGH_BYTES`` of unsent replies, is not read from until they go.
 - **Timers never die**: each part of the ticker, upkeep and flusher runs guarded (a failure is
@@ -29,7 +33,7 @@ moves bytes, keeps time and runs blocking disk work in one thread:
   (logged once per ``ACCEPT_ERROR_LOG_INTERVAL_MS``) and uvloop's (libuv) accepts and closes the
   waiting connections; either way the broker serves again once descriptors are free. Partial
   frames and unsent replies share one
-  ``buffer_budget_bytes`` (:class:`_BufferBudget`), and a connection silent for
+  ``buffer_budget_bytes`` (:class:`~txmq.broker._budget.BufferBudget`), and a connection silent for
   ``channel_idle_max_ms`` is closed.
 """
 
@@ -56,6 +60,7 @@ import msgspec
 from txmq import limits
 from txmq.broker._actions import Action, Close, Hold, Reply, SendTo
 from txmq.broker._broker import Broker
+from txmq.broker._budget import BufferBudget
 from txmq.broker._config import BrokerConfig
 from txmq.broker._registrar import Registrar
 from txmq.broker._tls import TlsListener
@@ -91,18 +96,30 @@ def _now_ms() -> int:
 
 
 _SENDS = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
+_END = RequestCode.END_TRANSACTION
+_RUN_KIND: dict[int, int] = {RequestCode.SEND_MESSAGE: 1, RequestCode.SEND_MESSAGE_V2: 1, _END: 2}
+"""Request codes handled in runs (:func:`_runs`): 1 sends, 2 ends of transactions."""
 
 
 def _runs(cmds: list[Command]) -> list[list[Command]]:
-    """Consecutive SEND_MESSAGE / SEND_MESSAGE_V2 requests grouped together; every other command
-    on its own."""
+    """Consecutive requests of one run kind grouped together (SEND_MESSAGE / SEND_MESSAGE_V2;
+    END_TRANSACTION); every other command on its own. Responses never join a run."""
     out: list[list[Command]] = []
+    kind = 0  # the run kind of out[-1] (0: none)
     for cmd in cmds:
-        if cmd.code in _SENDS and out and out[-1][0].code in _SENDS:
+        k = 0 if cmd.is_response else _RUN_KIND.get(cmd.code, 0)
+        if k and k == kind:
             out[-1].append(cmd)
         else:
             out.append([cmd])
+            kind = k
     return out
+
+
+def _yield_gil() -> None:
+    """Let other threads (the event loop) take the GIL now (the writer thread calls it between
+    chunks of an encode)."""
+    time.sleep(0)
 
 
 def _held_since(h: Hold, now_ms: int) -> tuple[int, float, bool]:
@@ -140,62 +157,6 @@ def _max_connections(config: BrokerConfig) -> int:
     if soft == resource.RLIM_INFINITY:
         return limits.CONNECTIONS_MAX
     return max(1, min(limits.CONNECTIONS_MAX, soft - min(limits.CONNECTION_FD_RESERVE, soft // 2)))
-
-
-class _BufferBudget:
-    """The global budget of received-but-unparsed frame bytes and unsent replies.
-
-    A connection whose partial frame passes ``FRAME_UNRESERVED_BYTES_MAX`` reserves the frame's
-    declared size (:meth:`acquire`) before reading more of it, and gives it back when the frame is
-    complete or the connection closes. A reservation is granted when reservations plus the replies
-    now unsent (``replies()``) plus the frame fit the budget, or when nothing is reserved (so one
-    largest frame always gets through); otherwise the connection is not read from, and requests
-    are granted in arrival order as reservations are released. Reserving the declared size (as
-    Kafka's request memory pool does) bounds the memory by the budget whatever peers do, and a
-    granted frame can always complete, so the budget frees itself without a low-water mark.
-    """
-
-    def __init__(self, budget_bytes: int, replies: Callable[[], int]) -> None:
-        self.budget = budget_bytes
-        self.reserved = 0
-        self._replies = replies
-        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
-
-    def _fits(self, n: int) -> bool:
-        return self.reserved == 0 or self.reserved + self._replies() + n <= self.budget
-
-    async def acquire(self, n: int) -> None:
-        """Reserve ``n`` bytes, waiting while the budget is spent."""
-        if not self._waiters and self._fits(n):
-            self.reserved += n
-            return
-        fut = asyncio.get_running_loop().create_future()
-        self._waiters.append((n, fut))
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
-                self.release(n)
-            raise
-
-    def release(self, n: int) -> None:
-        self.reserved -= n
-        assert self.reserved >= 0
-        self.grant()
-
-    def grant(self) -> None:
-        """Wake the waiters that fit now, oldest first (called on release and periodically, as
-        replies drain)."""
-        while self._waiters:
-            n, fut = self._waiters[0]
-            if fut.done():
-                self._waiters.popleft()
-                continue
-            if not self._fits(n):
-                return
-            self._waiters.popleft()
-            self.reserved += n
-            fut.set_result(None)
 
 
 class _Conn:
@@ -239,13 +200,17 @@ class BrokerServer:
         self._holds: dict[tuple[str, int], list[Hold]] = {}
         self._dirty = asyncio.Event()
         self._flush_pool = ThreadPoolExecutor(1, thread_name_prefix="txmq-flush")
+        self._meta_pool = ThreadPoolExecutor(1, thread_name_prefix="txmq-meta")
+        """The writer of offsets, delay progress and the transaction snapshot (:meth:`save_state`):
+        not the flusher's thread, so a large snapshot never holds back a group commit."""
+        self._saving: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._registrar: Registrar | None = None
         self._server: asyncio.base_events.Server | TlsListener | None = None
         self.port = 0
         self._conns: dict[int, _Conn] = {}
         self._clock_s = 0.0  # coarse monotonic clock, set by _reaper
-        self._budget = _BufferBudget(config.buffer_budget_bytes, self._unsent_bytes)
+        self._budget = BufferBudget(config.buffer_budget_bytes, self._unsent_bytes)
         self._refused = 0
         self._refusing = 0
         self._grpc: Any = None  # txmq.broker.grpc.GrpcDoor when grpc_port is set
@@ -360,6 +325,7 @@ class BrokerServer:
         for w in list(self._writers.values()):
             w.close()
         self._flush_pool.shutdown(wait=True)
+        self._meta_pool.shutdown(wait=True)  # a save under way completes first
         self.broker.persist_offsets()
         self.store.close()
 
@@ -393,7 +359,9 @@ class BrokerServer:
                     # against its half message, which an earlier request may have stored)
                     if self.acl is not None and not (run := self._admit(conn, run)):
                         continue
-                    if len(run) > 1:  # SEND_MESSAGE requests that came together: one append
+                    if len(run) > 1 and run[0].code == _END:  # ends that came together
+                        self._apply(self.broker.handle_ends(conn, run, _now_ms()), _END, t0)
+                    elif len(run) > 1:  # SEND_MESSAGE requests that came together: one append
                         self._apply(self.broker.handle_sends(conn, run, _now_ms()), run[0].code, t0)
                     elif not run[0].is_response:
                         self._apply(self.broker.handle(conn, run[0], _now_ms()), run[0].code, t0)
@@ -706,9 +674,24 @@ class BrokerServer:
                     log.exception("ACL file reload failed")
             self._apply(self.broker.tick(now))
             health.run("holds", now, partial(self._expire_holds, now))
-            if now - last_persist >= limits.CONSUMER_OFFSET_FLUSH_INTERVAL_MS:
+            if now - last_persist >= limits.CONSUMER_OFFSET_FLUSH_INTERVAL_MS and (
+                    self._saving is None or self._saving.done()):  # one save at a time
                 last_persist = now
-                health.run("offsets", now, self.broker.persist_offsets)
+                self._saving = asyncio.create_task(self.save_state())
+
+    async def save_state(self) -> None:
+        """Save consumer offsets, delay progress and the transaction index snapshot without
+        blocking the event loop: they are copied here (:meth:`Broker.prepare_persist`: dict
+        copies, no encoding) and encoded, written and fsynced on the writer thread, which yields
+        the GIL between chunks of a large encode. The ``offsets`` timer's health records it."""
+        loop = asyncio.get_running_loop()
+        try:
+            step = self.broker.prepare_persist(pause=_yield_gil)
+            await loop.run_in_executor(self._meta_pool, step)
+        except Exception as exc:  # (the step logs its own failures and never raises)
+            self.broker.health.failed("offsets", _now_ms(), exc)
+        else:
+            self.broker.health.ok("offsets", _now_ms())
 
     async def _upkeep(self) -> None:
         """Checkpoints, disk checks and retention, each on its own period, each guarded."""
@@ -731,7 +714,12 @@ class BrokerServer:
                 last_clean = now
                 hour = time.localtime(now / 1000).tm_hour
                 delete_hour = is_delete_hour(self.store.config.delete_when, hour)
-                health.run("retention", now, partial(self.store.clean, now, delete_hour=delete_hour))
+                health.run("retention", now, partial(self._clean, now, delete_hour))
+
+    def _clean(self, now: int, delete_hour: bool) -> None:
+        """One retention round, then what it made moot in the broker's state goes too."""
+        report = self.store.clean(now, delete_hour=delete_hour)
+        self.broker.after_retention(report.min_offset)
 
     def _expire_holds(self, now: int) -> None:
         for key in list(self._holds):

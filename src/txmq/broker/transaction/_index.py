@@ -108,6 +108,12 @@ class SettledOutcomes(MutableMapping[int, Outcome]):
     def __len__(self) -> int:
         return sum(self.counts.values())
 
+    def trim(self, below: int) -> int:
+        """Forget the outcomes of half offsets below ``below`` (retention deleted those halves);
+        they read as none from now on. Counts are not touched (decided since the history began).
+        Returns how many offsets the bound moved over."""
+        return self.table.trim(below)
+
     def clear_stale(self, half_offset: int) -> None:
         """Forget a byte left by a settlement the log no longer holds (recovery re-adds the half
         as pending: the log, not the table, decides). Counts are not touched."""
@@ -140,6 +146,9 @@ class TransactionIndex:
         """Message id → half offset of pending and discarded transactions (operator look-ups)."""
         self.discarded: dict[int, int] = {}
         """Half offset → commit log offset of its copy in TRANS_CHECK_MAX_TIME_TOPIC."""
+        self.discarded_ids: dict[str, int] = {}
+        """Message id → half offset of discarded transactions (the part of ``by_msg_id`` the
+        snapshot keeps; pending ones come with their entries)."""
         self.resumed: set[int] = set()
         """Half offsets of discarded transactions an operator resumed (each resumes once)."""
         self._heap: list[tuple[int, int]] = []
@@ -172,6 +181,33 @@ class TransactionIndex:
             self.by_msg_id.pop(entry.msg_id, None)
         return True
 
+    def discard(self, half_offset: int, commit_log_offset: int, msg_id: str) -> None:
+        """Record where a discarded half's copy is stored (:meth:`settle` records the outcome)."""
+        self.discarded[half_offset] = commit_log_offset
+        if msg_id:
+            self.by_msg_id[msg_id] = half_offset
+            self.discarded_ids[msg_id] = half_offset
+
+    def trim(self, half_low: int, log_low: int) -> tuple[int, int]:
+        """Forget what retention made moot: outcomes of half offsets below ``half_low`` (the half
+        queue's first stored offset) and discarded transactions whose copy lies below commit log
+        offset ``log_low`` (nothing is left to resume), with their ids and resume marks. Pending
+        transactions are never dropped. Returns (offsets the outcome bound moved over,
+        discarded transactions forgotten); O(discarded)."""
+        moved = self.settled.trim(half_low)
+        gone = {h for h, clo in self.discarded.items() if clo < log_low}
+        if not gone:
+            return moved, 0
+        for h in gone:
+            del self.discarded[h]
+            self.resumed.discard(h)
+        for m in [m for m, h in self.discarded_ids.items() if h in gone]:
+            del self.discarded_ids[m]
+            if self.by_msg_id.get(m) in gone:
+                del self.by_msg_id[m]
+        self.version += 1
+        return moved, len(gone)
+
     def reschedule(self, entry: HalfEntry, at_ms: int) -> None:
         entry.next_check_ms = at_ms
         heapq.heappush(self._heap, (at_ms, entry.half_offset))
@@ -196,8 +232,9 @@ class TransactionIndex:
         return out
 
     def parked(self) -> int:
-        """Transactions discarded after transactionCheckMax that no operator has resumed yet."""
-        return max(0, self.settled.counts.get(Outcome.DISCARD, 0) - len(self.resumed))
+        """Discarded transactions that no operator has resumed yet, and that can still be
+        resumed (their copy is stored: :meth:`trim`)."""
+        return sum(1 for h in self.discarded if h not in self.resumed)
 
 
 class LatencyHistogram:

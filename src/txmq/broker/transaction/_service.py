@@ -81,10 +81,18 @@ _SNAPSHOT_META = "transactionIndex.snapshot"
 _LEGACY_SNAPSHOT_META = "transactionIndex.json"
 _STATE_TABLE = "transactionState"
 _DECISIONS = (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE)
+_RARE_HALF_PROPS = frozenset((PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, PROPERTY_TXMQ_RESUMED_FROM,
+                              PROPERTY_TXMQ_SINK_BATCH, PROPERTY_TXMQ_SINK_TASK))
+"""Half properties that change how a half is indexed (immunity, resume, Spark sink batch)."""
+_STATS_KEY = {Outcome.COMMIT: "commits", Outcome.ROLLBACK: "rollbacks", Outcome.DISCARD: "discards"}
 _TX_PROPS = (PROPERTY_TRANSACTION_PREPARED, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
              PROPERTY_TXMQ_SENDER_CLIENT_ID)
 
 Append = Callable[[list[Record]], list[AppendResult]]
+
+
+def _no_pause() -> None:
+    return None
 
 
 def _open_state_table(store: Store) -> StateTable:
@@ -215,25 +223,34 @@ class TransactionService:
         if cache:
             self._cache_half(rec, res.commit_log_offset)
         p = rec.properties
+        get = p.get
+        first = rec.born_timestamp_ms + self.config.transaction_timeout_ms
+        batch = task = ""
+        if not _RARE_HALF_PROPS.isdisjoint(p):  # (a set test: the usual half has none of them)
+            first = rec.born_timestamp_ms + self._immunity_ms(p)
+            resumed_from = get(PROPERTY_TXMQ_RESUMED_FROM, "")
+            if resumed_from.isascii() and resumed_from.isdigit():
+                self.index.resumed.add(int(resumed_from))
+            batch, task = get(PROPERTY_TXMQ_SINK_BATCH, ""), get(PROPERTY_TXMQ_SINK_TASK, "")
+            if batch:
+                self.sinks.add(batch, task, res.queue_offset)
+        self.index.add(HalfEntry(
+            half_offset=res.queue_offset, commit_log_offset=res.commit_log_offset,
+            producer_group=get(PROPERTY_PRODUCER_GROUP, ""),
+            sender_client_id=get(PROPERTY_TXMQ_SENDER_CLIENT_ID, ""),
+            msg_id=get(PROPERTY_UNIQ_KEY, ""), real_topic=get(PROPERTY_REAL_TOPIC, ""),
+            keys=rec.keys, born_ms=rec.born_timestamp_ms, first_check_ms=first,
+            next_check_ms=first, sink_batch=batch, sink_task=task,
+        ))
+
+    def _immunity_ms(self, p: dict[str, str]) -> int:
+        """The time before a half's first check: the transaction timeout, or the half's
+        ``CHECK_IMMUNITY_TIME_IN_SECONDS`` when longer (one that does not parse is ignored)."""
         immunity_ms = self.config.transaction_timeout_ms
         with contextlib.suppress(ValueError):
             immunity_ms = max(immunity_ms,
                               int(p.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, "0")) * 1000)
-        resumed_from = p.get(PROPERTY_TXMQ_RESUMED_FROM, "")
-        if resumed_from.isascii() and resumed_from.isdigit():
-            self.index.resumed.add(int(resumed_from))
-        first = rec.born_timestamp_ms + immunity_ms
-        batch, task = p.get(PROPERTY_TXMQ_SINK_BATCH, ""), p.get(PROPERTY_TXMQ_SINK_TASK, "")
-        if batch:
-            self.sinks.add(batch, task, res.queue_offset)
-        self.index.add(HalfEntry(
-            half_offset=res.queue_offset, commit_log_offset=res.commit_log_offset,
-            producer_group=p.get(PROPERTY_PRODUCER_GROUP, ""),
-            sender_client_id=p.get(PROPERTY_TXMQ_SENDER_CLIENT_ID, ""),
-            msg_id=p.get(PROPERTY_UNIQ_KEY, ""), real_topic=p.get(PROPERTY_REAL_TOPIC, ""),
-            keys=rec.keys, born_ms=rec.born_timestamp_ms, first_check_ms=first,
-            next_check_ms=first, sink_batch=batch, sink_task=task,
-        ))
+        return immunity_ms
 
     # -- end transaction --------------------------------------------------------------------------
     def end(self, h: EndTransactionRequestHeader, now_ms: int) -> EndResult:
@@ -360,12 +377,15 @@ class TransactionService:
         records: list[Record] = []
         discard_at: dict[int, int] = {}
         settled: list[tuple[HalfEntry, Outcome]] = []
+        problems: dict[tuple[str | None, str | None], str | None] = {}  # (topic, queue) → problem
         for entry, outcome in items:
             cached = self._uncache_half(entry.commit_log_offset)
             if outcome is not Outcome.ROLLBACK:
                 half = cached or self.store.read_at(entry.commit_log_offset)
-                problem = self._problem(half.properties.get(PROPERTY_REAL_TOPIC),
-                                        half.properties.get(PROPERTY_REAL_QUEUE_ID))
+                where = (half.properties.get(PROPERTY_REAL_TOPIC),
+                         half.properties.get(PROPERTY_REAL_QUEUE_ID))
+                problem = problems[where] if where in problems else \
+                    problems.setdefault(where, self._problem(*where))
                 if outcome is Outcome.COMMIT and problem is not None:
                     outcome, parked[entry.half_offset] = Outcome.DISCARD, f"cannot be committed: {problem}"
                 if outcome is Outcome.DISCARD:
@@ -377,8 +397,9 @@ class TransactionService:
         results = self._append(records)
         for entry, outcome in settled:
             if entry.half_offset in discard_at:
-                self.index.discarded[entry.half_offset] = \
-                    results[discard_at[entry.half_offset]].commit_log_offset
+                self.index.discard(entry.half_offset,
+                                   results[discard_at[entry.half_offset]].commit_log_offset,
+                                   entry.msg_id)
             if entry.half_offset in parked:
                 self.stats["parked"] += 1
                 log.warning("half message %s (offset %d) discarded: %s", entry.msg_id,
@@ -407,8 +428,7 @@ class TransactionService:
         if entry.sink_batch:
             self.sinks.remove(entry.sink_batch, entry.sink_task, entry.half_offset)
         self._in_flight.pop(entry.half_offset, None)
-        key = {Outcome.COMMIT: "commits", Outcome.ROLLBACK: "rollbacks",
-               Outcome.DISCARD: "discards"}[outcome]
+        key = _STATS_KEY[outcome]
         self.stats[key] += 1
         by_outcome = self.settled_by_topic.setdefault(entry.real_topic, {})
         by_outcome[key] = by_outcome.get(key, 0) + 1
@@ -598,8 +618,7 @@ class TransactionService:
             off = self._half_offset(p.get(PROPERTY_TXMQ_HALF_OFFSET, ""))
             if off is None:
                 return "discard copy without a valid TXMQ_HALF_OFFSET"
-            self.index.discarded[off] = res.commit_log_offset
-            self.index.by_msg_id[p.get(PROPERTY_UNIQ_KEY, "")] = off
+            self.index.discard(off, res.commit_log_offset, p.get(PROPERTY_UNIQ_KEY, ""))
             self.index.settle(off, Outcome.DISCARD)
         elif PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in p:
             off = self._half_offset(p[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET])
@@ -640,6 +659,7 @@ class TransactionService:
                 self.sinks.add(entry.sink_batch, entry.sink_task, entry.half_offset)
         self.index.discarded.update(snap.discarded)
         self.index.by_msg_id.update(snap.discarded_ids)
+        self.index.discarded_ids.update(snap.discarded_ids)
         self.index.resumed.update(snap.resumed)
         self.index.settled.counts = {o: snap.settled_counts.get(o.value, 0)
                                      for o in self.index.settled.counts}
@@ -652,29 +672,58 @@ class TransactionService:
                 len(self.index.discarded), len(self._torn), len(self.sinks.committed))
 
     def save_snapshot(self) -> None:
-        """Persist the index (the broker shell calls this every few seconds and at shutdown): fsync
-        the state table of outcomes, then replace the snapshot. Skipped when nothing changed; a
-        failure (a full disk) is logged and retried next time: a restart then replays more of
-        the log. Never raises."""
+        """Persist the index now, on this thread (at shutdown, and in tests):
+        :meth:`prepare_snapshot`'s step run at once. Never raises."""
+        step = self.prepare_snapshot()
+        if step is not None:
+            step()
+
+    def prepare_snapshot(self, pause: Callable[[], None] = _no_pause) -> Callable[[], None] | None:
+        """Copy what the index snapshot holds (on the event loop: references and dict copies,
+        O(pending) pointer copies, no encoding) and return the step that saves it, for the
+        broker shell's writer thread: fsync the state table of outcomes, encode the snapshot
+        (the pending halves in chunks of ``limits.TX_SNAPSHOT_ENCODE_CHUNK``, calling ``pause``
+        between them so the event loop gets the GIL), and replace the file (temp, fsync, rename:
+        a crash at any point leaves the old or the new snapshot, both CRC-checked). None when
+        nothing changed since the last save. A failing save (a full disk) is logged and tried
+        again next time (a restart then replays more of the log); the step never raises. One
+        step at a time."""
         sig = self._signature()
         if sig == self._saved_sig:
-            return
+            return None
         idx = self.index
+        by_id = idx.by_msg_id
         snap = TxSnapshot(
             version=limits.TX_SNAPSHOT_VERSION, log_offset=self.store.write_offset,
             pending=list(idx.pending.values()), discarded=dict(idx.discarded),
-            discarded_ids={m: o for m, o in idx.by_msg_id.items() if o in idx.discarded},
+            discarded_ids={m: o for m, o in idx.discarded_ids.items() if by_id.get(m) == o},
             resumed=sorted(idx.resumed),
             settled_counts={o.value: n for o, n in idx.settled.counts.items()},
-            sink_committed=self.sinks.committed, torn=self._torn)
-        try:
-            idx.settled.sync()
-            self.store.save_meta(_SNAPSHOT_META, encode_snapshot(snap))
-        except (OSError, StoreError) as exc:
-            log.error("transaction index snapshot not saved (%s); a restart replays more of the "
-                      "log", exc)
-            return
-        self._saved_sig = sig
+            sink_committed=dict(self.sinks.committed), torn=dict(self._torn))
+        sync_table = idx.settled.table.prepare_sync()
+
+        def step() -> None:
+            try:
+                sync_table()
+                self.store.save_meta(_SNAPSHOT_META, encode_snapshot(snap, pause))
+            except (OSError, StoreError) as exc:
+                log.error("transaction index snapshot not saved (%s); a restart replays more of "
+                          "the log", exc)
+                return
+            self._saved_sig = sig
+
+        return step
+
+    def trim(self, log_low: int) -> None:
+        """Retention moved the commit log's first offset to ``log_low``: forget the outcomes of
+        the halves it deleted and the discarded transactions whose copies it deleted
+        (:meth:`TransactionIndex.trim`; the half queue's first offset is the store's). Logged
+        when something went."""
+        half_low = self.store.queue_bounds(HALF_TOPIC, 0)[0]
+        moved, gone = self.index.trim(half_low, log_low)
+        if moved or gone:
+            log.info("retention: transaction outcomes below half offset %d and %d discarded "
+                     "transactions forgotten", half_low, gone)
 
     # -- operators --------------------------------------------------------------------------------
     def lookup(self, ident: str) -> int | None:

@@ -1,7 +1,8 @@
 """The transaction index snapshot: what recovery needs besides the log after ``log_offset``.
 
-Saved with the consumer offsets (``Broker.persist_offsets``, every few seconds and at shutdown)
-as ``meta/transactionIndex.snapshot``, after the state table of decided outcomes is fsynced::
+Saved with the consumer offsets (``Broker.prepare_persist``, every few seconds by the broker
+shell's writer thread, and at shutdown) as ``meta/transactionIndex.snapshot``, after the state table
+of decided outcomes is fsynced::
 
      +-----------------+-----------------+-----------------+-----------------------+
      | magic  u32      | crc32c  u32     | length  u32     | payload (msgpack)     |
@@ -14,6 +15,8 @@ quarantined and the index is rebuilt from the whole log, as without a snapshot.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import msgspec
 
@@ -51,12 +54,52 @@ class TxSnapshot(msgspec.Struct, array_like=True, kw_only=True):
     torn: dict[str, tuple[dict[str, int], dict[str, list[int]]]]
 
 
+class _EncodedSnapshot(msgspec.Struct, array_like=True, kw_only=True):
+    """:class:`TxSnapshot` with its pending halves encoded already (the same bytes)."""
+
+    version: int
+    log_offset: int
+    pending: msgspec.Raw
+    discarded: dict[int, int]
+    discarded_ids: dict[str, int]
+    resumed: list[int]
+    settled_counts: dict[str, int]
+    sink_committed: dict[str, dict[str, int]]
+    torn: dict[str, tuple[dict[str, int], dict[str, list[int]]]]
+
+
 _dec = msgspec.msgpack.Decoder(TxSnapshot)
+_enc = msgspec.msgpack.Encoder()
 
 
-def encode_snapshot(snap: TxSnapshot) -> bytes:
-    """The snapshot file's bytes (:func:`txmq.store.codec.seal`)."""
-    return seal(_MAGIC, snap)
+def _array_head(n: int) -> bytes:
+    """The msgpack header of an array of ``n`` items (fixarray, array 16, array 32)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _no_pause() -> None:
+    return None
+
+
+def encode_snapshot(snap: TxSnapshot, pause: Callable[[], None] = _no_pause) -> bytes:
+    """The snapshot file's bytes (:func:`txmq.store.codec.seal`). The pending halves are encoded
+    ``limits.TX_SNAPSHOT_ENCODE_CHUNK`` at a time, calling ``pause`` after each chunk (an encode
+    holds the GIL: on a writer thread, ``pause`` lets the event loop run between chunks); the
+    bytes are those of encoding ``snap`` at once."""
+    chunk = limits.TX_SNAPSHOT_ENCODE_CHUNK
+    entries = snap.pending
+    parts = [_array_head(len(entries))]
+    for i in range(0, len(entries), chunk):
+        part = entries[i:i + chunk]
+        parts.append(_enc.encode(part)[len(_array_head(len(part))):])
+        pause()
+    fields = {f: getattr(snap, f) for f in TxSnapshot.__struct_fields__}
+    fields["pending"] = msgspec.Raw(b"".join(parts))
+    return seal(_MAGIC, _EncodedSnapshot(**fields))
 
 
 def decode_snapshot(data: bytes) -> TxSnapshot:

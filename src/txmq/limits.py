@@ -567,9 +567,9 @@ whatever the settled history."""
 TX_SNAPSHOT_VERSION = 1
 """Format version of the transaction index snapshot (``meta/transactionIndex.snapshot``; txmq)."""
 
-TX_SNAPSHOT_ENCODE_CHUNK = 2_000
+TX_SNAPSHOT_ENCODE_CHUNK = 1_000
 """Pending half messages encoded at a time when the writer thread encodes the transaction index
-snapshot; the event loop gets the GIL between chunks (about 1 ms each; txmq)."""
+snapshot (about 200 KiB, 1 ms); the event loop gets the GIL between chunks (txmq)."""
 
 FILE_NAME_MAX_BYTES = 255
 """Longest file name the store creates (Linux ``NAME_MAX``): a topic whose name is longer, or not a

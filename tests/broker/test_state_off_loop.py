@@ -16,11 +16,12 @@ from txmq import limits
 from txmq.broker import BrokerConfig
 from txmq.broker.server import BrokerServer
 from txmq.broker.transaction import Outcome
-from txmq.broker.transaction._snapshot import decode_snapshot, encode_snapshot
+from txmq.broker.transaction._snapshot import decode_snapshot, encode_snapshot, snapshot_parts
 from txmq.client import AsyncConnection
 from txmq.errors import ResponseCode
 from txmq.protocol import RequestCode
 from txmq.store import FileStore, Store, StoreConfig
+from txmq.store.codec import seal
 from txmq.testing import BrokerHarness
 
 SNAPSHOT = "transactionIndex.snapshot"
@@ -98,7 +99,9 @@ def test_a_large_snapshot_is_encoded_in_chunks_that_yield_the_gil(tmp_path: Path
     step()
     assert len(pauses) == 3
     snap = decode_snapshot((tmp_path / "meta" / SNAPSHOT).read_bytes())
+    # the parts written are the bytes of sealing the whole snapshot at once
     assert encode_snapshot(snap) == (tmp_path / "meta" / SNAPSHOT).read_bytes()
+    assert b"".join(snapshot_parts(snap)) == seal(0x54585349, snap)
     h.store.close()
 
 

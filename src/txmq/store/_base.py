@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 import msgspec
 
@@ -191,8 +191,11 @@ class Store(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def save_meta(self, name: str, data: bytes) -> None:
-        """Durably replace a named metadata blob (atomic: old or new, never torn).
+    def save_meta(self, name: str, data: bytes | Sequence[bytes | memoryview]) -> None:
+        """Durably replace a named metadata blob (atomic: old or new, never torn). ``data`` may
+        come in parts, written in order without joining them (a large blob saved from a thread
+        then never holds the GIL for one big copy). May be called from one thread other than the
+        store's owner (the broker's writer thread), for names nothing else writes meanwhile.
 
         Raises:
             DiskFull: no room. StoreError: another write failure.

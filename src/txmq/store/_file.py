@@ -68,14 +68,16 @@ def _disk_full(exc: OSError) -> bool:
     return exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the directory. Raises OSError
-    (the temp file is removed)."""
+def _write_atomic(path: Path, data: bytes | Sequence[bytes | memoryview]) -> None:
+    """Replace ``path`` with ``data`` (or its parts, in order): temp file, fsync, rename, fsync the
+    directory. Raises OSError (the temp file is removed)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
+        with open(tmp, "wb", buffering=0) as f:  # unbuffered: each part is one write (no GIL)
+            for part in (data,) if isinstance(data, bytes) else data:
+                view = memoryview(part)
+                while view:
+                    view = view[f.write(view):]
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError:
@@ -415,7 +417,7 @@ class FileStore(Store):
     def set_store_host(self, host: str) -> None:
         self._store_host = wire_host(host) if host else ""
 
-    def save_meta(self, name: str, data: bytes) -> None:
+    def save_meta(self, name: str, data: bytes | Sequence[bytes | memoryview]) -> None:
         path = self.root / "meta" / name
         try:
             _write_atomic(path, data)

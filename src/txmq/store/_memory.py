@@ -9,7 +9,7 @@ Nothing survives the process; ``flush`` only moves ``flushed_offset``.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 from txmq.errors import CorruptRecord, DiskFull, StoreError
 from txmq.protocol import PROPERTY_UNIQ_KEY, MessageExt
@@ -139,8 +139,8 @@ class MemoryStore(Store):
     def set_store_host(self, host: str) -> None:
         self._store_host = wire_host(host) if host else ""
 
-    def save_meta(self, name: str, data: bytes) -> None:
-        self._meta[name] = bytes(data)
+    def save_meta(self, name: str, data: bytes | Sequence[bytes | memoryview]) -> None:
+        self._meta[name] = bytes(data) if isinstance(data, bytes) else b"".join(data)
 
     def close(self) -> None:
         self.flush()

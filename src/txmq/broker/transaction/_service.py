@@ -31,7 +31,7 @@ from txmq.broker.transaction._sink import (
     decode_marker,
     encode_marker,
 )
-from txmq.broker.transaction._snapshot import TxSnapshot, decode_snapshot, encode_snapshot
+from txmq.broker.transaction._snapshot import TxSnapshot, decode_snapshot, snapshot_parts
 from txmq.errors import CorruptRecord, ResponseCode, StoreError
 from txmq.protocol import (
     FLAG_ONEWAY,
@@ -705,7 +705,7 @@ class TransactionService:
         def step() -> None:
             try:
                 sync_table()
-                self.store.save_meta(_SNAPSHOT_META, encode_snapshot(snap, pause))
+                self.store.save_meta(_SNAPSHOT_META, snapshot_parts(snap, pause))
             except (OSError, StoreError) as exc:
                 log.error("transaction index snapshot not saved (%s); a restart replays more of "
                           "the log", exc)

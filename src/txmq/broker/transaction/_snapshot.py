@@ -16,8 +16,10 @@ quarantined and the index is rebuilt from the whole log, as without a snapshot.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
+import crc32c
 import msgspec
 
 from txmq import limits
@@ -25,7 +27,7 @@ from txmq.broker.transaction._index import HalfEntry
 from txmq.errors import CorruptRecord
 from txmq.store.codec import seal, unseal
 
-__all__ = ["TxSnapshot", "decode_snapshot", "encode_snapshot"]
+__all__ = ["TxSnapshot", "decode_snapshot", "encode_snapshot", "snapshot_parts"]
 
 _MAGIC = 0x54585349  # "TXSI"
 
@@ -54,12 +56,9 @@ class TxSnapshot(msgspec.Struct, array_like=True, kw_only=True):
     torn: dict[str, tuple[dict[str, int], dict[str, list[int]]]]
 
 
-class _EncodedSnapshot(msgspec.Struct, array_like=True, kw_only=True):
-    """:class:`TxSnapshot` with its pending halves encoded already (the same bytes)."""
+class _Tail(msgspec.Struct, array_like=True):
+    """The fields of :class:`TxSnapshot` after ``pending``, encoded as its array's tail."""
 
-    version: int
-    log_offset: int
-    pending: msgspec.Raw
     discarded: dict[int, int]
     discarded_ids: dict[str, int]
     resumed: list[int]
@@ -70,6 +69,8 @@ class _EncodedSnapshot(msgspec.Struct, array_like=True, kw_only=True):
 
 _dec = msgspec.msgpack.Decoder(TxSnapshot)
 _enc = msgspec.msgpack.Encoder()
+_HEAD = struct.Struct(">III")
+"""``magic | crc32c | length``: :func:`txmq.store.codec.seal`'s header (a test holds them equal)."""
 
 
 def _array_head(n: int) -> bytes:
@@ -85,21 +86,36 @@ def _no_pause() -> None:
     return None
 
 
-def encode_snapshot(snap: TxSnapshot, pause: Callable[[], None] = _no_pause) -> bytes:
-    """The snapshot file's bytes (:func:`txmq.store.codec.seal`). The pending halves are encoded
-    ``limits.TX_SNAPSHOT_ENCODE_CHUNK`` at a time, calling ``pause`` after each chunk (an encode
-    holds the GIL: on a writer thread, ``pause`` lets the event loop run between chunks); the
-    bytes are those of encoding ``snap`` at once."""
-    chunk = limits.TX_SNAPSHOT_ENCODE_CHUNK
+def encode_snapshot(snap: TxSnapshot) -> bytes:
+    """The snapshot file's bytes (:func:`txmq.store.codec.seal`)."""
+    return seal(_MAGIC, snap)
+
+
+def snapshot_parts(snap: TxSnapshot, pause: Callable[[], None] = _no_pause
+                   ) -> list[bytes | memoryview]:
+    """:func:`encode_snapshot`'s bytes in parts, to be written in order (``Store.save_meta``
+    takes them), built without one large copy: the pending halves are encoded
+    ``limits.TX_SNAPSHOT_ENCODE_CHUNK`` at a time and ``pause`` is called after each chunk (an
+    encode holds the GIL: on a writer thread, ``pause`` lets the event loop run between chunks);
+    the CRC32C is computed part by part."""
+    n_fields = len(TxSnapshot.__struct_fields__)
     entries = snap.pending
-    parts = [_array_head(len(entries))]
+    parts: list[bytes | memoryview] = [
+        _array_head(n_fields) + _enc.encode(snap.version) + _enc.encode(snap.log_offset)
+        + _array_head(len(entries))]
+    chunk = limits.TX_SNAPSHOT_ENCODE_CHUNK
     for i in range(0, len(entries), chunk):
         part = entries[i:i + chunk]
-        parts.append(_enc.encode(part)[len(_array_head(len(part))):])
+        parts.append(memoryview(_enc.encode(part))[len(_array_head(len(part))):])
         pause()
-    fields = {f: getattr(snap, f) for f in TxSnapshot.__struct_fields__}
-    fields["pending"] = msgspec.Raw(b"".join(parts))
-    return seal(_MAGIC, _EncodedSnapshot(**fields))
+    tail = _Tail(snap.discarded, snap.discarded_ids, snap.resumed, snap.settled_counts,
+                 snap.sink_committed, snap.torn)
+    parts.append(memoryview(_enc.encode(tail))[len(_array_head(n_fields - 3)):])
+    crc = length = 0
+    for p in parts:
+        crc = crc32c.crc32c(p, crc)
+        length += len(p)
+    return [_HEAD.pack(_MAGIC, crc, length), *parts]
 
 
 def decode_snapshot(data: bytes) -> TxSnapshot:

@@ -123,7 +123,7 @@ def _spy(pid: int, where: Path | None, kind: str) -> subprocess.Popen[bytes] | N
         return None
     where.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate",
-                             "1000", "--gil", "--output", str(where / f"{kind}.txt"), "--nonblocking"],
+                             "1000", "--threads", "--output", str(where / f"{kind}.txt"), "--nonblocking"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

@@ -27,6 +27,7 @@ from txmq.protocol import (
     decode_body,
     encode_body,
     from_ext,
+    from_ext_list,
     parse_int,
     to_ext,
 )
@@ -113,12 +114,16 @@ class TransactionRequests:
             raise InvalidRequest(ResponseCode.INVALID_PARAMETER, f"end batch body: {exc}") from exc
         if len(exts) > limits.BATCH_MESSAGES_MAX:
             raise InvalidRequest(ResponseCode.MESSAGE_ILLEGAL, f"more than {limits.BATCH_MESSAGES_MAX} ends")
-        parsed: list[EndTransactionRequestHeader | str] = []
-        for ext in exts:
-            try:
-                parsed.append(from_ext(ext, EndTransactionRequestHeader))
-            except MalformedHeader as exc:
-                parsed.append(str(exc))
+        parsed: list[EndTransactionRequestHeader | str]
+        try:  # every header at once (the usual case), else each on its own for its error
+            parsed = list(from_ext_list(exts, EndTransactionRequestHeader))
+        except MalformedHeader:
+            parsed = []
+            for ext in exts:
+                try:
+                    parsed.append(from_ext(ext, EndTransactionRequestHeader))
+                except MalformedHeader as exc:
+                    parsed.append(str(exc))
         decided = iter(self.b.tx.end_many([h for h in parsed if not isinstance(h, str)], now))
         items, durable = [], 0
         for h in parsed:

@@ -62,6 +62,7 @@ __all__ = [
     "ViewMessageByUniqKeyRequestHeader",
     "ViewMessageRequestHeader",
     "from_ext",
+    "from_ext_list",
     "send_header",
     "to_ext",
 ]
@@ -133,6 +134,16 @@ def from_ext(ext: dict[str, str], cls: type[T]) -> T:
     """
     try:
         return msgspec.convert(ext, cls, strict=False)
+    except msgspec.ValidationError as exc:
+        raise MalformedHeader(_remark(exc, cls)) from exc
+
+
+def from_ext_list(exts: list[dict[str, str]], cls: type[T]) -> list[T]:
+    """:func:`from_ext` of every ``extFields`` of a list at once (one conversion: a batch of
+    headers). Raises MalformedHeader when any one does not read (read them one by one to know
+    which)."""
+    try:
+        return msgspec.convert(exts, list[cls], strict=False)  # type: ignore[valid-type]
     except msgspec.ValidationError as exc:
         raise MalformedHeader(_remark(exc, cls)) from exc
 

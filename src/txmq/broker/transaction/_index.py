@@ -16,6 +16,7 @@ settled history.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Iterator, MutableMapping
 from enum import StrEnum
 
@@ -253,10 +254,7 @@ class LatencyHistogram:
         self.n = 0
 
     def observe(self, seconds: float) -> None:
-        i = 0
-        while i < len(self.BUCKETS_S) and seconds > self.BUCKETS_S[i]:
-            i += 1
-        self.counts[i] += 1
+        self.counts[bisect_left(self.BUCKETS_S, seconds)] += 1  # the first bound >= seconds
         self.total += seconds
         self.n += 1
 

@@ -322,6 +322,8 @@ class BrokerServer:
             await self._registrar.unregister()
         for t in self._tasks:
             t.cancel()
+        if self._saving is not None:  # (the writer thread finishes it: shutdown waits below)
+            self._saving.cancel()
         for w in list(self._writers.values()):
             w.close()
         self._flush_pool.shutdown(wait=True)

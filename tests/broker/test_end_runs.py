@@ -106,10 +106,14 @@ def test_a_slave_refuses_every_end_of_a_run() -> None:
 
 
 def test_the_shell_groups_ends_and_sends_but_never_responses() -> None:
+    """One-way ends of a read form its last run (so the sends between them form one run); two-way
+    ends and sends are grouped when consecutive; everything else stays alone and in order."""
     end = Command(RequestCode.END_TRANSACTION, 1, FLAG_ONEWAY)
     send = Command(RequestCode.SEND_MESSAGE, 2)
     other = Command(RequestCode.HEART_BEAT, 3)
     response = Command(RequestCode.END_TRANSACTION, 4, FLAG_RESPONSE)
-    runs = _runs([end, end, send, send, end, other, end, response, end])
-    assert [[c.opaque for c in r] for r in runs] == [[1, 1], [2, 2], [1], [3], [1], [4], [1]]
+    two_way = Command(RequestCode.END_TRANSACTION, 5)
+    runs = _runs([end, send, end, send, end, other, two_way, two_way, end, response, send, end])
+    assert [[c.opaque for c in r] for r in runs] == [
+        [2, 2], [3], [5, 5], [4], [2], [1, 1, 1, 1, 1]]
 

@@ -95,24 +95,33 @@ def _now_ms() -> int:
     return now
 
 
-_SENDS = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
 _END = RequestCode.END_TRANSACTION
 _RUN_KIND: dict[int, int] = {RequestCode.SEND_MESSAGE: 1, RequestCode.SEND_MESSAGE_V2: 1, _END: 2}
 """Request codes handled in runs (:func:`_runs`): 1 sends, 2 ends of transactions."""
 
 
 def _runs(cmds: list[Command]) -> list[list[Command]]:
-    """Consecutive requests of one run kind grouped together (SEND_MESSAGE / SEND_MESSAGE_V2;
-    END_TRANSACTION); every other command on its own. Responses never join a run."""
+    """The requests of one read in runs, each handled at once: consecutive requests of one run
+    kind grouped together (SEND_MESSAGE / SEND_MESSAGE_V2; two-way END_TRANSACTION), every other
+    command on its own, in order; the one-way END_TRANSACTION requests (RocketMQ producers send
+    one per transaction) all in one last run, so sends between them still form one run. Nothing
+    can depend on a one-way end being handled before a later request of the same read: it has
+    no answer, and the half it names was stored by an earlier read (the producer had its
+    answer). Responses never join a run."""
     out: list[list[Command]] = []
+    oneway_ends: list[Command] = []
     kind = 0  # the run kind of out[-1] (0: none)
     for cmd in cmds:
         k = 0 if cmd.is_response else _RUN_KIND.get(cmd.code, 0)
-        if k and k == kind:
+        if k == 2 and cmd.is_oneway:
+            oneway_ends.append(cmd)
+        elif k and k == kind:
             out[-1].append(cmd)
         else:
             out.append([cmd])
             kind = k
+    if oneway_ends:
+        out.append(oneway_ends)
     return out
 
 
@@ -361,7 +370,7 @@ class BrokerServer:
                     # against its half message, which an earlier request may have stored)
                     if self.acl is not None and not (run := self._admit(conn, run)):
                         continue
-                    if len(run) > 1 and run[0].code == _END:  # ends that came together
+                    if run[0].code == _END and not run[0].is_response:  # ends that came together
                         self._apply(self.broker.handle_ends(conn, run, _now_ms()), _END, t0)
                     elif len(run) > 1:  # SEND_MESSAGE requests that came together: one append
                         self._apply(self.broker.handle_sends(conn, run, _now_ms()), run[0].code, t0)

@@ -3,7 +3,9 @@
 1. Plain send vs transactional send (half + empty local transaction + commit) of 1 KiB messages,
    synchronous flush, the same number of requests in flight, against one real broker process;
    ``--rounds`` alternating runs of each kind, medians reported (one run lasts about a second, and
-   load from other work on a shared machine drifts).
+   load from other work on a shared machine drifts). The commit's end is awaited (txmq's
+   END_TRANSACTION_BATCH) or one-way (``oneway_end``: one END_TRANSACTION per transaction); the
+   broker's CPU time per message of each kind is read from ``/proc/<pid>/stat`` around each run.
 2. One check-back round that checks every pending half message, with {1k, 10k, 100k} pending and
    {0, 1M} settled transactions in the index, on the sans-IO broker (MemoryStore): the round must not
    depend on settled history and must write no bytes.
@@ -15,6 +17,7 @@ import asyncio
 import gc
 import json
 import logging
+import os
 import statistics
 import tempfile
 import time
@@ -56,8 +59,17 @@ async def _drive(send: Any, n: int, in_flight: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used (Linux ``/proc``; 0.0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _send_vs_tx(endpoints: str, n: int, in_flight: int, producers: int,
-                      rounds: int) -> dict[str, Any]:
+                      rounds: int, broker_pid: int = 0) -> dict[str, Any]:
     plain = [AsyncProducer("bench-plain", endpoints) for _ in range(producers)]
     txp = [AsyncTransactionProducer("bench-tx", endpoints, _EmptyLocalTransaction())
            for _ in range(producers)]
@@ -67,24 +79,38 @@ async def _send_vs_tx(endpoints: str, n: int, in_flight: int, producers: int,
         await p.start()
     per = n // producers
     runs: dict[str, list[float]] = {"plain": [], "tx": [], "oneway": []}
+    cpu: dict[str, list[float]] = {"plain": [], "tx": [], "oneway": []}
     try:
         await asyncio.gather(*(_drive(p.send, 200, in_flight) for p in plain))  # warm-up
         for _ in range(rounds):  # alternate, so drifting load on the machine hits all three alike
             for kind, clients, send in (("plain", plain, "send"),
                                         ("tx", txp, "send_message_in_transaction"),
                                         ("oneway", txo, "send_message_in_transaction")):
-                t0 = time.perf_counter()
+                c0, t0 = _cpu_s(broker_pid), time.perf_counter()
                 await asyncio.gather(*(_drive(getattr(p, send), per, in_flight) for p in clients))
                 runs[kind].append(per * producers / (time.perf_counter() - t0))
+                if kind == "oneway":  # the last one-way ends may still be in the broker's hands
+                    await asyncio.sleep(0.05)
+                cpu[kind].append((_cpu_s(broker_pid) - c0) / (per * producers) * 1e6)
     finally:
         for p in (*plain, *txp, *txo):
             await p.shutdown()
+    return _figures(runs, cpu, rounds)
+
+
+def _figures(runs: dict[str, list[float]], cpu: dict[str, list[float]],
+             rounds: int) -> dict[str, Any]:
     plain_rate, tx_rate, oneway_rate = (statistics.median(runs[k]) for k in ("plain", "tx", "oneway"))
+    plain_cpu, tx_cpu, oneway_cpu = (statistics.median(cpu[k]) for k in ("plain", "tx", "oneway"))
     return {"plain_send_msgs_per_s": round(plain_rate, 1), "tx_commit_msgs_per_s": round(tx_rate, 1),
             "tx_to_plain_ratio": round(tx_rate / plain_rate, 3),
             "tx_oneway_end_msgs_per_s": round(oneway_rate, 1),
             "tx_oneway_end_to_plain_ratio": round(oneway_rate / plain_rate, 3),
-            "rounds": rounds, "runs_msgs_per_s": {k: [round(v) for v in vs] for k, vs in runs.items()}}
+            "plain_broker_cpu_us": round(plain_cpu, 1), "tx_broker_cpu_us": round(tx_cpu, 1),
+            "tx_oneway_end_broker_cpu_us": round(oneway_cpu, 1),
+            "oneway_to_batched_end_broker_cpu": round(oneway_cpu / tx_cpu, 3) if tx_cpu else None,
+            "rounds": rounds, "runs_msgs_per_s": {k: [round(v) for v in vs] for k, vs in runs.items()},
+            "runs_broker_cpu_us": {k: [round(v, 1) for v in vs] for k, vs in cpu.items()}}
 
 
 def bench_send_vs_tx(n: int = 20_000, in_flight: int = 32, producers: int = 4,
@@ -96,7 +122,9 @@ def bench_send_vs_tx(n: int = 20_000, in_flight: int = 32, producers: int = 4,
         bp.start()
         loop = new_event_loop()
         try:
-            return loop.run_until_complete(_send_vs_tx(bp.endpoints, n, in_flight, producers, rounds))
+            pid = bp.proc.pid if bp.proc is not None else 0
+            return loop.run_until_complete(_send_vs_tx(bp.endpoints, n, in_flight, producers,
+                                                       rounds, pid))
         finally:
             loop.close()
             bp.stop()
@@ -152,7 +180,9 @@ def tx(json_path: Annotated[Path | None, typer.Option("--json", help="Write figu
     figures["check_round_settled_1m_vs_0_ratio_at_max_pending"] = round(ratio, 3)
     table = Table("measure", "value", title="txmq bench tx (1 KiB, SYNC_FLUSH)")
     for k in ("plain_send_msgs_per_s", "tx_commit_msgs_per_s", "tx_to_plain_ratio",
-              "tx_oneway_end_msgs_per_s", "tx_oneway_end_to_plain_ratio", "bytes_written_per_check"):
+              "tx_oneway_end_msgs_per_s", "tx_oneway_end_to_plain_ratio", "plain_broker_cpu_us",
+              "tx_broker_cpu_us", "tx_oneway_end_broker_cpu_us", "oneway_to_batched_end_broker_cpu",
+              "bytes_written_per_check"):
         table.add_row(k, str(figures[k]))
     for r in figures["check_round_ms"]:
         table.add_row(f"check round: {r['pending']:,} pending, {r['settled']:,} settled", f"{r['ms']} ms")

@@ -183,11 +183,12 @@ class TransactionService:
     # -- prepare ----------------------------------------------------------------------------------
     def half_record(self, rec: Record, producer_group: str, client_id: str) -> Record:
         """Turn a ``TRAN_MSG`` send into the half record (``parseHalfMessageInner``)."""
-        p = rec.properties
-        props = {**p, PROPERTY_REAL_TOPIC: rec.topic, PROPERTY_REAL_QUEUE_ID: str(rec.queue_id),
-                 PROPERTY_PRODUCER_GROUP: producer_group,
-                 PROPERTY_TXMQ_SENDER_CLIENT_ID: client_id,
-                 PROPERTY_TRANSACTION_ID: p.get(PROPERTY_UNIQ_KEY, "")}
+        props = dict(rec.properties)
+        props[PROPERTY_REAL_TOPIC] = rec.topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(rec.queue_id)
+        props[PROPERTY_PRODUCER_GROUP] = producer_group
+        props[PROPERTY_TXMQ_SENDER_CLIENT_ID] = client_id
+        props[PROPERTY_TRANSACTION_ID] = props.get(PROPERTY_UNIQ_KEY, "")
         props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         return Record(topic=HALF_TOPIC, queue_id=0, body=rec.body, tags=rec.tags, keys=rec.keys,
                       properties=props, born_timestamp_ms=rec.born_timestamp_ms,

@@ -11,6 +11,8 @@ from txmq.protocol._headers import *  # noqa: F403
 from txmq.protocol._headers import __all__ as _headers_all
 from txmq.protocol._message import *  # noqa: F403
 from txmq.protocol._message import __all__ as _message_all
+from txmq.protocol._message_bulk import *  # noqa: F403
+from txmq.protocol._message_bulk import __all__ as _message_bulk_all
 from txmq.protocol._message_codec import *  # noqa: F403
 from txmq.protocol._message_codec import __all__ as _message_codec_all
 from txmq.protocol._message_id import *  # noqa: F403
@@ -34,6 +36,7 @@ __all__ = [
     *_consume_all,
     *_headers_all,
     *_message_all,
+    *_message_bulk_all,
     *_message_codec_all,
     *_message_id_all,
     *_parked_all,

@@ -17,6 +17,8 @@ from txmq.protocol._message_codec import *  # noqa: F403
 from txmq.protocol._message_codec import __all__ as _message_codec_all
 from txmq.protocol._message_id import *  # noqa: F403
 from txmq.protocol._message_id import __all__ as _message_id_all
+from txmq.protocol._message_index import *  # noqa: F403
+from txmq.protocol._message_index import __all__ as _message_index_all
 from txmq.protocol._parked import *  # noqa: F403
 from txmq.protocol._parked import __all__ as _parked_all
 from txmq.protocol._remoting import *  # noqa: F403
@@ -38,6 +40,7 @@ __all__ = [
     *_message_all,
     *_message_bulk_all,
     *_message_codec_all,
+    *_message_index_all,
     *_message_id_all,
     *_parked_all,
     *_topic_admin_all,

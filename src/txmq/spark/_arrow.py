@@ -297,13 +297,39 @@ def _property_columns(props: pa.Array, n: int) -> tuple[pa.Array, pa.Array, pa.A
     """The ``tags``, ``key``, ``message_id`` and ``properties`` columns of ``n`` records from
     their properties strings (``props``: binary, offset 0, valid UTF-8), as
     :func:`~txmq.protocol.decode_message_exts` and :func:`messages_to_record_batch` read them:
-    entries are the text between ``\\u0002`` bytes, name and value split at the first
-    ``\\u0001`` (both non-empty, else skipped), a repeated name keeps its last value, ``TAGS``,
+    entries are the text between ``\u0002`` bytes, name and value split at the first
+    ``\u0001`` (both non-empty, else skipped), a repeated name keeps its last value, ``TAGS``,
     ``KEYS`` and ``__CRC32#`` leave the map, entries sorted by name (UTF-8 byte order is code
-    point order). The separators are ASCII, so splitting bytes splits characters."""
+    point order). The separators are ASCII, so splitting bytes splits characters.
+
+    Usual properties (no repeated name, the map's entries already in order, as a producer's
+    ``UNIQ_KEY`` alone is) take one Arrow ``take`` per column from the byte ranges; any other
+    reply is sorted first (:func:`_sorted_columns`)."""
+    buf, bounds, starts, cut, ends, parents = _entries(props, n)
+    names = _taken(buf, starts, cut, pa.string())
+    is_tags, is_keys, is_crc, is_id = (_bools(pc.equal(names, name)) for name in _NAMES)
+    in_map = ~(is_tags | is_keys | is_crc)
+    map_names = _taken(buf, starts[in_map], cut[in_map], pa.string())
+    if not _in_order(map_names, parents[in_map]) or any(
+            np.bincount(parents[mask], minlength=n).max(initial=0) > 1
+            for mask in (is_tags, is_keys, is_crc)):
+        return _sorted_columns(buf, starts, cut, ends, parents, n)
+    entries = pa.StructArray.from_arrays(
+        [map_names, _taken(buf, cut[in_map] + 1, ends[in_map], pa.string())], fields=_ENTRY_FIELDS)
+    maps = _map_column(entries, parents[in_map], n)
+    tags, keys, ids = (_row_values(buf, bounds, cut[mask] + 1, ends[mask], parents[mask])
+                       for mask in (is_tags, is_keys, is_id))
+    return tags, _first_keys(keys), ids, maps
+
+
+def _entries(props: pa.Array, n: int) -> tuple[pa.Buffer, Any, Any, Any, Any, Any]:
+    """The properties' data buffer, each record's ``[bounds[i], bounds[i + 1])`` in it, and each
+    kept entry's start, name-value separator, end and record (numpy; entries in buffer order)."""
     _, offsets_buf, data_buf = props.buffers()
     bounds = np.frombuffer(offsets_buf, np.int32)[: n + 1].astype(np.int64)
-    data = np.frombuffer(data_buf, np.uint8)[: bounds[-1]] if data_buf is not None else np.zeros(0, np.uint8)
+    if data_buf is None:
+        data_buf = pa.py_buffer(b"")
+    data = np.frombuffer(data_buf, np.uint8)[: bounds[-1]]
     entry_seps = np.flatnonzero(data == PROPERTY_SEPARATOR.encode()[0])
     name_seps = np.flatnonzero(data == NAME_VALUE_SEPARATOR.encode()[0])
     starts = np.sort(np.concatenate([bounds[:-1], entry_seps + 1]))
@@ -313,7 +339,47 @@ def _property_columns(props: pa.Array, n: int) -> tuple[pa.Array, pa.Array, pa.A
     keep = (found < len(name_seps)) & (cut > starts) & (ends > cut + 1)
     starts, ends, cut = starts[keep], ends[keep], cut[keep]
     parents = (np.searchsorted(bounds, starts, side="right") - 1).astype(np.int32)
-    buf = data_buf if data_buf is not None else pa.py_buffer(b"")
+    return data_buf, bounds, starts, cut, ends, parents
+
+
+def _in_order(names: pa.Array, parents: Any) -> bool:
+    """Whether each record's names are strictly increasing (so sorted, none repeated)."""
+    same = parents[1:] == parents[:-1]
+    if not same.any():
+        return True
+    return bool(_bools(pc.less(names[:-1], names[1:]))[same].all())
+
+
+def _map_column(entries: pa.StructArray, parents: Any, n: int) -> pa.Array:
+    """A ``map`` column of ``n`` rows whose row ``r`` holds the entries whose parent is ``r``
+    (entries grouped by parent, in row order)."""
+    counts = np.bincount(parents, minlength=n)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.Array.from_buffers(_PROPERTIES, n, [None, pa.py_buffer(offsets)], children=[entries])
+
+
+def _row_values(buf: pa.Buffer, bounds: Any, starts: Any, ends: Any, parents: Any) -> pa.Array:
+    """A string column of ``len(bounds) - 1`` rows: row ``parents[i]`` holds ``buf[starts[i]:
+    ends[i]]`` (one value per row at most, inside the row's ``[bounds[r], bounds[r + 1])``), the
+    other rows NULL. Every row is a (possibly empty) range in buffer order, so one ``take``."""
+    n = len(bounds) - 1
+    row_starts = bounds[:-1].copy()
+    row_ends = bounds[:-1].copy()
+    row_starts[parents] = starts
+    row_ends[parents] = ends
+    valid = np.zeros(n, dtype=bool)
+    valid[parents] = True
+    taken = _taken(buf, row_starts, row_ends, pa.string())
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.string(), n, [validity, *taken.buffers()[1:]],
+                                 null_count=n - len(parents))
+
+
+def _sorted_columns(buf: pa.Buffer, starts: Any, cut: Any, ends: Any, parents: Any,
+                    n: int) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
+    """:func:`_property_columns` for any entries: sorted by (record, name), last of a repeated
+    name kept."""
     names = _taken(buf, starts, cut, pa.string())
     values = _taken(buf, cut + 1, ends, pa.string())
     names, values, parents = _sorted_last_wins(names, values, parents)
@@ -321,15 +387,10 @@ def _property_columns(props: pa.Array, n: int) -> tuple[pa.Array, pa.Array, pa.A
     in_map = ~(is_tags | is_keys | is_crc)
     entries = pa.StructArray.from_arrays(
         [_where(names, in_map), _where(values, in_map)], fields=_ENTRY_FIELDS)
-    counts = np.bincount(parents[in_map], minlength=n)
-    map_offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=map_offsets[1:])
-    maps = pa.Array.from_buffers(_PROPERTIES, n, [None, pa.py_buffer(map_offsets)],
-                                 children=[entries])
-    first_keys = _first_keys(_where(values, is_keys))
     return (_by_record(_where(values, is_tags), parents[is_tags], n),
-            _by_record(first_keys, parents[is_keys], n),
-            _by_record(_where(values, is_id), parents[is_id], n), maps)
+            _first_keys(_by_record(_where(values, is_keys), parents[is_keys], n)),
+            _by_record(_where(values, is_id), parents[is_id], n),
+            _map_column(entries, parents[in_map], n))
 
 
 def _bools(values: pa.Array) -> Any:
@@ -374,10 +435,12 @@ def _sorted_last_wins(names: pa.Array, values: pa.Array,
 
 
 def _first_keys(keys: pa.Array) -> pa.Array:
-    """Each ``KEYS`` value's first space-separated key (``str.split`` semantics), NULL if none."""
+    """Each ``KEYS`` value's first space-separated key (``str.split`` semantics), NULL if none
+    (NULL stays NULL)."""
     if not pc.any(pc.match_substring_regex(keys, _PLAIN_KEYS)).as_py():
         return keys
-    return _strings([(v.split(None, 1) or ("",))[0] for v in keys.to_pylist()], empty_is_null=True)
+    return _strings([(v.split(None, 1) or ("",))[0] if v else "" for v in keys.to_pylist()],
+                    empty_is_null=True)
 
 
 def _by_record(values: pa.Array, parents: Any, n: int) -> pa.Array:

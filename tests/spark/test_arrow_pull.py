@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import txmq.spark._arrow as arrow
 from txmq.errors import MalformedMessage
 from txmq.protocol import (
     COMPRESSED_FLAG,
@@ -24,6 +26,15 @@ from txmq.protocol import (
     encode_message_exts,
 )
 from txmq.spark._arrow import PullBatch, messages_to_record_batch, pull_body_to_record_batch
+
+
+@pytest.fixture(autouse=True, scope="module")
+def columnar_for_every_size() -> Iterator[None]:
+    """The tests' replies are small: let the columnar path take them all (it only leaves replies
+    under ``COLUMNAR_MIN_RECORDS`` records to the per-message path for speed)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(arrow, "COLUMNAR_MIN_RECORDS", 0)
+        yield
 
 
 def per_message(data: bytes) -> PullBatch:
@@ -85,8 +96,6 @@ def test_random_messages_decode_as_per_message(msgs: list[MessageExt]) -> None:
 def test_the_common_case_takes_the_bulk_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """IPv4 and IPv6 hosts, v1 and v2 magic codes, uncompressed: no per-message decoding at all
     (the columnar path)."""
-    import txmq.spark._arrow as arrow
-
     msgs = [MessageExt(topic="orders", body=b"b%d" % i, keys=f"k{i} x", tags="t",
                        properties={"UNIQ_KEY": f"id{i}", "b": "2", "a": "1"}, queue_id=1,
                        queue_offset=7 + i, born_host="[2001:db8::1]:1" if i % 2 else "127.0.0.1:1",
@@ -169,3 +178,19 @@ def test_a_fresh_process_decodes_without_importing_pandas() -> None:
             "print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_small_replies_take_the_per_message_path_and_large_ones_the_columnar(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arrow, "COLUMNAR_MIN_RECORDS", 128)
+    msgs = [MessageExt(topic="t", body=b"%d" % i, keys=f"k{i}", properties={"UNIQ_KEY": f"i{i}"},
+                       queue_offset=i) for i in range(128)]
+    small, large = encode_message_exts(msgs[:127]), encode_message_exts(msgs)
+    assert_same(small)
+    assert_same(large)
+    calls: list[int] = []
+    monkeypatch.setattr(arrow, "messages_to_record_batch",
+                        lambda ms: calls.append(len(ms)) or messages_to_record_batch(ms))
+    pull_body_to_record_batch(small)
+    pull_body_to_record_batch(large)
+    assert calls == [127]

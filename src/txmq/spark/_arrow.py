@@ -15,8 +15,8 @@ records are indexed by :func:`txmq.protocol.index_message_exts` (one pass over t
 boundaries, then numpy gathers of the heads), fixed-width columns are numpy arrays handed to Arrow,
 bodies, topics and properties strings are taken by Arrow from offsets arrays over the reply's bytes,
 and properties are split at their separator bytes by numpy and sorted by an Arrow sort: no Python
-object per record. About 1.1 µs of CPU per record of a 1,024-record reply against 2.4 µs for the
-row-by-row decoder it replaces and 3.3 + 1.4 µs for decoding messages then converting them
+object per record. About 1.3 µs of CPU per record of a 1,024-record reply against 2.6-3.8 µs for
+the row-by-row decoder it replaces and 3.5-4.4 µs for decoding messages then converting them
 (``benchmarks/decode_pull.py``); the per-message path (:func:`messages_to_record_batch` of
 ``decode_message_exts``) stays the specification and the fallback for uncommon replies.
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import txmq.spark._arrow as arrow
 from txmq.errors import MalformedMessage
 from txmq.protocol import (
     COMPRESSED_FLAG,
@@ -24,6 +26,15 @@ from txmq.protocol import (
     encode_message_exts,
 )
 from txmq.spark._arrow import PullBatch, messages_to_record_batch, pull_body_to_record_batch
+
+
+@pytest.fixture(autouse=True, scope="module")
+def columnar_for_every_size() -> Iterator[None]:
+    """The tests' replies are small: let the columnar path take them all (it only leaves replies
+    under ``COLUMNAR_MIN_RECORDS`` records to the per-message path for speed)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(arrow, "COLUMNAR_MIN_RECORDS", 0)
+        yield
 
 
 def per_message(data: bytes) -> PullBatch:
@@ -83,12 +94,12 @@ def test_random_messages_decode_as_per_message(msgs: list[MessageExt]) -> None:
 
 
 def test_the_common_case_takes_the_bulk_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """IPv4 hosts, v1 magic, uncompressed: no per-message decoding at all."""
-    import txmq.spark._arrow as arrow
-
+    """IPv4 and IPv6 hosts, v1 and v2 magic codes, uncompressed: no per-message decoding at all
+    (the columnar path)."""
     msgs = [MessageExt(topic="orders", body=b"b%d" % i, keys=f"k{i} x", tags="t",
                        properties={"UNIQ_KEY": f"id{i}", "b": "2", "a": "1"}, queue_id=1,
-                       queue_offset=7 + i, born_host="127.0.0.1:1", store_host="127.0.0.1:2")
+                       queue_offset=7 + i, born_host="[2001:db8::1]:1" if i % 2 else "127.0.0.1:1",
+                       store_host="127.0.0.1:2")
             for i in range(5)]
     data = encode_message_exts(msgs)
     want = per_message(data)
@@ -117,7 +128,8 @@ def record(props: bytes, body: bytes = b"body", topic: bytes = b"orders", offset
     return head + body + bytes([len(topic)]) + topic + struct.pack(">h", len(props)) + props
 
 
-_pieces = st.sampled_from(["a", "b", "TAGS", "KEYS", "UNIQ_KEY", "\u0001", "\u0002", " ", "é", ""])
+_pieces = st.sampled_from(["a", "b", "TAGS", "KEYS", "UNIQ_KEY", "__CRC32#", "\u0001", "\u0002", " ",
+                           "é", "k1 k2", "\u3000", ""])
 
 
 @settings(max_examples=300, deadline=None)
@@ -144,3 +156,41 @@ def test_damaged_replies_fail_or_match_as_per_message(msgs: list[MessageExt], da
 def test_empty_body_gives_an_empty_batch() -> None:
     got = assert_same(b"")
     assert got.batch.num_rows == 0
+
+
+def test_rocketmq5_crc32_property_is_hidden() -> None:
+    """RocketMQ 5's ``__CRC32#`` entry (``enabledAppendPropCRC``) at the end of the properties."""
+    props = "UNIQ_KEY\u0001id\u0002KEYS\u0001k1 k2\u0002a\u00011\u0002__CRC32#\u00019876543210\u0002"
+    got = assert_same(b"".join(record(props.encode(), offset=i) for i in range(2)))
+    assert got.batch.column("properties").to_pylist() == [[("UNIQ_KEY", "id"), ("a", "1")]] * 2
+    assert got.batch.column("key").to_pylist() == ["k1", "k1"]
+
+
+def test_a_fresh_process_decodes_without_importing_pandas() -> None:
+    """``pa.array``, ``pa.scalar`` and ``Array.to_numpy`` import pandas; the columnar path must not
+    (a fresh Spark worker would pay about a second for it)."""
+    import subprocess
+    import sys
+
+    msgs = [MessageExt(topic="t", body=b"x", keys="k a", tags="t", properties={"UNIQ_KEY": "i"})]
+    code = ("import sys; from txmq.spark._arrow import pull_body_to_record_batch; "
+            f"pull_body_to_record_batch({encode_message_exts(msgs * 3)!r}); "
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_small_replies_take_the_per_message_path_and_large_ones_the_columnar(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arrow, "COLUMNAR_MIN_RECORDS", 128)
+    msgs = [MessageExt(topic="t", body=b"%d" % i, keys=f"k{i}", properties={"UNIQ_KEY": f"i{i}"},
+                       queue_offset=i) for i in range(128)]
+    small, large = encode_message_exts(msgs[:127]), encode_message_exts(msgs)
+    assert_same(small)
+    assert_same(large)
+    calls: list[int] = []
+    monkeypatch.setattr(arrow, "messages_to_record_batch",
+                        lambda ms: calls.append(len(ms)) or messages_to_record_batch(ms))
+    pull_body_to_record_batch(small)
+    pull_body_to_record_batch(large)
+    assert calls == [127]

@@ -51,7 +51,7 @@ from txmq.protocol import (
     SearchOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     decode_body,
-    decode_message_exts,
+    decode_message_exts_bulk,
     from_ext,
     to_ext,
 )
@@ -143,7 +143,7 @@ class _PullMixin(_Client):
                     subscription: str = "*", *, broker_name: str = "") -> PullResult:
         r = await self._pull_raw(topic, queue_id, offset, max_nums, suspend_ms, commit_offset,
                                  subscription, broker_name=broker_name)
-        msgs = decode_message_exts(r.body) if r.status is PullStatus.FOUND else []
+        msgs = decode_message_exts_bulk(r.body) if r.status is PullStatus.FOUND else []
         expr = subscription.strip()
         if msgs and expr not in ("", "*"):
             # the broker filters by tag hash; two tags may share one (RocketMQ

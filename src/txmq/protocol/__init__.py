@@ -11,10 +11,14 @@ from txmq.protocol._headers import *  # noqa: F403
 from txmq.protocol._headers import __all__ as _headers_all
 from txmq.protocol._message import *  # noqa: F403
 from txmq.protocol._message import __all__ as _message_all
+from txmq.protocol._message_bulk import *  # noqa: F403
+from txmq.protocol._message_bulk import __all__ as _message_bulk_all
 from txmq.protocol._message_codec import *  # noqa: F403
 from txmq.protocol._message_codec import __all__ as _message_codec_all
 from txmq.protocol._message_id import *  # noqa: F403
 from txmq.protocol._message_id import __all__ as _message_id_all
+from txmq.protocol._message_index import *  # noqa: F403
+from txmq.protocol._message_index import __all__ as _message_index_all
 from txmq.protocol._parked import *  # noqa: F403
 from txmq.protocol._parked import __all__ as _parked_all
 from txmq.protocol._remoting import *  # noqa: F403
@@ -34,7 +38,9 @@ __all__ = [
     *_consume_all,
     *_headers_all,
     *_message_all,
+    *_message_bulk_all,
     *_message_codec_all,
+    *_message_index_all,
     *_message_id_all,
     *_parked_all,
     *_topic_admin_all,

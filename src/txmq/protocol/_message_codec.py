@@ -359,7 +359,10 @@ def decode_message_exts(data: bytes, *, check_crc: bool = True,
     Each record must fill its total size exactly. ``store_size``, ``body_crc`` and ``sys_flag`` are
     the record's; a compressed body is inflated (zlib, ``inflate``) and ``COMPRESSED_FLAG``
     cleared, as RocketMQ's client decoder does. ``TAGS`` and ``KEYS`` move from the properties
-    into :attr:`Message.tags` / :attr:`Message.keys`. ``0.0.0.0:0`` hosts decode as ``""``.
+    into :attr:`Message.tags` / :attr:`Message.keys`; RocketMQ 5's ``__CRC32#``
+    (``PROPERTY_CRC32``, appended to stored records by a broker with ``enabledAppendPropCRC``) is
+    dropped. ``0.0.0.0:0`` hosts decode as ``""``. :func:`txmq.protocol.decode_message_exts_bulk`
+    gives the same messages faster; this per-record decoder is its specification.
 
     Raises:
         MalformedMessage: a short buffer, a bad magic code, a negative length or one past the

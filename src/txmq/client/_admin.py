@@ -14,7 +14,7 @@ import msgspec
 
 from txmq import limits
 from txmq.client._core import PullStatus, check_response, send_request_header
-from txmq.client._pull import _PullMixin, validate_group
+from txmq.client._pull import PullMixin, validate_group
 from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, RequestTimeout, ResponseCode
 from txmq.protocol import (
     BROKER_ONLY_PROPERTIES,
@@ -93,7 +93,7 @@ class ResendResult(msgspec.Struct, frozen=True):
     detail: str = ""
 
 
-class TransactionAdmin(_PullMixin):
+class TransactionAdmin(PullMixin):
     """Operators' requests on transactions and Spark sink batches (txmq extension codes, with
     RocketMQ's RESUME_CHECK_HALF_MESSAGE). Every method raises RemoteError for an error answer
     (TRANSACTION_NOT_FOUND for an unknown id), BrokerUnavailable or RequestTimeout."""

@@ -75,8 +75,6 @@ __all__ = [
 
 log = logging.getLogger("txmq.client")
 
-_Client = ClientBase
-"""The base of every client (kept under its old name for the modules that subclass it)."""
 
 MessageQueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
 """Chooses the queue of an orderly send from the topic's publish queues, the message and the

@@ -41,10 +41,10 @@ from txmq.client._core import (
 )
 from txmq.client._dispatch import ConsumePool
 from txmq.client._pull import (
-    _DEFAULT_TIMESTAMP_AGO_MS,
-    _PullMixin,
-    _wall_ms,
+    DEFAULT_TIMESTAMP_AGO_MS,
+    PullMixin,
     validate_group,
+    wall_ms,
 )
 from txmq.errors import ConfigError, RemoteError, ResponseCode, TransportError
 from txmq.protocol import (
@@ -116,7 +116,7 @@ class _QueueWorker:
         self.stopped = asyncio.Event()  # set when the queue is dropped
 
 
-class AsyncPushConsumer(_PullMixin):
+class AsyncPushConsumer(PullMixin):
     """Consumes subscribed topics with a listener (RocketMQ ``DefaultMQPushConsumer``).
 
     Clustering (default): the group's members share the queues, average allocation, rebalanced
@@ -200,7 +200,7 @@ class AsyncPushConsumer(_PullMixin):
         self.message_model: MessageModel = message_model
         self.consume_from_where: ConsumeFromWhere = consume_from_where
         self.consume_timestamp_ms = (consume_timestamp_ms if consume_timestamp_ms is not None
-                                     else _wall_ms() - _DEFAULT_TIMESTAMP_AGO_MS)
+                                     else wall_ms() - DEFAULT_TIMESTAMP_AGO_MS)
         self.orderly = orderly
         self.pull_batch_size = min(pull_batch_size, limits.PULL_BATCH_MAX)
         self.batch_size = consume_message_batch_max_size
@@ -524,7 +524,7 @@ class AsyncPushConsumer(_PullMixin):
         ``msg`` in the retry topic; with ``dlq`` (orderly, out of local retries) a send of it to
         the DLQ with its local retry count (:func:`dead_letter_header`). False on failure."""
         if dlq:
-            ext = dead_letter_header(msg, self.group, self.max_reconsume_times, _wall_ms())
+            ext = dead_letter_header(msg, self.group, self.max_reconsume_times, wall_ms())
             req = (RequestCode.SEND_MESSAGE_V2, ext, msg.body)
         else:
             h = ConsumerSendMsgBackRequestHeader(

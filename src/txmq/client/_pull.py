@@ -15,8 +15,7 @@ import time
 from typing import Any
 
 from txmq import limits
-from txmq.client._async import _Client
-from txmq.client._client import supervised
+from txmq.client._client import ClientBase, supervised
 from txmq.client._connection import AsyncConnection
 from txmq.client._core import (
     ConsumeFromWhere,
@@ -56,15 +55,16 @@ from txmq.protocol import (
     to_ext,
 )
 
-__all__ = ["AsyncPullConsumer"]
+__all__ = ["DEFAULT_TIMESTAMP_AGO_MS", "AsyncPullConsumer", "PullMixin", "wall_ms"]
 
 log = logging.getLogger("txmq.client.consumer")
 
-_DEFAULT_TIMESTAMP_AGO_MS = 30 * 60_000
+DEFAULT_TIMESTAMP_AGO_MS = 30 * 60_000
 """RocketMQ ``consumeTimestamp`` defaults to half an hour before the consumer starts."""
 
 
-def _wall_ms() -> int:
+def wall_ms() -> int:
+    """Wall-clock milliseconds since the epoch."""
     return time.time_ns() // 1_000_000
 
 
@@ -74,7 +74,7 @@ def validate_group(group: str) -> None:
         raise ConfigError(f"consumer group {group!r} must be non-empty and hold no '@'")
 
 
-class _PullMixin(_Client):
+class PullMixin(ClientBase):
     """Pull and offset requests, each to the broker group of its queue.
 
     Every queue-addressed method takes ``(topic, queue_id)`` and a keyword ``broker_name``: the
@@ -257,7 +257,7 @@ def _mq(q: MessageQueue | tuple[str, int]) -> MessageQueue:
     return q if isinstance(q, MessageQueue) else MessageQueue(q[0], int(q[1]))
 
 
-class AsyncPullConsumer(_PullMixin):
+class AsyncPullConsumer(PullMixin):
     """Reads queues at offsets the application controls (RocketMQ ``DefaultLitePullConsumer``).
 
     Three ways to use it:
@@ -302,7 +302,7 @@ class AsyncPullConsumer(_PullMixin):
         self.group = consumer_group
         self.consume_from_where = consume_from_where
         self.consume_timestamp_ms = (consume_timestamp_ms if consume_timestamp_ms is not None
-                                     else _wall_ms() - _DEFAULT_TIMESTAMP_AGO_MS)
+                                     else wall_ms() - DEFAULT_TIMESTAMP_AGO_MS)
         self.pull_batch_size = max(1, min(pull_batch_size, limits.PULL_BATCH_MAX))
         self.subscriptions: dict[str, str] = {}
         self._positions: dict[MessageQueue, int] = {}  # -1: not resolved yet

@@ -35,7 +35,7 @@ from txmq.client._core import (
     SendResult,
     TransactionSendResult,
 )
-from txmq.client._pull import AsyncPullConsumer, _PullMixin
+from txmq.client._pull import AsyncPullConsumer, PullMixin
 from txmq.client._route import TopicRoute
 from txmq.client._transaction import LOCAL_RAISED, EndStep, LocalStep, SendHalfStep
 from txmq.protocol import (
@@ -193,9 +193,9 @@ class _SyncClient:
 
 class _SyncQueues(_SyncClient):
     """Sync wrappers of the queue-addressed requests every consumer and the admin share
-    (``_PullMixin``)."""
+    (``PullMixin``)."""
 
-    _a: _PullMixin
+    _a: PullMixin
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """See :meth:`AsyncPullConsumer.queues`."""

@@ -31,8 +31,9 @@ from typing import Any
 
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+from pull_cpu import fill  # benchmarks/ is on sys.path when a script there runs
 
-from txmq.client import AsyncProducer, AsyncPullConsumer, Message
+from txmq.client import AsyncPullConsumer
 from txmq.testing import BrokerProcess
 
 _TOPIC = "bench-drain"
@@ -40,21 +41,6 @@ _STREAM, _SUBJECT = "TXMQ_BENCH_DRAIN", "txmq.bench.drain"
 _IN_FLIGHT = 64
 _FETCH_TIMEOUT_S = 0.1
 """A fetch that finds fewer messages returns after this (the drain's tail, not its body)."""
-
-
-async def _fill_txmq(endpoints: str, n: int, body: bytes) -> None:
-    p = AsyncProducer("bench-drain", endpoints)
-    await p.start()
-    sem = asyncio.Semaphore(_IN_FLIGHT)
-
-    async def one(i: int) -> None:
-        async with sem:
-            await p.send(Message(topic=_TOPIC, body=body, keys=str(i)))
-
-    try:
-        await asyncio.gather(*(one(i) for i in range(n)))
-    finally:
-        await p.shutdown()
 
 
 async def _drain_txmq(endpoints: str, queues: int, batch: int, group: str) -> int:
@@ -148,7 +134,7 @@ def main() -> None:
         broker = BrokerProcess(Path(d), {"topics": {_TOPIC: args.queues}})
         broker.start()
         try:
-            asyncio.run(_fill_txmq(broker.endpoints, args.messages, body))
+            asyncio.run(fill(broker.endpoints, args.messages, body, _IN_FLIGHT, _TOPIC))
             asyncio.run(_fill_nats(args.nats, args.messages, body))
             for i in range(args.rounds):
                 nt, wt = _timed(_drain_txmq, broker.endpoints, args.queues, args.batch, f"g{i}")

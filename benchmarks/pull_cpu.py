@@ -46,14 +46,16 @@ def _user_sys_s(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-async def _fill(endpoints: str, n: int, body: bytes, in_flight: int = 64) -> None:
-    p = AsyncProducer("bench-pull", endpoints)
+async def fill(endpoints: str, n: int, body: bytes, in_flight: int = 64, topic: str = _TOPIC) -> None:
+    """Send ``n`` messages of ``body`` to ``topic`` (round robin over its queues), ``in_flight``
+    outstanding at once. Also used by ``drain_vs_nats.py``."""
+    p = AsyncProducer("bench-fill", endpoints)
     await p.start()
     sem = asyncio.Semaphore(in_flight)
 
     async def one(i: int) -> None:
         async with sem:
-            await p.send(Message(topic=_TOPIC, body=body, keys=str(i)))
+            await p.send(Message(topic=topic, body=body, keys=str(i)))
 
     try:
         await asyncio.gather(*(one(i) for i in range(n)))
@@ -92,7 +94,7 @@ def main() -> None:
         broker = BrokerProcess(Path(d), {"topics": {_TOPIC: args.queues}})
         broker.start()
         try:
-            asyncio.run(_fill(broker.endpoints, args.messages, b"x" * args.body))
+            asyncio.run(fill(broker.endpoints, args.messages, b"x" * args.body))
             assert broker.proc is not None
             rows = []
             us0 = _user_sys_s(broker.proc.pid)

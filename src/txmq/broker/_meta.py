@@ -7,7 +7,6 @@ A blob that cannot be read or does not decode is quarantined by the store (moved
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TypeVar
 
 import msgspec
@@ -15,7 +14,7 @@ import msgspec
 from txmq.errors import StoreError
 from txmq.store import Store
 
-__all__ = ["json_save_step", "load_json_meta"]
+__all__ = ["load_json_meta"]
 
 log = logging.getLogger("txmq.broker")
 
@@ -34,19 +33,3 @@ def load_json_meta(store: Store, name: str, kind: type[T], if_lost: str) -> T | 
         where = store.quarantine_meta(name, reason)
         log.error("%s%s; %s", reason, f" (moved to {where})" if where else "", if_lost)
         return None
-
-
-def json_save_step(store: Store, name: str, payload: object,
-                   on_failure: Callable[[], None]) -> Callable[[], None]:
-    """The step a writer thread runs to save ``payload`` (a copy taken on the event loop) as the
-    JSON metadata blob ``name`` (temp file, fsync, rename: ``Store.save_meta``). If the save
-    raises, ``on_failure()`` runs first (the owner marks itself unsaved, one assignment) and the
-    error propagates (StoreError, OSError)."""
-    def step() -> None:
-        try:
-            store.save_meta(name, msgspec.json.encode(payload))
-        except BaseException:
-            on_failure()
-            raise
-
-    return step

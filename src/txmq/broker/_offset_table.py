@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 
-from txmq.broker._meta import json_save_step, load_json_meta
+import msgspec
+
+from txmq.broker._meta import load_json_meta
 from txmq.store import Store
 
 __all__ = ["OFFSETS_META", "OffsetTable"]
@@ -118,7 +120,12 @@ class OffsetTable:
             return None
         table = dict(self._table)
         self._dirty = False
-        return json_save_step(self._store, OFFSETS_META, table, self._mark_dirty)
 
-    def _mark_dirty(self) -> None:
-        self._dirty = True  # (one assignment: safe from the writer thread)
+        def step() -> None:
+            try:
+                self._store.save_meta(OFFSETS_META, msgspec.json.encode(table))
+            except BaseException:
+                self._dirty = True  # (one assignment: safe from the writer thread)
+                raise
+
+        return step

@@ -10,7 +10,7 @@ from itertools import takewhile
 import msgspec
 
 from txmq.broker._health import parked_record
-from txmq.broker._meta import json_save_step, load_json_meta
+from txmq.broker._meta import load_json_meta
 from txmq.errors import CorruptRecord, StoreError
 from txmq.protocol import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -233,10 +233,15 @@ class ScheduleService:
             return None
         saved = {str(k): v for k, v in self._saved.items()}
         self._save_failed = False
-        return json_save_step(self.store, _META, saved, self._mark_save_failed)
 
-    def _mark_save_failed(self) -> None:
-        self._save_failed = True  # (one assignment: safe from the writer thread)
+        def step() -> None:
+            try:
+                self.store.save_meta(_META, msgspec.json.encode(saved))
+            except BaseException:
+                self._save_failed = True  # (one assignment: safe from the writer thread)
+                raise
+
+        return step
 
 
 def _delivered(m: MessageExt, now_ms: int) -> Record:

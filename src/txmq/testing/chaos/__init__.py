@@ -27,6 +27,7 @@ schedule, the counts, each violation with its history excerpt, and the seed that
 from txmq.testing.chaos._check import Observation, OffsetSample, Stored, Violation, check
 from txmq.testing.chaos._history import HistoryWriter, read_histories
 from txmq.testing.chaos._nemesis import CLUSTER_KINDS, KINDS, Fault, schedule
+from txmq.testing.chaos._procs import BrokerTarget
 from txmq.testing.chaos._proxy import FaultProxy
 from txmq.testing.chaos._report import render_markdown, write_reports
 from txmq.testing.chaos._run import ChaosConfig, ChaosResult, run_chaos
@@ -34,6 +35,7 @@ from txmq.testing.chaos._run import ChaosConfig, ChaosResult, run_chaos
 __all__ = [
     "CLUSTER_KINDS",
     "KINDS",
+    "BrokerTarget",
     "ChaosConfig",
     "ChaosResult",
     "Fault",

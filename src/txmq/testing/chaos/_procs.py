@@ -64,9 +64,15 @@ class BrokerTarget:
         self.restarts: list[float] = []
 
     def start(self) -> None:
+        """Start the broker again; its restart time is the moment before the process is launched.
+
+        An offset sample may be taken from the new process as soon as it listens, before
+        ``start`` returns: a time taken after ``start`` would fall after that sample, and the
+        checker would call the restart's rolled-back offsets a regression."""
         import time
+        launched_ms = time.time() * 1000
         self.broker.start()
-        self.restarts.append(time.time() * 1000)
+        self.restarts.append(launched_ms)
 
     def alive(self) -> bool:
         return self.broker.proc is not None and self.broker.proc.poll() is None

@@ -26,7 +26,8 @@ from txmq.client import Admin
 from txmq.errors import RemoteError, ResponseCode, TxmqError
 from txmq.protocol import PROPERTY_RETRY_TOPIC, MessageExt, QueueConsumeStats, dlq_topic
 
-__all__ = ["BrokerQueueLag", "dlq_app", "dlq_row", "group_app", "parse_timestamp_ms"]
+__all__ = ["BrokerQueueLag", "dlq_app", "dlq_row", "group_app", "parse_timestamp_ms", "print_rows",
+           "run_admin"]
 
 group_app = typer.Typer(help="Consumer groups: members, lag per queue, offset reset.",
                         no_args_is_help=True)
@@ -51,12 +52,16 @@ def _admin(endpoints: str) -> Iterator[Admin]:
         raise typer.Exit(1) from exc
 
 
-def _run(endpoints: str, fn: Callable[[Admin], T]) -> T:
+def run_admin(endpoints: str, fn: Callable[[Admin], T]) -> T:
+    """``fn`` applied to an :class:`Admin` of the brokers at ``endpoints`` (``host:port[;...]``),
+    closed afterwards; a failure to connect or a refusal exits the command with status 1."""
     with _admin(endpoints) as adm:
         return fn(adm)
 
 
-def _table(rows: list[dict[str, Any]], title: str, as_json: bool) -> None:
+def print_rows(rows: list[dict[str, Any]], title: str, as_json: bool) -> None:
+    """Print ``rows`` (dicts sharing keys, in order) as a Rich table titled ``title``, or as one
+    JSON array when ``as_json``."""
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -88,13 +93,13 @@ def parse_timestamp_ms(text: str) -> int:
 @with_credentials
 def group_list(endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
     """Every consumer group the broker knows: model, online members, topics."""
-    groups = _run(endpoints, lambda a: a.groups())
+    groups = run_admin(endpoints, lambda a: a.groups())
     rows = [{"group": g.group, "model": g.message_model or "-", "members": len(g.client_ids),
              "subscriptions": ", ".join(f"{t} ({e})" for t, e in sorted(g.subscriptions.items())),
              "offset_topics": ", ".join(g.offset_topics)} for g in groups]
     if as_json:
         rows = [msgspec.to_builtins(g) for g in groups]
-    _table(rows, "consumer groups", as_json)
+    print_rows(rows, "consumer groups", as_json)
 
 
 class BrokerQueueLag(QueueConsumeStats, kw_only=True):
@@ -118,11 +123,11 @@ def group_lag(group: Group, topic: Annotated[str, typer.Option(help="Only this t
     (exit 1) after the others' rows."""
     brokers = masters_or_exit(endpoints, namesrv_addr, cluster)
     if brokers is None:
-        stats = _run(endpoints or "127.0.0.1:10911", lambda a: a.consume_stats(group, topic))
+        stats = run_admin(endpoints or "127.0.0.1:10911", lambda a: a.consume_stats(group, topic))
         rows: list[dict[str, Any]] = [msgspec.to_builtins(s) for s in stats]
         if not as_json and rows:
             rows.append({k: "" for k in rows[0]} | {"topic": "total", "lag": sum(s.lag for s in stats)})
-        _table(rows, f"lag of {group}", as_json)
+        print_rows(rows, f"lag of {group}", as_json)
         return
     per = on_each(brokers, lambda name, adm: _lag_or_empty(adm, group, topic))
     lags = [BrokerQueueLag(broker=name, **msgspec.structs.asdict(s))
@@ -130,7 +135,7 @@ def group_lag(group: Group, topic: Annotated[str, typer.Option(help="Only this t
     rows = [msgspec.to_builtins(s) for s in lags]
     if not as_json and rows:
         rows.append({k: "" for k in rows[0]} | {"broker": "total", "lag": sum(s.lag for s in lags)})
-    _table(rows, f"lag of {group}", as_json)
+    print_rows(rows, f"lag of {group}", as_json)
     per.report()
     raise typer.Exit(per.exit_code())
 
@@ -160,9 +165,9 @@ def group_reset_offset(
     if (to_timestamp is None) == (to_offset is None):
         raise typer.BadParameter("give exactly one of --to-timestamp and --to-offset")
     ts = parse_timestamp_ms(to_timestamp) if to_timestamp is not None else None
-    entries = _run(endpoints, lambda a: a.reset_offset(group, topic, timestamp_ms=ts, offset=to_offset,
+    entries = run_admin(endpoints, lambda a: a.reset_offset(group, topic, timestamp_ms=ts, offset=to_offset,
                                                         queue_id=queue))
-    _table([msgspec.to_builtins(e) for e in entries], f"offsets of {group} on {topic}", as_json)
+    print_rows([msgspec.to_builtins(e) for e in entries], f"offsets of {group} on {topic}", as_json)
 
 
 # -- dlq --------------------------------------------------------------------------------------------
@@ -185,16 +190,16 @@ def dlq_row(m: MessageExt) -> dict[str, Any]:
 def dlq_list(group: Group, limit: Annotated[int, typer.Option(help="Most messages shown.")] = 1000,
              endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
     """Messages in the group's DLQ, oldest first (the DLQ is append-only)."""
-    msgs = _run(endpoints, lambda a: a.dlq_messages(group, limit))
+    msgs = run_admin(endpoints, lambda a: a.dlq_messages(group, limit))
     if as_json:
-        _table([dlq_row(m) for m in msgs], "", True)
+        print_rows([dlq_row(m) for m in msgs], "", True)
         return
     rows = [{"offset": m.queue_offset, "msg_id": m.msg_id,
              "original_topic": m.properties.get(PROPERTY_RETRY_TOPIC, ""), "keys": m.keys,
              "tags": m.tags, "reconsume_times": m.reconsume_times,
              "dlq_time": datetime.fromtimestamp(m.store_timestamp_ms / 1000).isoformat(" ", "seconds"),
              "bytes": len(m.body)} for m in msgs]
-    _table(rows, dlq_topic(group), False)
+    print_rows(rows, dlq_topic(group), False)
 
 
 @dlq_app.command("show")
@@ -202,7 +207,7 @@ def dlq_list(group: Group, limit: Annotated[int, typer.Option(help="Most message
 def dlq_show(group: Group, msg_id: Annotated[str, typer.Argument(help="Message id (UNIQ_KEY).")],
              endpoints: Endpoints = "127.0.0.1:10911", as_json: AsJson = False) -> None:
     """Every DLQ entry of one message id, with properties and body."""
-    found = [dlq_row(m) for m in _run(endpoints, lambda a: a.dlq_messages(group)) if m.msg_id == msg_id]
+    found = [dlq_row(m) for m in run_admin(endpoints, lambda a: a.dlq_messages(group)) if m.msg_id == msg_id]
     if not found:
         _err.print(f"[red]{msg_id} is not in %DLQ%{group}[/red]")
         raise typer.Exit(1)
@@ -228,8 +233,8 @@ def dlq_resend(
     Exits 1 when any message was not found or not resent."""
     if bool(msg_id) == all_:
         raise typer.BadParameter("give --msg-id (one or more) or --all")
-    results = _run(endpoints, lambda a: a.resend_dlq(group, None if all_ else list(msg_id or [])))
-    _table([msgspec.to_builtins(r) for r in results], f"resend from %DLQ%{group}", as_json)
+    results = run_admin(endpoints, lambda a: a.resend_dlq(group, None if all_ else list(msg_id or [])))
+    print_rows([msgspec.to_builtins(r) for r in results], f"resend from %DLQ%{group}", as_json)
     if any(r.status != "OK" for r in results):
         raise typer.Exit(1)
 
@@ -249,7 +254,7 @@ def dlq_export(
     endpoints: Endpoints = "127.0.0.1:10911",
 ) -> None:
     """Write the group's DLQ as JSON (a list of records) or CSV (properties as a JSON column)."""
-    rows = [dlq_row(m) for m in _run(endpoints, lambda a: a.dlq_messages(group, limit))]
+    rows = [dlq_row(m) for m in run_admin(endpoints, lambda a: a.dlq_messages(group, limit))]
     text = json.dumps(rows, indent=2) + "\n" if fmt is ExportFormat.json else _csv(rows)
     if output is None:
         sys.stdout.write(text)

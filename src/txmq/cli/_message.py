@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from txmq.cli._credentials import with_credentials
-from txmq.cli._group import AsJson, Endpoints, _run, _table, dlq_row, parse_timestamp_ms
+from txmq.cli._group import AsJson, Endpoints, dlq_row, parse_timestamp_ms, print_rows, run_admin
 from txmq.protocol import MessageExt
 
 __all__ = ["message_app"]
@@ -43,8 +43,8 @@ def message_query(
     """Messages of TOPIC whose keys include KEY, newest first. Exit 1 if there are none."""
     b = parse_timestamp_ms(begin) if begin else 0
     e = parse_timestamp_ms(end) if end else 2**63 - 1
-    msgs = _run(endpoints, lambda a: a.query_messages(topic, key, begin_ms=b, end_ms=e, max_num=max_num))
-    _table(_rows(msgs, as_json), f"{topic} key {key}", as_json)
+    msgs = run_admin(endpoints, lambda a: a.query_messages(topic, key, begin_ms=b, end_ms=e, max_num=max_num))
+    print_rows(_rows(msgs, as_json), f"{topic} key {key}", as_json)
 
 
 @message_app.command("show")
@@ -57,5 +57,6 @@ def message_show(
     """One message by id (with its half, retry and DLQ copies) or by commit log offset."""
     if (msg_id is None) == (offset is None):
         raise typer.BadParameter("give a message id or --offset, not both")
-    msgs = _run(endpoints, lambda a: a.view_message(msg_id or "", offset=-1 if offset is None else offset))
-    _table(_rows(msgs, as_json), f"message {msg_id or offset}", as_json)
+    at = -1 if offset is None else offset
+    msgs = run_admin(endpoints, lambda a: a.view_message(msg_id or "", offset=at))
+    print_rows(_rows(msgs, as_json), f"message {msg_id or offset}", as_json)

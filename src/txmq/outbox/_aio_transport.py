@@ -19,7 +19,7 @@ from txmq import limits
 from txmq.client import AsyncProducer, AsyncPullConsumer, AsyncPushConsumer
 from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, TxmqError
 from txmq.outbox._bridge import AsyncCore, Stop
-from txmq.outbox._open import _not_routed_yet
+from txmq.outbox._open import not_routed_yet
 from txmq.outbox._transport import Listener, parse_transport_url, txmq_addresses
 from txmq.protocol import Message, MessageExt
 
@@ -173,7 +173,7 @@ class AsyncTxmqTransport:
                 await (await self.producer()).create_topic(topic, limits.DEFAULT_QUEUE_NUMS)
                 return
             except RemoteError as exc:
-                if not _not_routed_yet(exc, self.namesrv_addr, deadline):
+                if not not_routed_yet(exc, self.namesrv_addr, deadline):
                     raise
             await asyncio.sleep(limits.OUTBOX_TXMQ_TOPIC_ROUTE_POLL_MS / 1000)
 

@@ -19,7 +19,7 @@ from txmq.errors import ConfigError, RemoteError, ResponseCode, TxmqError
 from txmq.outbox._transport import Listener, Transport, parse_transport_url, txmq_addresses
 from txmq.protocol import Message, MessageExt
 
-__all__ = ["TxmqTransport", "open_transport"]
+__all__ = ["TxmqTransport", "not_routed_yet", "open_transport"]
 
 DLQ_PREFIX = "%DLQ%"
 
@@ -81,7 +81,7 @@ class TxmqTransport:
                 self.producer().create_topic(topic, limits.DEFAULT_QUEUE_NUMS)
                 return
             except RemoteError as exc:
-                if not _not_routed_yet(exc, self.namesrv_addr, deadline):
+                if not not_routed_yet(exc, self.namesrv_addr, deadline):
                     raise
             time.sleep(limits.OUTBOX_TXMQ_TOPIC_ROUTE_POLL_MS / 1000)
 
@@ -124,7 +124,7 @@ class TxmqTransport:
                 p.shutdown()
 
 
-def _not_routed_yet(exc: RemoteError, namesrv_addr: str, deadline: float) -> bool:
+def not_routed_yet(exc: RemoteError, namesrv_addr: str, deadline: float) -> bool:
     """Whether a create_topic that raised ``exc`` failed only because the name servers do not
     route the new topic yet (the brokers register it within a second) and there is time left."""
     return (bool(namesrv_addr) and exc.response_code == ResponseCode.TOPIC_NOT_EXIST

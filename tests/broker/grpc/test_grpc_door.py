@@ -152,6 +152,31 @@ def test_end_transaction_bad_ids(client: Client) -> None:
     assert client.end("tx", "x", forged, pd.COMMIT).status.code == pd.INVALID_TRANSACTION_ID
 
 
+def test_end_transaction_of_another_topics_half_is_refused(client: Client,
+                                                            broker: BrokerProcess) -> None:
+    """A gRPC end's producer group is its topic. A half sent over remoting by group "t" to topic
+    "tx" passes the group check of an end for topic "t"; the end is refused all the same, since
+    "t" is not the half's REAL_TOPIC (ACL authorized Pub on "t" only), and the half stays
+    pending until its own producer commits it."""
+    from txmq.client import LocalTransactionState, TransactionProducer
+
+    class Unknown:  # the half stays pending: no end but the test's
+        def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+            return LocalTransactionState.UNKNOW
+
+        def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+            return LocalTransactionState.UNKNOW
+
+    with TransactionProducer("t", broker.endpoints, Unknown()) as producer:
+        half = producer.send_half(Message(topic="tx", body=b"mine"))
+        other = client.end("t", half.msg_id, half.offset_msg_id, pd.COMMIT)
+        assert other.status.code == pd.INVALID_TRANSACTION_ID, other
+        assert pull_all(broker.endpoints, "tx", 1) == []
+        producer.end_transaction(half, LocalTransactionState.COMMIT_MESSAGE)
+        wait_until(lambda: [m.body for m in pull_all(broker.endpoints, "tx", 1)] == [b"mine"],
+                   timeout_s=10)
+
+
 def test_check_back_over_telemetry(client: Client, broker: BrokerProcess) -> None:
     stream, _ = client.producer("tx")
     try:

@@ -350,7 +350,9 @@ class GrpcCore:
         """EndTransaction: COMMIT, ROLLBACK, or UNSPECIFIED (still unknown: the proxy's NOT_TYPE,
         which changes nothing), from the client or a check-back answer (SOURCE_SERVER_CHECK). The
         half message is found by the commit log offset in ``transaction_id``; its producer group
-        is the topic. INVALID_TRANSACTION_ID when there is no such half message of that topic."""
+        is the topic. INVALID_TRANSACTION_ID when there is no such half message, or when it is a
+        half message of another topic (its REAL_TOPIC): an end authorized for one topic cannot
+        settle another's transaction."""
         c = self.client(client_id, now_ms)
         topic = req.topic.name
         check_topic_name(topic)
@@ -367,6 +369,11 @@ class GrpcCore:
             commit_or_rollback=_RESOLUTIONS[req.resolution],
             from_transaction_check=req.source == pd.SOURCE_SERVER_CHECK,
             msg_id=req.message_id, transaction_id=req.transaction_id)
+        half_topic = self.b.tx.half_topic(h)
+        if half_topic is not None and half_topic != topic:  # ACL authorized Pub on ``topic``
+            raise GrpcError(pd.INVALID_TRANSACTION_ID,
+                            f"transaction id {req.transaction_id[:80]!r} names a half message of "
+                            f"another topic than {topic!r}")
         reply, durable, actions = self._call(c.conn, RequestCode.END_TRANSACTION, to_ext(h), b"",
                                              now_ms)
         st = status(code_of(reply.code), reply.remark or "")

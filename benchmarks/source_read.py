@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 from txmq.client import AsyncProducer, Message, PullConsumer
 from txmq.client._sync import new_event_loop
 from txmq.spark._source import QueueRange, read_queue_range
-from txmq.testing import BrokerProcess
+from txmq.testing import BrokerProcess, process_cpu_s
 
 _QUEUES = 4
 
@@ -41,15 +40,9 @@ async def _fill(endpoints: str, rows: int) -> None:
         await p.shutdown()
 
 
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
-
-
 def _round(endpoints: str, ends: dict[int, int], broker_pid: int) -> dict[str, float]:
     rows = sum(ends.values())
-    wall, cpu, broker = time.perf_counter(), time.process_time(), _cpu_s(broker_pid)
+    wall, cpu, broker = time.perf_counter(), time.process_time(), process_cpu_s(broker_pid)
     got = 0
     for q, end in ends.items():
         part = QueueRange(endpoints, "bench-source-read", "src", q, 0, end)
@@ -58,7 +51,7 @@ def _round(endpoints: str, ends: dict[int, int], broker_pid: int) -> dict[str, f
         raise RuntimeError(f"read {got} rows of {rows}")
     return {"wall_us_per_row": (time.perf_counter() - wall) / rows * 1e6,
             "reader_cpu_us_per_row": (time.process_time() - cpu) / rows * 1e6,
-            "broker_cpu_us_per_row": (_cpu_s(broker_pid) - broker) / rows * 1e6}
+            "broker_cpu_us_per_row": (process_cpu_s(broker_pid) - broker) / rows * 1e6}
 
 
 def main() -> None:

@@ -52,11 +52,10 @@ from rich.table import Table
 from txmq.broker.grpc.pb import definition_pb2 as pb
 from txmq.broker.grpc.pb import service_pb2 as rpc
 from txmq.broker.grpc.pb import service_pb2_grpc as rpc_grpc
-from txmq.cli._bench_send import _cpu_s
 from txmq.client import AsyncProducer, AsyncPullConsumer, Message, PullStatus
 from txmq.client._sync import new_event_loop
 from txmq.errors import TxmqError
-from txmq.testing import BrokerProcess, free_port
+from txmq.testing import BrokerProcess, free_port, process_cpu_s
 
 __all__ = ["bench_grpc", "echo_main", "grpc_cmd"]
 
@@ -139,7 +138,7 @@ Figure = tuple[float, float | None]
 
 
 def _cpu_per_msg(pid: int, c0: float | None, n: int) -> float | None:
-    c1 = _cpu_s(pid)
+    c1 = process_cpu_s(pid)
     return None if c0 is None or c1 is None or n <= 0 else (c1 - c0) / n * 1e6
 
 
@@ -163,7 +162,7 @@ async def _timed(one: Callable[[], Awaitable[bool]], in_flight: int, seconds: fl
     tasks = [asyncio.create_task(loop()) for _ in range(in_flight)]
     try:
         await asyncio.sleep(_WARMUP_S)
-        n0, t0, c0 = ok[0], time.perf_counter(), _cpu_s(pid)
+        n0, t0, c0 = ok[0], time.perf_counter(), process_cpu_s(pid)
         await asyncio.sleep(seconds)
         n1, t1 = ok[0], time.perf_counter()
         cpu = _cpu_per_msg(pid, c0, n1 - n0)
@@ -286,7 +285,7 @@ async def _pop_all(target: str, topic: str, group: str, opts: dict[str, Any], pi
                     if done[0] >= messages:
                         finished.set()
 
-        t0, c0 = time.perf_counter(), _cpu_s(pid)
+        t0, c0 = time.perf_counter(), process_cpu_s(pid)
         tasks = [asyncio.create_task(worker(q)) for q in queues]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(finished.wait(), opts["limit_s"])
@@ -320,7 +319,7 @@ async def _pull_all(endpoints: str, topic: str, group: str, opts: dict[str, Any]
                 offset = r.next_begin_offset
                 await c.commit_offset(topic, qid, offset)
 
-        t0, c0 = time.perf_counter(), _cpu_s(pid)
+        t0, c0 = time.perf_counter(), process_cpu_s(pid)
         deadline = t0 + opts["limit_s"]
         await asyncio.gather(*(worker(q) for q in queue_ids))
         elapsed, cpu = time.perf_counter() - t0, _cpu_per_msg(pid, c0, done[0])

@@ -68,7 +68,7 @@ from txmq.protocol import (
     sign_remoting,
     to_ext,
 )
-from txmq.testing import BrokerProcess, make_test_certificates
+from txmq.testing import BrokerProcess, make_test_certificates, process_cpu_s
 
 __all__ = ["bench_secure", "bench_send", "send"]
 
@@ -189,15 +189,6 @@ def _send_maker(producer: int, body: bytes, batch: int, serialize_type: int = SE
     return make
 
 
-def _cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of a process so far (Linux ``/proc``; None elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 async def _drive(port: int, makers: list[Callable[[int], tuple[bytes, int]]], in_flight: int,
                  seconds: float, pid: int, tls: ssl.SSLContext | None = None
                  ) -> tuple[float, float | None]:
@@ -209,9 +200,9 @@ async def _drive(port: int, makers: list[Callable[[int], tuple[bytes, int]]], in
     conns = [await loop.create_connection(lambda m=m: _Pipeline(m, in_flight, counter),
                                           "127.0.0.1", port, ssl=tls) for m in makers]
     await asyncio.sleep(_WARMUP_S)
-    ok0, t0, c0 = counter.ok, time.perf_counter(), _cpu_s(pid)
+    ok0, t0, c0 = counter.ok, time.perf_counter(), process_cpu_s(pid)
     await asyncio.sleep(seconds)
-    ok1, t1, c1 = counter.ok, time.perf_counter(), _cpu_s(pid)
+    ok1, t1, c1 = counter.ok, time.perf_counter(), process_cpu_s(pid)
     counter.stop = True
     for transport, _ in conns:
         transport.close()

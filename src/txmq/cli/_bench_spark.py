@@ -36,7 +36,7 @@ from rich.table import Table
 
 from txmq.client import AsyncProducer, Message, PullConsumer
 from txmq.client._sync import new_event_loop
-from txmq.testing import BrokerProcess
+from txmq.testing import BrokerProcess, process_cpu_s
 
 __all__ = ["spark"]
 
@@ -96,17 +96,6 @@ def _timed_available_now(writer: Any) -> float:
     return time.perf_counter() - t0
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds of a process and of its children that ended (``/proc/<pid>/stat`` utime,
-    stime, cutime, cstime); 0 when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
 def _cpu_by_role(broker_pid: int) -> dict[str, float]:
     """CPU seconds so far of the broker, of Spark's JVM and of the other processes under this one
     (Spark's Python workers and its streaming source runner), from ``/proc`` (Linux)."""
@@ -127,9 +116,9 @@ def _cpu_by_role(broker_pid: int) -> dict[str, float]:
         kids = [p for p, pp in parents.items() if pp == pid]
         mine.update(kids)
         todo += kids
-    out = {"broker": _cpu_s(broker_pid), "jvm": 0.0, "python": 0.0}
+    out = {"broker": process_cpu_s(broker_pid, children=True), "jvm": 0.0, "python": 0.0}
     for pid in mine - {broker_pid}:
-        out["jvm" if names[pid] == "java" else "python"] += _cpu_s(pid)
+        out["jvm" if names[pid] == "java" else "python"] += process_cpu_s(pid, children=True)
     return out
 
 

@@ -17,7 +17,6 @@ import asyncio
 import gc
 import json
 import logging
-import os
 import statistics
 import tempfile
 import time
@@ -31,7 +30,7 @@ from rich.table import Table
 from txmq.broker.transaction import Outcome
 from txmq.client import AsyncProducer, AsyncTransactionProducer, LocalTransactionState, Message
 from txmq.client._sync import new_event_loop
-from txmq.testing import BrokerHarness, BrokerProcess
+from txmq.testing import BrokerHarness, BrokerProcess, process_cpu_s
 
 __all__ = ["bench_check_rounds", "bench_send_vs_tx", "tx"]
 
@@ -59,15 +58,6 @@ async def _drive(send: Any, n: int, in_flight: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used (Linux ``/proc``; 0.0 elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _send_vs_tx(endpoints: str, n: int, in_flight: int, producers: int,
                       rounds: int, broker_pid: int = 0) -> dict[str, Any]:
     plain = [AsyncProducer("bench-plain", endpoints) for _ in range(producers)]
@@ -86,12 +76,12 @@ async def _send_vs_tx(endpoints: str, n: int, in_flight: int, producers: int,
             for kind, clients, send in (("plain", plain, "send"),
                                         ("tx", txp, "send_message_in_transaction"),
                                         ("oneway", txo, "send_message_in_transaction")):
-                c0, t0 = _cpu_s(broker_pid), time.perf_counter()
+                c0, t0 = process_cpu_s(broker_pid), time.perf_counter()
                 await asyncio.gather(*(_drive(getattr(p, send), per, in_flight) for p in clients))
                 runs[kind].append(per * producers / (time.perf_counter() - t0))
                 if kind == "oneway":  # the last one-way ends may still be in the broker's hands
                     await asyncio.sleep(0.05)
-                cpu[kind].append((_cpu_s(broker_pid) - c0) / (per * producers) * 1e6)
+                cpu[kind].append((process_cpu_s(broker_pid) - c0) / (per * producers) * 1e6)
     finally:
         for p in (*plain, *txp, *txo):
             await p.shutdown()

@@ -6,6 +6,7 @@ tests (:mod:`txmq.testing.browser`)."""
 from txmq.testing._broker import BrokerProcess, run_broker
 from txmq.testing._certs import TestCertificates, make_test_certificates
 from txmq.testing._cluster import ClusterProcess, NamesrvProcess, run_cluster
+from txmq.testing._cpu import process_cpu_s
 from txmq.testing._harness import END_TYPES, BrokerHarness
 from txmq.testing._ports import free_port
 from txmq.testing._spark_cluster import SparkCluster, SparkClusterError
@@ -26,6 +27,7 @@ __all__ = [
     "ensure_chromium",
     "free_port",
     "make_test_certificates",
+    "process_cpu_s",
     "run_broker",
     "run_cluster",
     "wait_until",

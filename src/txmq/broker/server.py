@@ -4,8 +4,9 @@ Everything stateful and testable lives in :class:`~txmq.broker.Broker` and the s
 moves bytes, keeps time and runs blocking disk work in one thread:
 
 - **Group commit** (``SYNC_FLUSH``, the default): a reply that needs durability waits until the
-  store's ``flushed_offset`` passes its record. One flusher task fsyncs in a thread while the loop
-  keeps appending, so every send that arrived during one fsync shares the next one.
+  store's ``flushed_offset`` passes its record. One flusher thread (:mod:`txmq.broker._committer`)
+  fsyncs while the loop keeps appending, so every send that arrived during one fsync shares the
+  next one, which starts at once; each group's replies go out from one loop callback.
   ``ASYNC_FLUSH`` answers at once and fsyncs every ``flush_interval_ms`` (RocketMQ
   ``flushIntervalCommitLog``): a machine crash can lose the last interval's acknowledged sends.
 - **Store upkeep**: a checkpoint (consume queues and index to disk) every
@@ -61,6 +62,7 @@ from txmq import limits
 from txmq.broker._actions import Action, Close, Hold, Reply, SendTo
 from txmq.broker._broker import Broker
 from txmq.broker._budget import BufferBudget
+from txmq.broker._committer import GroupCommitter
 from txmq.broker._config import BrokerConfig
 from txmq.broker._registrar import Registrar
 from txmq.broker._tls import TlsListener
@@ -207,8 +209,12 @@ class BrokerServer:
         self._out_bytes: dict[int, int] = {}
         self._out_scheduled = False
         self._holds: dict[tuple[str, int], list[Hold]] = {}
-        self._dirty = asyncio.Event()
-        self._flush_pool = ThreadPoolExecutor(1, thread_name_prefix="txmq-flush")
+        self._committer: GroupCommitter | None = None
+        """Group commit's flusher thread (started by the ``flusher`` timer task)."""
+        self._touched: deque[tuple[int, set[tuple[str, int]]]] = deque()
+        """Queues appended to beyond a flush: (write offset then, keys), woken again once a flush
+        passes that offset (:meth:`_flushed`)."""
+        self._checkpoint_pool = ThreadPoolExecutor(1, thread_name_prefix="txmq-checkpoint")
         self._meta_pool = ThreadPoolExecutor(1, thread_name_prefix="txmq-meta")
         """The writer of offsets, delay progress and the transaction snapshot (:meth:`save_state`):
         not the flusher's thread, so a large snapshot never holds back a group commit."""
@@ -335,7 +341,9 @@ class BrokerServer:
             self._saving.cancel()
         for w in list(self._writers.values()):
             w.close()
-        self._flush_pool.shutdown(wait=True)
+        if self._committer is not None:
+            self._committer.stop()  # (a flush under way completes first)
+        self._checkpoint_pool.shutdown(wait=True)
         self._meta_pool.shutdown(wait=True)  # a save under way completes first
         self.broker.persist_offsets()
         self.store.close()
@@ -562,8 +570,8 @@ class BrokerServer:
                 w = self._writers.get(a.conn)
                 if w is not None:
                     w.close()
-        if self.store.write_offset > self.store.flushed_offset:
-            self._dirty.set()
+        if self._committer is not None and self.store.write_offset > self.store.flushed_offset:
+            self._committer.kick()
 
     # -- supervision ------------------------------------------------------------------------------
     async def _supervised(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
@@ -583,35 +591,53 @@ class BrokerServer:
 
     # -- group commit -----------------------------------------------------------------------------
     async def _flusher(self) -> None:
-        loop = asyncio.get_running_loop()
-        health = self.broker.health
+        """Keep the group-commit thread (:class:`GroupCommitter`) running: start it, and start it
+        again should it have died (``health.restarts``). The thread itself calls
+        :meth:`_flushed` and :meth:`_flush_failed` on the loop."""
+        committer = self._committer
+        if committer is None:
+            committer = self._committer = GroupCommitter(
+                asyncio.get_running_loop(), self.store.flush, self._flushed, self._flush_failed,
+                0.0 if self._sync else self.config.flush_interval_ms / 1000)
         while True:
-            try:  # idle, it still wakes now and then: its health-check tick stays fresh
-                async with asyncio.timeout(limits.FLUSHER_IDLE_TICK_MS / 1000):
-                    await self._dirty.wait()
-            except TimeoutError:
-                health.ok("flusher", _now_ms())
-                if not self._waiting and self.store.write_offset <= self.store.flushed_offset:
-                    continue  # (after a restart, whatever was left waiting is flushed here)
-            self._dirty.clear()
-            if not self._sync:
-                await asyncio.sleep(self.config.flush_interval_ms / 1000)
-            keys = self.broker.take_touched()
-            try:
-                flushed = await loop.run_in_executor(self._flush_pool, self.store.flush)
-            except StoreError as exc:
-                health.failed("flusher", _now_ms(), exc)
-                self._fail_waiting(str(exc))
-                self._wake(keys)
-                continue
-            self._release(flushed)
-            # The flush also covered records appended after the swap (their replies just went
-            # out): wake their queues' held pulls now, not one flush later. A pull that still
-            # finds nothing durable is held again.
-            self._wake(keys | self.broker.touched_queues())
-            if self.store.write_offset > flushed:
-                self._dirty.set()
-            health.ok("flusher", _now_ms())
+            if not committer.alive:
+                if committer.stopped:
+                    return
+                committer.start()
+                committer.kick()  # (after a restart, whatever was left waiting is flushed)
+            await asyncio.sleep(limits.FLUSHER_IDLE_TICK_MS / 1000)
+            if not committer.alive and not committer.stopped:
+                self.broker.health.restarted("flusher")
+
+    def _flushed(self, flushed: int) -> None:
+        """On the loop, once per flush: send the replies now durable and wake the held pulls of
+        the queues appended to. Queues appended to since the last flush are woken now (the
+        flush may have covered their records; a pull that finds nothing durable is held again)
+        and again once a flush passes the write offset seen here."""
+        if self._committer is None or self._committer.stopped:
+            return
+        self._release(flushed)
+        keys = self.broker.take_touched()
+        wake = set(keys)
+        touched = self._touched
+        while touched and touched[0][0] <= flushed:
+            wake |= touched.popleft()[1]
+        if keys and self.store.write_offset > flushed:
+            touched.append((self.store.write_offset, keys))
+        if wake:
+            self._wake(wake)
+        self.broker.health.ok("flusher", _now_ms())
+
+    def _flush_failed(self, exc: Exception) -> None:
+        """On the loop: the flush raised. After a failed fsync (StoreError) nothing waiting is
+        durable: every waiting request gets an error."""
+        if self._committer is None or self._committer.stopped:
+            return
+        self.broker.health.failed("flusher", _now_ms(), exc)
+        if isinstance(exc, StoreError):
+            self._fail_waiting(str(exc))
+            self._touched.clear()
+            self._wake(self.broker.take_touched())
 
     def _release(self, flushed: int) -> None:
         """Send the replies whose records are now durable; resume paused connections. Their
@@ -715,7 +741,7 @@ class BrokerServer:
             now = _now_ms()
             health.run("disk", now, self.store.check_disk)
             try:
-                await loop.run_in_executor(self._flush_pool, self.store.checkpoint())
+                await loop.run_in_executor(self._checkpoint_pool, self.store.checkpoint())
             except Exception as exc:  # retried next step
                 health.failed("checkpoint", _now_ms(), exc)
             else:

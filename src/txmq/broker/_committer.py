@@ -64,6 +64,11 @@ class GroupCommitter:
         return self._thread is not None and self._thread.is_alive()
 
     @property
+    def started(self) -> bool:
+        """Whether :meth:`start` ever ran (a thread that is not alive then has died)."""
+        return self._thread is not None
+
+    @property
     def stopped(self) -> bool:
         """Whether :meth:`stop` was called: callbacks still queued on the loop should do nothing."""
         return self._stopping.is_set()

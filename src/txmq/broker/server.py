@@ -209,11 +209,9 @@ class BrokerServer:
         self._out_bytes: dict[int, int] = {}
         self._out_scheduled = False
         self._holds: dict[tuple[str, int], list[Hold]] = {}
-        self._committer: GroupCommitter | None = None
-        """Group commit's flusher thread (started by the ``flusher`` timer task)."""
+        self._committer: GroupCommitter | None = None  # group commit's thread (``_flusher``)
         self._touched: deque[tuple[int, set[tuple[str, int]]]] = deque()
-        """Queues appended to beyond a flush: (write offset then, keys), woken again once a flush
-        passes that offset (:meth:`_flushed`)."""
+        """Queues touched past a flush: (write offset, keys), woken again once it is durable."""
         self._checkpoint_pool = ThreadPoolExecutor(1, thread_name_prefix="txmq-checkpoint")
         self._meta_pool = ThreadPoolExecutor(1, thread_name_prefix="txmq-meta")
         """The writer of offsets, delay progress and the transaction snapshot (:meth:`save_state`):
@@ -591,29 +589,25 @@ class BrokerServer:
 
     # -- group commit -----------------------------------------------------------------------------
     async def _flusher(self) -> None:
-        """Keep the group-commit thread (:class:`GroupCommitter`) running: start it, and start it
-        again should it have died (``health.restarts``). The thread itself calls
-        :meth:`_flushed` and :meth:`_flush_failed` on the loop."""
+        """Keep group commit's thread (:class:`GroupCommitter`, which calls :meth:`_flushed` and
+        :meth:`_flush_failed` on the loop) running: start it again should it die."""
         committer = self._committer
         if committer is None:
             committer = self._committer = GroupCommitter(
                 asyncio.get_running_loop(), self.store.flush, self._flushed, self._flush_failed,
                 0.0 if self._sync else self.config.flush_interval_ms / 1000)
-        while True:
+        while not committer.stopped:
             if not committer.alive:
-                if committer.stopped:
-                    return
+                if committer.started:
+                    self.broker.health.restarted("flusher")
                 committer.start()
                 committer.kick()  # (after a restart, whatever was left waiting is flushed)
             await asyncio.sleep(limits.FLUSHER_IDLE_TICK_MS / 1000)
-            if not committer.alive and not committer.stopped:
-                self.broker.health.restarted("flusher")
 
     def _flushed(self, flushed: int) -> None:
-        """On the loop, once per flush: send the replies now durable and wake the held pulls of
-        the queues appended to. Queues appended to since the last flush are woken now (the
-        flush may have covered their records; a pull that finds nothing durable is held again)
-        and again once a flush passes the write offset seen here."""
+        """On the loop, once per flush: send the replies now durable; wake the held pulls of the
+        queues appended to since the last flush now (a pull finding nothing durable is held
+        again) and again once a flush passes the write offset seen here."""
         if self._committer is None or self._committer.stopped:
             return
         self._release(flushed)
@@ -624,13 +618,12 @@ class BrokerServer:
             wake |= touched.popleft()[1]
         if keys and self.store.write_offset > flushed:
             touched.append((self.store.write_offset, keys))
-        if wake:
-            self._wake(wake)
+        self._wake(wake)
         self.broker.health.ok("flusher", _now_ms())
 
     def _flush_failed(self, exc: Exception) -> None:
-        """On the loop: the flush raised. After a failed fsync (StoreError) nothing waiting is
-        durable: every waiting request gets an error."""
+        """On the loop: the flush raised; after a failed fsync (StoreError) nothing waiting is
+        durable, so every waiting request gets an error."""
         if self._committer is None or self._committer.stopped:
             return
         self.broker.health.failed("flusher", _now_ms(), exc)

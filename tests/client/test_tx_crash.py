@@ -145,7 +145,8 @@ def test_every_transaction_ends_as_its_local_database_says(tmp_path: Path) -> No
     assert len(ids) == len(set(ids)), "a transaction was delivered twice"
     assert set(ids) <= committed, "a message is visible without a local commit"
     assert committed <= set(ids), f"{len(committed - set(ids))} locally committed transactions lost"
-    assert stats["ROLLBACK"] > 0 and len(committed) > 50
+    assert stats["ROLLBACK"] > 0, f"no transaction was rolled back: {stats}"
+    assert len(committed) > 50, f"only {len(committed)} transactions committed: {stats}"
 
 
 class _UnknownThenCommit:

@@ -595,6 +595,10 @@ MESSAGE_HOST_CACHE_ENTRIES = 1_024
 """Host strings (``ip:port``) remembered by the MessageExt codec with their packed bytes, so a
 pull body of 32 messages from one broker parses its hosts once (txmq)."""
 
+RECORD_TOPIC_CACHE_ENTRIES = 1_024
+"""Topics whose encoded record field (magic code, length, UTF-8 bytes) the store's record
+encoder remembers, so a send to a known topic does not encode and check it again (txmq)."""
+
 assert MESSAGE_TOPIC_V1_MAX_BYTES < MESSAGE_TOPIC_MAX_BYTES
 assert TOPIC_NAME_MAX_CHARS <= MESSAGE_TOPIC_V1_MAX_BYTES
 assert MESSAGE_SIZE_MAX_BYTES <= MESSAGE_BODY_INFLATED_MAX_BYTES

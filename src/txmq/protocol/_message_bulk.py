@@ -32,9 +32,10 @@ decoders expose: it describes the stored record, not the message.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Callable
 from itertools import repeat
+
+from isal.isal_zlib import crc32
 
 from txmq.errors import MalformedMessage
 from txmq.protocol._message import PROPERTY_CRC32, PROPERTY_KEYS, PROPERTY_TAGS, MessageExt
@@ -92,7 +93,7 @@ def _decode(data: bytes, check_crc: bool, inflate: bool) -> list[MessageExt]:
     bodies: list[bytes] = []
     topics: list[bytes] = []
     texts: list[bytes] = []
-    n, pos, crc32, unpack_v4, u16 = len(data), 0, zlib.crc32, _HEAD_V4.unpack_from, _U16.unpack_from
+    n, pos, crc, unpack_v4, u16 = len(data), 0, crc32, _HEAD_V4.unpack_from, _U16.unpack_from
     while pos < n:
         head = unpack_v4(data, pos)
         b0 = pos + 88
@@ -116,7 +117,7 @@ def _decode(data: bytes, check_crc: bool, inflate: bool) -> list[MessageExt]:
                 or u16(data, t1)[0] != end - t1 - 2):
             raise _Uncommon
         body = data[b0:b1]
-        if check_crc and b1 > b0 and crc32(body) & _CRC_MASK != head[2]:
+        if check_crc and b1 > b0 and crc(body) & _CRC_MASK != head[2]:
             raise _Uncommon
         heads.append(head)
         bodies.append(body)

@@ -61,6 +61,8 @@ import struct
 import zlib
 from collections.abc import Iterable, Mapping
 
+from isal.isal_zlib import crc32
+
 from txmq import limits
 from txmq.errors import MalformedMessage
 from txmq.protocol._message import PROPERTY_CRC32, PROPERTY_KEYS, PROPERTY_TAGS, Message, MessageExt
@@ -175,19 +177,20 @@ def reset_transaction_type(sys_flag: int, tx_type: int) -> int:
 def body_crc(body: bytes) -> int:
     """CRC32 (``java.util.zip.CRC32``) of ``body`` masked to 31 bits, as records store it.
     RocketMQ ``UtilAll.crc32``."""
-    return zlib.crc32(body) & _CRC_MASK
+    return crc32(body) & _CRC_MASK
 
 
 # --- properties string ---------------------------------------------------------------------------
-def encode_properties(props: Mapping[str, str]) -> str:
+def encode_properties(props: Mapping[str, str], tags: str = "", keys: str = "") -> str:
     """``props`` as RocketMQ's properties string, ``name\\u0001value\\u0002`` per entry in the
-    mapping's order. An entry with an empty value is left out: RocketMQ's decoder drops it anyway.
-    RocketMQ ``MessageDecoder.messageProperties2String``.
+    mapping's order, then ``TAGS`` and ``KEYS`` when ``tags`` / ``keys`` are not empty (the order
+    a record and a batch entry carry them in). An entry with an empty value is left out:
+    RocketMQ's decoder drops it anyway. RocketMQ ``MessageDecoder.messageProperties2String``.
 
     Raises:
         MalformedMessage: an empty name, or a name or value containing ``\\u0001`` or ``\\u0002``.
     """
-    return _properties_text(props, "", "")
+    return _properties_text(props, tags, keys)
 
 
 def _properties_text(props: Mapping[str, str], tags: str, keys: str) -> str:
@@ -331,7 +334,7 @@ def _ext_parts(msg: MessageExt, compress: bool, reserve: int = 0) -> tuple[bytes
     total = head.size + len(body) + len(topic_len) + len(topic) + 2 + len(props) + reserve
     try:
         packed = head.pack(
-            total, magic, zlib.crc32(body) & _CRC_MASK, msg.queue_id, msg.flag, msg.queue_offset,
+            total, magic, crc32(body) & _CRC_MASK, msg.queue_id, msg.flag, msg.queue_offset,
             msg.commit_log_offset, sys_flag, msg.born_timestamp_ms, born, msg.store_timestamp_ms,
             store, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
     except struct.error as exc:
@@ -412,7 +415,7 @@ def _decode_ext_at(data: bytes, pos: int, check_crc: bool, inflate: bool) -> tup
                                f"end the record at its total size {total}")
     body = data[b0:b1]
     if body_len > 0:
-        if check_crc and zlib.crc32(body) & _CRC_MASK != crc:
+        if check_crc and crc32(body) & _CRC_MASK != crc:
             raise MalformedMessage(f"MessageExt record at {pos}: body CRC mismatch")
         if inflate and sys_flag & COMPRESSED_FLAG:
             body = inflate_body(body, sys_flag)
@@ -548,7 +551,7 @@ def fill_prop_crc(buf: bytearray, start: int, size: int) -> None:
     ``MessageDecoder.createCrc32``."""
     end = start + size - CRC32_RESERVED_LEN
     with memoryview(buf) as view:
-        crc = zlib.crc32(view[start:end]) & _CRC_MASK
+        crc = crc32(view[start:end]) & _CRC_MASK
     buf[end : start + size] = b"".join((_CRC_NAME, str(crc).zfill(10)[::-1].encode(), _CRC_END))
 
 
@@ -567,4 +570,4 @@ def prop_crc(data: bytes | bytearray | memoryview, start: int, size: int) -> tup
         digits = tail[len(_CRC_NAME) : -1]
         if not digits.isdigit():
             return None
-        return int(digits[::-1]), zlib.crc32(view[start:end]) & _CRC_MASK
+        return int(digits[::-1]), crc32(view[start:end]) & _CRC_MASK

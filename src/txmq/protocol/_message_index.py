@@ -20,10 +20,10 @@ tests in ``tests/protocol/test_message_bulk.py`` and ``tests/spark/test_arrow_pu
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 import numpy as np
+from isal.isal_zlib import crc32
 
 from txmq.protocol._message_codec import (
     BORNHOST_V6_FLAG,
@@ -233,7 +233,7 @@ def _index_strings(ix: MessageIndex, u8: np.ndarray[Any, Any], topic_len_size: A
 def _crcs_match(data: bytes, ix: MessageIndex) -> bool:
     """Whether every non-empty body's CRC32 (``& 0x7FFFFFFF``) is its record's."""
     views = map(memoryview(data).__getitem__, map(slice, ix.body_start.tolist(), ix.body_end.tolist()))
-    crcs = np.fromiter(map(zlib.crc32, views), dtype=_I64, count=ix.count) & _CRC_MASK
+    crcs = np.fromiter(map(crc32, views), dtype=_I64, count=ix.count) & _CRC_MASK
     return bool(np.all((crcs == ix.body_crc) | (ix.body_end == ix.body_start)))
 
 

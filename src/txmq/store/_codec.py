@@ -71,22 +71,26 @@ from typing import TypeVar
 
 import crc32c
 import msgspec
+from isal.isal_zlib import crc32
 
+from txmq import limits
 from txmq.errors import CorruptRecord, MalformedMessage
 from txmq.protocol import (
     BORNHOST_V6_FLAG,
     CRC32_RESERVED_LEN,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    NAME_VALUE_SEPARATOR,
     PROPERTY_CRC32,
+    PROPERTY_SEPARATOR,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+    STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     MessageExt,
     decode_message_ext,
-    encode_message_ext_reserved,
-    fill_prop_crc,
+    encode_properties,
     pack_host,
     prop_crc,
     reset_transaction_type,
@@ -125,8 +129,24 @@ RECORD_SIZE_MIN = 88 + 1 + 2 + CRC32_RESERVED_LEN
 RECORD_SIZE_MAX = 64 * 1024 * 1024
 """Sanity bound on a record's declared size (a larger value is corruption)."""
 _SIZE_MAGIC = struct.Struct(">iI")
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+_HEADS = tuple(struct.Struct(f">iIiiiqqiq{born}sq{store}siqi")
+               for store in (8, 20) for born in (8, 20))
+"""Record head up to the body length (layout above), indexed by ``(sysFlag >> 4) & 3`` (the
+born and store host V6 bits)."""
+assert _HEADS[0].size == 88 and _HEADS[3].size == 112
+_V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+_CRC_MASK = 0x7FFFFFFF
+_CRC_NAME = (PROPERTY_CRC32 + NAME_VALUE_SEPARATOR).encode()
+_CRC_END = PROPERTY_SEPARATOR.encode()
+_CRC_BLANK = bytes(CRC32_RESERVED_LEN)
+"""The reserve :func:`encode_record` leaves for the CRC property (:func:`place_record` fills it)."""
+_CRC_COPY_MAX_BYTES = 64 * 1024
+"""Up to this record size :func:`place_record` CRCs a copy of the record's bytes (cheaper than a
+memoryview for small records; measured in benchmarks/send_core.py), above it a view (no copy)."""
 _PHYSICAL_OFFSET_AT = 28
 _SYS_FLAG_AT = 36
 _BORN_HOST_AT = 48
@@ -169,40 +189,85 @@ def _tx_type(rec: Record) -> int:
 
 
 def encode_record(rec: Record, store_host: str) -> bytearray:
-    """``rec`` as a record (layout above) with its physical offset 0 and its CRC property blank:
-    :func:`place_record` fills both in once the offset is known. The queue offset and store
+    """``rec`` as a record (layout above) with its physical offset 0 and its CRC property's digits
+    blank: :func:`place_record` fills both in once the offset is known. The queue offset and store
     timestamp are ``rec``'s; the transaction type comes from its properties (``TRAN_MSG``: a
     half, stored as NOT_TYPE as RocketMQ does; ``TRAN_PREPARED_QUEUE_OFFSET``: a commit record)
-    or ``rec.sys_flag``; a ``__CRC32#``
-    property in ``rec`` is dropped (RocketMQ ``CommitLog.asyncPutMessage``).
+    or ``rec.sys_flag``; a ``__CRC32#`` property in ``rec`` is dropped (RocketMQ
+    ``CommitLog.asyncPutMessage``). A host that is not an ``ip:port`` is stored as ``0.0.0.0:0``.
+
+    Built in one pass, the bytes :func:`txmq.protocol.encode_message_ext_reserved` gives for the
+    same message (RocketMQ ``MessageExtEncoder.encode``), with the topic's and hosts' encodings
+    remembered between records and no :class:`~txmq.protocol.MessageExt` in between.
 
     Raises:
         ValueError: a field does not fit the layout (topic over 32,767 bytes, properties over
-            ``PROPERTIES_MAX_BYTES`` with the CRC property, a value outside Java's int/long).
+            ``PROPERTIES_MAX_BYTES`` with the CRC property, a bad property name or value, text
+            that is not UTF-8, a value outside Java's int/long).
     """
     props = rec.properties
     if PROPERTY_CRC32 in props:
         props = {k: v for k, v in props.items() if k != PROPERTY_CRC32}
-    msg = MessageExt(topic=rec.topic, body=rec.body, tags=rec.tags, keys=rec.keys,
-                     properties=props, flag=rec.flag, queue_id=rec.queue_id,
-                     queue_offset=rec.queue_offset, born_timestamp_ms=rec.born_timestamp_ms,
-                     store_timestamp_ms=rec.store_timestamp_ms,
-                     reconsume_times=rec.reconsume_times,
-                     born_host=wire_host(rec.born_host) if rec.born_host else "",
-                     store_host=store_host,
-                     sys_flag=reset_transaction_type(rec.sys_flag, _tx_type(rec)),
-                     prepared_transaction_offset=rec.prepared_transaction_offset)
     try:
-        return encode_message_ext_reserved(msg)
-    except MalformedMessage as exc:
-        raise ValueError(str(exc)) from exc
+        text = encode_properties(props, rec.tags, rec.keys).encode()
+    except (MalformedMessage, UnicodeEncodeError) as exc:
+        raise ValueError(f"properties: {exc}") from exc
+    props_len = len(text) + CRC32_RESERVED_LEN
+    if props_len > limits.PROPERTIES_MAX_BYTES:
+        raise ValueError(f"properties of {props_len} bytes exceed {limits.PROPERTIES_MAX_BYTES}")
+    magic, topic = _topic_field(rec.topic)
+    born, store = _packed_host(rec.born_host), _packed_host(store_host)
+    sys_flag = reset_transaction_type(rec.sys_flag, _tx_type(rec)) & ~_V6_FLAGS
+    if len(born) != 8:
+        sys_flag |= BORNHOST_V6_FLAG
+    if len(store) != 8:
+        sys_flag |= STOREHOSTADDRESS_V6_FLAG
+    head = _HEADS[(sys_flag >> 4) & 3]
+    body = rec.body
+    total = head.size + len(body) + len(topic) + 2 + props_len
+    try:
+        packed = head.pack(
+            total, magic, crc32(body) & _CRC_MASK, rec.queue_id, rec.flag, rec.queue_offset, 0,
+            sys_flag, rec.born_timestamp_ms, born, rec.store_timestamp_ms, store,
+            rec.reconsume_times, rec.prepared_transaction_offset, len(body))
+    except struct.error as exc:
+        raise ValueError(f"record field out of range (Java int/long): {exc}") from exc
+    return bytearray().join((packed, body, topic, _I16.pack(props_len), text, _CRC_BLANK))
+
+
+@lru_cache(maxsize=limits.RECORD_TOPIC_CACHE_ENTRIES)
+def _topic_field(topic: str) -> tuple[int, bytes]:
+    """The magic code a record of ``topic`` takes and its topic length + UTF-8 topic bytes: v1
+    (1-byte length) up to ``MESSAGE_TOPIC_V1_MAX_BYTES``, else v2 (2-byte length); RocketMQ
+    ``CommitLog`` ``autoMessageVersionOnTopicLen``. Raises ValueError (too long, not UTF-8)."""
+    raw = topic.encode()  # UnicodeEncodeError is a ValueError
+    if len(raw) <= limits.MESSAGE_TOPIC_V1_MAX_BYTES:
+        return MESSAGE_MAGIC_CODE, _I8.pack(len(raw)) + raw
+    if len(raw) <= limits.MESSAGE_TOPIC_MAX_BYTES:
+        return MESSAGE_MAGIC_CODE_V2, _I16.pack(len(raw)) + raw
+    raise ValueError(f"topic of {len(raw)} bytes exceeds {limits.MESSAGE_TOPIC_MAX_BYTES}")
+
+
+@lru_cache(maxsize=limits.MESSAGE_HOST_CACHE_ENTRIES)
+def _packed_host(host: str) -> bytes:
+    """``host``'s record bytes (:func:`~txmq.protocol.pack_host`); those of ``0.0.0.0:0`` for
+    ``""`` or a host a record cannot hold (:func:`wire_host`)."""
+    return pack_host(wire_host(host) if host else "")
 
 
 def place_record(buf: bytearray, start: int, size: int, commit_log_offset: int) -> None:
     """Write the physical offset and then the CRC property of the record ``buf[start:start+size]``
-    made by :func:`encode_record` (RocketMQ ``doAppend``'s order: offsets first, CRC last)."""
+    made by :func:`encode_record` (RocketMQ ``doAppend``'s order: offsets first, CRC last): CRC32
+    ``& 0x7FFFFFFF`` of the bytes before the property, ten decimal digits least significant first
+    (what :func:`txmq.protocol.fill_prop_crc` writes; RocketMQ ``MessageDecoder.createCrc32``)."""
     _I64.pack_into(buf, start + _PHYSICAL_OFFSET_AT, commit_log_offset)
-    fill_prop_crc(buf, start, size)
+    end = start + size - CRC32_RESERVED_LEN
+    if size <= _CRC_COPY_MAX_BYTES:
+        crc = crc32(buf[start:end]) & _CRC_MASK
+    else:
+        with memoryview(buf) as view:
+            crc = crc32(view[start:end]) & _CRC_MASK
+    buf[end : end + CRC32_RESERVED_LEN] = b"".join((_CRC_NAME, (b"%010d" % crc)[::-1], _CRC_END))
 
 
 def peek_size(view: memoryview | bytes, pos: int = 0) -> int:

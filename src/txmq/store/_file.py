@@ -201,14 +201,14 @@ class FileStore(Store):
         self._assign_queue_offsets(records)
         try:
             chunks = [encode_record(r, self._store_host) for r in records]
-            data = bytearray().join(chunks)
-            pos = base = self._log.place(len(data))
+            pos = base = self._log.place(sum(map(len, chunks)))
             out = []
-            for rec, chunk in zip(records, chunks, strict=True):
-                size = len(chunk)
-                place_record(data, pos - base, size, pos)
+            for rec, chunk in zip(records, chunks, strict=True):  # each placed before the join:
+                size = len(chunk)  # its CRC over the record alone, no view of the batch
+                place_record(chunk, 0, size, pos)
                 out.append(AppendResult(pos, rec.queue_offset, size))
                 pos += size
+            data = bytearray().join(chunks)
         except (ValueError, OSError) as exc:
             raise self._append_error(exc) from exc
         if self._index is not None and self._index.may_roll(records):

@@ -94,7 +94,6 @@ from txmq.protocol import (
     pack_host,
     prop_crc,
     reset_transaction_type,
-    transaction_type,
 )
 from txmq.store._base import Record
 
@@ -176,21 +175,27 @@ def wire_host(host: str) -> str:
     return host
 
 
-def _tx_type(rec: Record) -> int:
-    """A half is stored as a normal message (``TRAN_MSG`` in its properties, RocketMQ
+def _sys_flag(rec: Record, born: bytes, store: bytes) -> int:
+    """``rec.sys_flag`` with the transaction type a record stores and the hosts' V6 bits. A half
+    is stored as a normal message (``TRAN_MSG`` in its properties, RocketMQ
     ``TransactionalMessageBridge.parseHalfMessageInner``), a commit record as COMMIT
     (``EndTransactionProcessor``; txmq marks it with ``TRAN_PREPARED_QUEUE_OFFSET``)."""
-    props = rec.properties
+    props, flag = rec.properties, rec.sys_flag
     if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-        return TRANSACTION_NOT_TYPE
-    if PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in props:
-        return TRANSACTION_COMMIT_TYPE
-    return transaction_type(rec.sys_flag)
+        flag = reset_transaction_type(flag, TRANSACTION_NOT_TYPE)
+    elif PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in props:
+        flag = reset_transaction_type(flag, TRANSACTION_COMMIT_TYPE)
+    flag &= ~_V6_FLAGS
+    if len(born) != 8:
+        flag |= BORNHOST_V6_FLAG
+    if len(store) != 8:
+        flag |= STOREHOSTADDRESS_V6_FLAG
+    return flag
 
 
 def encode_record(rec: Record, store_host: str) -> bytearray:
-    """``rec`` as a record (layout above) with its physical offset 0 and its CRC property's digits
-    blank: :func:`place_record` fills both in once the offset is known. The queue offset and store
+    """``rec`` as a record (layout above) with its physical offset 0 and its CRC property blank
+    (zero bytes): :func:`place_record` fills both in once the offset is known. The queue offset and store
     timestamp are ``rec``'s; the transaction type comes from its properties (``TRAN_MSG``: a
     half, stored as NOT_TYPE as RocketMQ does; ``TRAN_PREPARED_QUEUE_OFFSET``: a commit record)
     or ``rec.sys_flag``; a ``__CRC32#`` property in ``rec`` is dropped (RocketMQ
@@ -217,11 +222,7 @@ def encode_record(rec: Record, store_host: str) -> bytearray:
         raise ValueError(f"properties of {props_len} bytes exceed {limits.PROPERTIES_MAX_BYTES}")
     magic, topic = _topic_field(rec.topic)
     born, store = _packed_host(rec.born_host), _packed_host(store_host)
-    sys_flag = reset_transaction_type(rec.sys_flag, _tx_type(rec)) & ~_V6_FLAGS
-    if len(born) != 8:
-        sys_flag |= BORNHOST_V6_FLAG
-    if len(store) != 8:
-        sys_flag |= STOREHOSTADDRESS_V6_FLAG
+    sys_flag = _sys_flag(rec, born, store)
     head = _HEADS[(sys_flag >> 4) & 3]
     body = rec.body
     total = head.size + len(body) + len(topic) + 2 + props_len

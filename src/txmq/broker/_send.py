@@ -164,6 +164,10 @@ class SendPath:
         retries: dict[int, int] = {}  # request index → the index of the same half staged before
         halves: dict[tuple[str, str, str], int] = {}  # (UNIQ_KEY, group, topic) → request index
         for i, rec in [] if batch and failed else recs:
+            p = rec.properties
+            if PROPERTY_TRANSACTION_PREPARED not in p and PROPERTY_DELAY_TIME_LEVEL not in p:
+                staged.append((i, rec, rec))  # plain: no half to retry, stored as it is
+                continue
             try:
                 group = requests[i].producer_group
                 again = None if batch else self._retried(rec, group, halves, i)

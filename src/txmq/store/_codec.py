@@ -141,6 +141,8 @@ _V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _CRC_MASK = 0x7FFFFFFF
 _CRC_NAME = (PROPERTY_CRC32 + NAME_VALUE_SEPARATOR).encode()
 _CRC_END = PROPERTY_SEPARATOR.encode()
+_CRC_PROPERTY = _CRC_NAME + b"%b" + _CRC_END
+"""The CRC property with its ten digits to fill in (``%`` formatting)."""
 _CRC_BLANK = bytes(CRC32_RESERVED_LEN)
 """The reserve :func:`encode_record` leaves for the CRC property (:func:`place_record` fills it)."""
 _CRC_COPY_MAX_BYTES = 64 * 1024
@@ -181,6 +183,9 @@ def _sys_flag(rec: Record, born: bytes, store: bytes) -> int:
     ``TransactionalMessageBridge.parseHalfMessageInner``), a commit record as COMMIT
     (``EndTransactionProcessor``; txmq marks it with ``TRAN_PREPARED_QUEUE_OFFSET``)."""
     props, flag = rec.properties, rec.sys_flag
+    if not flag and len(born) == len(store) == 8 and PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET \
+            not in props:  # the common plain send: nothing to set (a half's type is NOT_TYPE)
+        return 0
     if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
         flag = reset_transaction_type(flag, TRANSACTION_NOT_TYPE)
     elif PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in props:
@@ -268,7 +273,7 @@ def place_record(buf: bytearray, start: int, size: int, commit_log_offset: int) 
     else:
         with memoryview(buf) as view:
             crc = crc32(view[start:end]) & _CRC_MASK
-    buf[end : end + CRC32_RESERVED_LEN] = b"".join((_CRC_NAME, (b"%010d" % crc)[::-1], _CRC_END))
+    buf[end : end + CRC32_RESERVED_LEN] = _CRC_PROPERTY % (b"%010d" % crc)[::-1]
 
 
 def peek_size(view: memoryview | bytes, pos: int = 0) -> int:

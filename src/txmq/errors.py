@@ -17,7 +17,8 @@ The tree (as httpx/httpcore document theirs)::
     │   │   ├── MalformedFrame
     │   │   ├── MalformedHeader
     │   │   ├── MalformedMessage
-    │   │   └── FrameTooLarge
+    │   │   ├── FrameTooLarge
+    │   │   └── HaProtocolError        bad bytes on a replication (HA) connection
     │   ├── InvalidRequest
     │   │   └── InvalidReceiptHandle
     │   ├── MessageTooLarge
@@ -68,6 +69,7 @@ __all__ = [
     "DiskFull",
     "FrameTooLarge",
     "GoAway",
+    "HaProtocolError",
     "IllegalOperation",
     "InvalidParameter",
     "InvalidReceiptHandle",
@@ -233,6 +235,13 @@ class FrameTooLarge(ProtocolError):
     """A frame whose declared length exceeds ``limits.FRAME_SIZE_MAX_BYTES``."""
 
     code = "FRAME_TOO_LARGE"
+
+
+class HaProtocolError(ProtocolError):
+    """Bytes on a master-slave replication (HA) connection that break RocketMQ's HA protocol
+    (:mod:`txmq.protocol._ha`): a bad offset or size; the connection is closed."""
+
+    code = "HA_PROTOCOL_ERROR"
 
 
 class MessageTooLarge(LocalError):

@@ -906,3 +906,49 @@ SPARK_CLUSTER_START_TIMEOUT_S = 120.0
 """Longest :class:`txmq.testing.SparkCluster` waits for its master and workers to start and the
 workers to register (s): each is a JVM, about 3-5 s apiece on an idle 2-core machine, much more
 under load (txmq)."""
+
+# -- replication: RocketMQ's HA protocol (issue #25, helper "hrepl") -------------------------------
+HA_TRANSFER_BATCH_BYTES = 32 * 1024
+"""Most commit-log bytes in one master-to-slave transfer frame (RocketMQ MessageStoreConfig
+``haTransferBatchSize``, 32 KiB)."""
+
+HA_SEND_HEARTBEAT_INTERVAL_MS = 5_000
+"""The master sends an empty transfer frame (a heartbeat) after this long without sending anything
+(RocketMQ MessageStoreConfig ``haSendHeartbeatInterval``, 5 s)."""
+
+HA_HOUSEKEEPING_INTERVAL_MS = 20_000
+"""Either side of an HA connection closes it after this long without reading anything (RocketMQ
+MessageStoreConfig ``haHousekeepingInterval``, 20 s)."""
+
+HA_REPORT_INTERVAL_MS = 5_000
+"""A slave reports its max offset at least this often, besides after each append (RocketMQ
+``DefaultHAClient``: ``haSendHeartbeatInterval`` as the report period, 5 s)."""
+
+HA_RECONNECT_INTERVAL_MS = 5_000
+"""Longest wait between a slave's attempts to connect to its master (RocketMQ ``HAClient`` waits
+5 s after a failed connect); the first retries back off from HA_RECONNECT_MIN_MS."""
+
+HA_RECONNECT_MIN_MS = 100
+"""A slave's first reconnect delay, doubled per failure up to HA_RECONNECT_INTERVAL_MS (txmq)."""
+
+HA_IDLE_WAIT_MS = 100
+"""How long the master's transfer loop waits for new flushed bytes before it looks again
+(RocketMQ ``WriteSocketService``: ``waitForRunning(100)``)."""
+
+HA_MAX_GAP_NOT_IN_SYNC_BYTES = 256 * 1024 * 1024
+"""A SYNC_MASTER answers SLAVE_NOT_AVAILABLE at once when no slave's acknowledged offset is within
+this many bytes of the send's end (RocketMQ MessageStoreConfig ``haMaxGapNotInSync``, 256 MiB)."""
+
+HA_SLAVE_TIMEOUT_MS = 3_000
+"""Longest a SYNC_MASTER waits for its slaves' acknowledgements before it answers
+FLUSH_SLAVE_TIMEOUT (RocketMQ MessageStoreConfig ``slaveTimeout``, 3 s)."""
+
+HA_READ_BUFFER_BYTES = 4 * 1024 * 1024
+"""Most undecoded bytes an HA decoder holds (RocketMQ ``DefaultHAClient`` ``READ_MAX_BUFFER_SIZE``,
+4 MiB): a transfer frame is at most HA_TRANSFER_BATCH_BYTES + 12, so more is a protocol error."""
+
+HA_SLAVES_MAX = 16
+"""Most slave connections a master's HA listener serves at once (txmq; RocketMQ has no bound)."""
+
+assert HA_TRANSFER_BATCH_BYTES + 12 <= HA_READ_BUFFER_BYTES
+assert HA_RECONNECT_MIN_MS <= HA_RECONNECT_INTERVAL_MS

@@ -7,6 +7,8 @@ from txmq.protocol._codes import *  # noqa: F403
 from txmq.protocol._codes import __all__ as _codes_all
 from txmq.protocol._consume import *  # noqa: F403
 from txmq.protocol._consume import __all__ as _consume_all
+from txmq.protocol._ha import *  # noqa: F403
+from txmq.protocol._ha import __all__ as _ha_all
 from txmq.protocol._headers import *  # noqa: F403
 from txmq.protocol._headers import __all__ as _headers_all
 from txmq.protocol._message import *  # noqa: F403
@@ -36,6 +38,7 @@ __all__ = [
     *_acl_sign_all,
     *_codes_all,
     *_consume_all,
+    *_ha_all,
     *_headers_all,
     *_message_all,
     *_message_bulk_all,

@@ -1,0 +1,114 @@
+"""The HA (replication) codec: round trips, chunking, and bad input (txmq.protocol._ha)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from txmq import limits
+from txmq.errors import HaProtocolError, ProtocolError
+from txmq.protocol import (
+    HA_REPORT,
+    HA_TRANSFER_HEADER,
+    HaHeartbeat,
+    HaTransfer,
+    ReportDecoder,
+    TransferDecoder,
+    encode_heartbeat,
+    encode_report,
+    encode_transfer,
+)
+
+_BATCH = limits.HA_TRANSFER_BATCH_BYTES
+
+
+def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in itertools.pairwise(points)]
+
+
+def test_layout_is_rocketmq_big_endian() -> None:
+    assert HA_REPORT.size == 8 and HA_TRANSFER_HEADER.size == 12
+    assert encode_report(0x0102) == b"\0\0\0\0\0\0\x01\x02"
+    assert encode_transfer(5, b"ab") == b"\0" * 7 + b"\x05" + b"\0\0\0\x02ab"
+    assert encode_heartbeat(7) == b"\0" * 7 + b"\x07" + b"\0\0\0\0"
+
+
+@given(st.lists(st.integers(0, 2**40), max_size=20), st.lists(st.integers(0, 10_000), max_size=8))
+def test_reports_round_trip_in_any_chunking(offsets: list[int], cuts: list[int]) -> None:
+    offsets = sorted(offsets)
+    wire = b"".join(encode_report(o) for o in offsets)
+    dec = ReportDecoder()
+    got = [o for part in _chunks(wire, cuts) for o in dec.feed(part)]
+    assert got == offsets
+    assert dec.last == (offsets[-1] if offsets else -1)
+
+
+@given(st.integers(0, 2**40), st.lists(st.binary(max_size=300), max_size=12),
+       st.lists(st.integers(0, 100_000), max_size=8))
+def test_transfers_round_trip_in_any_chunking(start: int, bodies: list[bytes], cuts: list[int]) -> None:
+    wire, at, want = b"", start, []
+    for body in bodies:
+        wire += encode_transfer(at, body)
+        want.append(HaTransfer(at, body) if body else HaHeartbeat(at))
+        at += len(body)
+    dec = TransferDecoder(start)
+    got = [e for part in _chunks(wire, cuts) for e in dec.feed(part)]
+    assert got == want
+    assert dec.expected == at
+
+
+def test_full_batch_is_accepted_one_byte_more_is_not() -> None:
+    dec = TransferDecoder(0)
+    assert dec.feed(encode_transfer(0, b"x" * _BATCH)) == [HaTransfer(0, b"x" * _BATCH)]
+    with pytest.raises(HaProtocolError):
+        encode_transfer(0, b"x" * (_BATCH + 1))
+    with pytest.raises(HaProtocolError, match="size"):
+        TransferDecoder(0).feed(HA_TRANSFER_HEADER.pack(0, _BATCH + 1))
+
+
+def test_negative_size_and_offsets_are_refused() -> None:
+    with pytest.raises(HaProtocolError, match="size"):
+        TransferDecoder(0).feed(HA_TRANSFER_HEADER.pack(0, -1))
+    with pytest.raises(HaProtocolError):
+        TransferDecoder(-1)
+    with pytest.raises(HaProtocolError):
+        encode_report(-1)
+    with pytest.raises(HaProtocolError):
+        ReportDecoder().feed(HA_REPORT.pack(-5))
+
+
+def test_a_gap_or_an_overlap_in_the_stream_is_refused() -> None:
+    dec = TransferDecoder(100)
+    dec.feed(encode_transfer(100, b"abc"))
+    with pytest.raises(HaProtocolError, match="expects 103"):
+        dec.feed(encode_transfer(104, b"d"))
+    with pytest.raises(HaProtocolError, match="expects 100"):
+        TransferDecoder(100).feed(encode_heartbeat(99))
+
+
+def test_a_report_going_backwards_is_refused() -> None:
+    dec = ReportDecoder()
+    assert dec.feed(encode_report(10) + encode_report(10)) == [10, 10]
+    with pytest.raises(HaProtocolError, match="after 10"):
+        dec.feed(encode_report(9))
+
+
+def test_undecoded_bytes_are_bounded() -> None:
+    dec = TransferDecoder(0)
+    dec.feed(HA_TRANSFER_HEADER.pack(0, _BATCH))  # a frame still waiting for its body
+    with pytest.raises(HaProtocolError, match="HA_READ_BUFFER_BYTES"):
+        dec.feed(b"\0" * limits.HA_READ_BUFFER_BYTES)
+
+
+@given(st.binary(max_size=2_000))
+def test_garbage_raises_only_the_protocol_error(data: bytes) -> None:
+    for dec in (TransferDecoder(0), ReportDecoder()):
+        try:
+            for e in dec.feed(data):
+                assert isinstance(e, HaTransfer | HaHeartbeat | int)
+        except ProtocolError:
+            pass

@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 
 import msgspec
 
+from txmq.errors import StoreError
 from txmq.protocol import MessageExt
 from txmq.store._config import StoreConfig
 from txmq.store._table import StateTable
@@ -189,6 +190,16 @@ class Store(abc.ABC):
         """The ``ip:port`` written into records appended from now on as their store host (the
         broker calls it once it knows the port it listens on). Stores that keep no host ignore it."""
         return None
+
+    def read_log(self, offset: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` raw commit-log bytes from ``offset`` (replication, issue #25).
+        Raises StoreError: this store keeps no byte log (only :class:`FileStore` does)."""
+        raise StoreError(f"{type(self).__name__} cannot serve replication")
+
+    def append_replica(self, offset: int, data: bytes | bytearray) -> int:
+        """Append a master's commit-log bytes at ``offset`` (replication, issue #25); returns the
+        new end. Raises StoreError: this store keeps no byte log (only :class:`FileStore` does)."""
+        raise StoreError(f"{type(self).__name__} cannot be a replica")
 
     @abc.abstractmethod
     def save_meta(self, name: str, data: bytes | Sequence[bytes | memoryview]) -> None:

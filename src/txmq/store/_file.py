@@ -49,7 +49,7 @@ from txmq.store._config import StoreConfig
 from txmq.store._consumequeue import ConsumeQueue, topic_dir_problem
 from txmq.store._index import Index, id_key, key_key
 from txmq.store._quarantine import Quarantine
-from txmq.store._recovery import recover, sweep_commit_log_dir
+from txmq.store._recovery import dispatch_record, recover, sweep_commit_log_dir
 from txmq.store._retention import SegmentInfo, log_report, plan_clean
 from txmq.store._table import FileStateTable, StateTable
 
@@ -413,6 +413,64 @@ class FileStore(Store):
             self._unsynced.difference_update(done)
         for fd in done:
             os.close(fd)
+
+    # -- replication (issue #25) ------------------------------------------------------------------
+    def read_log(self, offset: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` raw commit-log bytes from ``offset`` (never past the end of its
+        segment or the log end; b"" at the end): what a master ships to its slaves.
+
+        Raises:
+            CorruptRecord: ``offset`` is below the first segment or past the end.
+        """
+        if offset == self._write:
+            return b""
+        return self._log.read(offset, min(max_bytes, self._write - offset))
+
+    def append_replica(self, offset: int, data: bytes | bytearray) -> int:
+        """Append a master's commit-log bytes ``data`` (whole records) at ``offset``, which must be
+        the end of this log: the log stays byte-identical to the master's. Every record is checked
+        (magic, size, physical offset, ``__CRC32#``) before anything is written, then dispatched to
+        its consume queue (at the queue offset the record carries) and the index, as recovery
+        does. Returns the new end of the log.
+
+        Raises:
+            CorruptRecord: ``offset`` is not the end, or a record fails its check (nothing written).
+            DiskFull, StoreError: as :meth:`append`.
+        """
+        if self._failed or self._closed or not self._writable:
+            self._refuse()
+        if offset != self._write:
+            raise CorruptRecord(f"replica bytes at {offset}, but the commit log ends at {self._write}")
+        placed = self._check_replica(offset, data)
+        if not placed:
+            return self._write
+        try:
+            base = self._log.place(len(data))
+        except OSError as exc:
+            raise self._append_error(exc) from exc
+        assert base == offset, "a commit log segment roll moved the end"
+        records = [(r, clo) for r, clo, _ in placed]
+        if self._index is not None and self._index.may_roll([r for r, _ in records]):
+            self._reserve_index(records)
+        self._write_log(data, base)
+        try:
+            for rec, clo, size in placed:
+                dispatch_record(rec, clo, size, self._queues, self._make_queue, self._index)
+        except OSError as exc:
+            self._dispatch_failed(exc)
+        self._appended(base, base + len(data), placed[-1][1])
+        return self._write
+
+    @staticmethod
+    def _check_replica(offset: int, data: bytes | bytearray) -> list[tuple[Record, int, int]]:
+        """The records of ``data`` (which starts at commit log ``offset``) as ``(record, offset,
+        size)``. Raises CorruptRecord when one fails its check or the last one is cut short."""
+        view, pos, out = memoryview(data), 0, []
+        while pos < len(data):
+            rec, size = decode_record(view, pos, offset + pos)
+            out.append((rec, offset + pos, size))
+            pos += size
+        return out
 
     def set_store_host(self, host: str) -> None:
         self._store_host = wire_host(host) if host else ""

@@ -39,8 +39,8 @@ from txmq.store._consumequeue import ConsumeQueue, topic_dir_problem
 from txmq.store._index import Index
 from txmq.store._quarantine import Quarantine
 
-__all__ = ["RecoveryReport", "damaged_error", "keep_tail", "recover", "refuse_old_format",
-           "sweep_commit_log_dir"]
+__all__ = ["RecoveryReport", "damaged_error", "dispatch_record", "keep_tail", "recover",
+           "refuse_old_format", "sweep_commit_log_dir"]
 
 TXM1_MAGIC_BYTES = b"TXM1"
 """Bytes 4-8 of a record of txmq's earlier store format (:mod:`txmq.store._migrate_txm1`)."""
@@ -314,6 +314,14 @@ def _dispatch(rec: Record, clo: int, size: int, queues: dict[QueueKey, ConsumeQu
     cq.put_at(rec.queue_offset, clo, size, tag_hash(rec.tags))
     if index is not None:
         index.add(rec, clo)
+
+
+def dispatch_record(rec: Record, clo: int, size: int, queues: dict[QueueKey, ConsumeQueue],
+                    make: Callable[[str, int], ConsumeQueue], index: Index | None) -> None:
+    """Recovery's dispatch of the record ``rec`` stored at ``clo`` (``size`` bytes): its consume
+    queue entry at the queue offset the record carries, and its index entries. A replica (issue
+    #25) builds its queues with this, from the master's bytes."""
+    _dispatch(rec, clo, size, queues, make, index)
 
 
 def _rebuild(clog: CommitLog, start: int, damaged: set[QueueKey], rebuild_index: bool,

@@ -99,7 +99,7 @@ def test_answers_in_a_run_are_those_of_handling_each_alone() -> None:
 
 def test_a_slave_refuses_every_end_of_a_run() -> None:
     store = MemoryStore()
-    h = BrokerHarness(store, broker_role="SLAVE")
+    h = BrokerHarness(store, broker_role="SLAVE", broker_id=1)
     cmds = [Command(RequestCode.END_TRANSACTION, i, ext={"producerGroup": "pg"}) for i in range(3)]
     replies = h.broker.handle_ends(1, cmds, h.now_ms)
     assert [r.command.code for r in replies] == [ResponseCode.SLAVE_NOT_AVAILABLE] * 3  # type: ignore[union-attr]

@@ -250,10 +250,15 @@ def test_rocketmq_9431_end_transaction_needs_no_state_of_the_sending_connection(
     assert [m.body for m in h.all_messages("t")] == [b"x"]
 
 
-def test_a_slave_refuses_end_transaction() -> None:
-    h = harness(broker_role="SLAVE")
-    half = h.send(1, "t", b"x", transactional=True)
-    assert h.end(1, half, "COMMIT").code == ResponseCode.SLAVE_NOT_AVAILABLE
+def test_a_slave_refuses_sends_and_end_transaction_naming_its_master() -> None:
+    half = harness().send(1, "t", b"x", transactional=True)
+    h = harness(broker_role="SLAVE", broker_id=1, ha_master_address="127.0.0.1:10912")
+    sent = h.send(1, "t", b"y")
+    assert sent.code == ResponseCode.SERVICE_NOT_AVAILABLE and "put to the slave" in (sent.remark or "")
+    ended = h.end(1, half, "COMMIT")
+    assert ended.code == ResponseCode.SLAVE_NOT_AVAILABLE
+    assert "SLAVE" in (ended.remark or "") and "127.0.0.1:10912" in (ended.remark or "")
+    assert h.store.write_offset == 0
 
 
 def test_check_counts_survive_a_restart_through_the_snapshot() -> None:

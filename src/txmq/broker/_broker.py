@@ -94,7 +94,13 @@ from txmq.protocol import (
 )
 from txmq.store import AppendResult, Record, Store, tag_hash
 
-__all__ = ["Broker", "dlq_topic", "retry_topic"]
+__all__ = ["SLAVE_PUT_REMARK", "Broker", "dlq_topic", "retry_topic"]
+
+SLAVE_PUT_REMARK = ("service not available now. It may be caused by one of the following reasons: "
+                    "the broker's disk is full, messages are put to the slave, message store has "
+                    "been shut down, etc.")
+"""What a SLAVE answers a send with (SERVICE_NOT_AVAILABLE; RocketMQ 4.9.7
+``SendMessageProcessor.handlePutMessageResult``'s remark for ``PutMessageStatus.SERVICE_NOT_AVAILABLE``)."""
 
 log = logging.getLogger("txmq.broker")
 
@@ -112,6 +118,8 @@ class Broker:
 
     def __init__(self, config: BrokerConfig, store: Store, now_ms: int) -> None:
         self.config = config
+        self.master_addr = ""
+        """A SLAVE's master's remoting address, once the shell learned it (docs/replication.md)."""
         self.store = store
         self.clients = ClientRegistry()
         self._touched: set[tuple[str, int]] = set()
@@ -162,7 +170,11 @@ class Broker:
 
     # -- storage helpers --------------------------------------------------------------------------
     def append(self, records: list[Record]) -> list[AppendResult]:
-        """Append through the store and remember which queues got data (to wake long polls)."""
+        """Append through the store and remember which queues got data (to wake long polls).
+        Raises Fail(SERVICE_NOT_AVAILABLE) on a SLAVE: its log is its master's (RocketMQ 4.9.7
+        ``DefaultMessageStore.putMessage`` refuses a put on a slave so)."""
+        if self.config.broker_role == "SLAVE":
+            raise Fail(ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_PUT_REMARK)
         results = self.store.append(records)
         if len(records) == 1:
             self._touched.add((records[0].topic, records[0].queue_id))
@@ -325,8 +337,10 @@ class Broker:
         part runs guarded (:class:`TimerHealth`), so one failing part stops neither the others
         nor later ticks; each part's last successful run is in ``health.last_tick_ms``."""
         actions: list[Action] = []
-        self.health.run("schedule", now_ms, lambda: self.schedule.tick(now_ms))
         actions += self.health.run("clients", now_ms, lambda: self._expire_clients(now_ms)) or []
+        if self.config.broker_role == "SLAVE":  # RocketMQ: only a master checks, delivers delays
+            return actions                      # and revives pops (``BrokerRole.SLAVE != role``)
+        self.health.run("schedule", now_ms, lambda: self.schedule.tick(now_ms))
         actions += self.health.run("transaction", now_ms, lambda: self.tx.tick(now_ms)) or []
         self.health.run("pop", now_ms, lambda: self.pop.tick(now_ms))
         return actions

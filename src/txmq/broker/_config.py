@@ -65,7 +65,29 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     file_reserved_time_ms: int = limits.FILE_RESERVED_TIME_MS
     reject_transaction_message: bool = False
     broker_role: Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"] = "ASYNC_MASTER"
-    """RocketMQ ``brokerRole``; a SLAVE refuses end transaction (SLAVE_NOT_AVAILABLE)."""
+    """RocketMQ ``brokerRole`` (docs/replication.md): a SLAVE replicates its master's commit log,
+    serves pulls, refuses sends (SERVICE_NOT_AVAILABLE) and end transaction (SLAVE_NOT_AVAILABLE)
+    and runs no check-back, delay delivery or pop revive; a SYNC_MASTER answers a send only once
+    its slaves acknowledged it."""
+    broker_id: int = 0
+    """RocketMQ ``brokerId``: 0 for a master, > 0 for a slave of the group ``broker_name``."""
+    ha_listen_port: int = 0
+    """Port a master serves its slaves on (RocketMQ ``haListenPort``); 0: ``port + 1``, as
+    RocketMQ's BrokerStartup sets it (a free port when ``port`` is 0); -1: no HA listener."""
+    ha_master_address: str = ""
+    """``host:port`` of the master's HA listener, for a SLAVE (RocketMQ ``haMasterAddress``)."""
+    total_replicas: int = 2
+    """Copies of the commit log in the group, the master included (RocketMQ ``totalReplicas``,
+    default 1; txmq assumes one slave, the smallest group that replicates)."""
+    in_sync_replicas: int = 0
+    """Copies, the master included, a SYNC_MASTER waits for before it answers a send (RocketMQ
+    ``inSyncReplicas``, default 1 so RocketMQ 5 waits for no slave); 0: ``total_replicas``, all."""
+    sync_flush_timeout_ms: int = limits.HA_SLAVE_TIMEOUT_MS
+    """Longest a SYNC_MASTER waits for slave acknowledgements before it answers
+    FLUSH_SLAVE_TIMEOUT (RocketMQ ``slaveTimeout``, 3 s)."""
+    ha_max_gap_not_in_sync: int = limits.HA_MAX_GAP_NOT_IN_SYNC_BYTES
+    """A SYNC_MASTER answers SLAVE_NOT_AVAILABLE at once when no slave is within this many bytes
+    (RocketMQ ``haMaxGapNotInSync``, 256 MiB)."""
     message_delay_level: str = limits.MESSAGE_DELAY_LEVELS
     metrics_port: int = 0
     """Prometheus endpoint port; 0 turns it off."""
@@ -97,6 +119,25 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The ``[store]`` table: :class:`~txmq.store.StoreConfig` (RocketMQ MessageStoreConfig names:
     segment size, retention hour, disk ratios, index). ``file_reserved_time_ms`` is set at the top
     level (the transaction checker uses it too) and ``store_host`` defaults to ``host:port``."""
+
+    def _validate_ha(self) -> None:
+        """RocketMQ BrokerStartup's role rules, and the ranges of the replication knobs."""
+        if self.broker_role == "SLAVE" and self.broker_id <= 0:
+            raise ConfigError("a SLAVE's broker_id must be > 0 (RocketMQ: \"Slave's brokerId must "
+                              "be > 0\")")
+        if self.broker_role != "SLAVE" and self.broker_id != 0:
+            raise ConfigError(f"a {self.broker_role}'s broker_id must be 0")
+        if not -1 <= self.ha_listen_port <= limits.PORT_MAX:
+            raise ConfigError(f"ha_listen_port {self.ha_listen_port} out of range")
+        if self.ha_master_address:
+            try:
+                parse_address(self.ha_master_address)
+            except ConfigError as exc:
+                raise ConfigError(f"ha_master_address: {exc}") from exc
+        if self.total_replicas < 1 or not 0 <= self.in_sync_replicas <= self.total_replicas:
+            raise ConfigError("need 1 <= total_replicas and 0 <= in_sync_replicas <= total_replicas")
+        if self.sync_flush_timeout_ms <= 0 or self.ha_max_gap_not_in_sync <= 0:
+            raise ConfigError("sync_flush_timeout_ms and ha_max_gap_not_in_sync must be positive")
 
     def validate(self) -> BrokerConfig:
         """Check ranges. Raises ConfigError."""
@@ -133,6 +174,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             if gc.retry_max_times < 0:
                 raise ConfigError(f"groups.{group}: retry_max_times must not be negative")
         parse_delay_levels(self.message_delay_level)
+        self._validate_ha()
         if self.acl_enable and not self.acl_file:
             raise ConfigError("acl_enable needs acl_file, the accounts file (see docs/security.md)")
         if self.store.file_reserved_time_ms not in (limits.FILE_RESERVED_TIME_MS,

@@ -65,9 +65,19 @@ class TransactionRequests:
             RequestCode.ABORT_SINK_BATCH: self._sink_abort,
         }
 
+    def _slave_remark(self) -> str:
+        """Why a SLAVE refuses END_TRANSACTION (SLAVE_NOT_AVAILABLE; RocketMQ's remark is null),
+        naming the master: its remoting address once known (``Broker.master_addr``), else the
+        HA address the slave replicates from."""
+        c = self.b.config
+        where = self.b.master_addr or (f"HA address {c.ha_master_address}"
+                                       if c.ha_master_address else "address unknown")
+        return (f"broker {c.broker_name} (id {c.broker_id}) is a SLAVE and does not end "
+                f"transactions: send END_TRANSACTION to the master of {c.broker_name} ({where})")
+
     def _end_transaction(self, conn: int, cmd: Command, now: int) -> list[Action]:
         if self.b.config.broker_role == "SLAVE":
-            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
+            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, self._slave_remark())
         h = from_ext(cmd.ext, EndTransactionRequestHeader)
         check_group(h.producer_group)
         return self._end_reply(conn, cmd, self.b.tx.end(h, now))
@@ -82,7 +92,7 @@ class TransactionRequests:
         dispatch answers every request of the run with them)."""
         if self.b.config.broker_role == "SLAVE":
             return [a for cmd in cmds for a in self.b.error_reply(
-                conn, cmd, ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")]
+                conn, cmd, ResponseCode.SLAVE_NOT_AVAILABLE, self._slave_remark())]
         early: dict[int, list[Action]] = {}
         headers: list[EndTransactionRequestHeader] = []
         for i, cmd in enumerate(cmds):
@@ -107,7 +117,7 @@ class TransactionRequests:
 
     def _end_transaction_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
         if self.b.config.broker_role == "SLAVE":
-            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
+            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, self._slave_remark())
         try:
             exts = decode_body(cmd.body, list[dict[str, str]])
         except MalformedHeader as exc:
@@ -175,7 +185,7 @@ class TransactionRequests:
 
     def _tx_admin_end(self, conn: int, cmd: Command, now: int) -> list[Action]:
         if self.b.config.broker_role == "SLAVE":
-            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, "a slave broker does not end transactions")
+            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, self._slave_remark())
         h = from_ext(cmd.ext, AdminEndTransactionRequestHeader)
         check_properties({"TXMQ_OPERATOR": h.operator, "TXMQ_REASON": h.reason})  # op message props
         off = self._tx_offset(cmd)

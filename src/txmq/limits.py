@@ -947,6 +947,10 @@ HA_READ_BUFFER_BYTES = 4 * 1024 * 1024
 """Most undecoded bytes an HA decoder holds (RocketMQ ``DefaultHAClient`` ``READ_MAX_BUFFER_SIZE``,
 4 MiB): a transfer frame is at most HA_TRANSFER_BATCH_BYTES + 12, so more is a protocol error."""
 
+HA_RECORD_SIZE_MAX_BYTES = 64 * 1024 * 1024
+"""Largest record size a slave accepts from its master while it joins a record's transfer frames
+(the store's ``RECORD_SIZE_MAX``, 64 MiB: txmq's bound on one commit-log record)."""
+
 HA_SLAVES_MAX = 16
 """Most slave connections a master's HA listener serves at once (txmq; RocketMQ has no bound)."""
 

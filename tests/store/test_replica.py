@@ -46,7 +46,8 @@ def test_a_replica_is_byte_identical_and_dispatches_queues_and_index(tmp_path: P
         for qid in (0, 1):
             assert queue(slave, topic, qid) == queue(master, topic, qid) != []
     [m] = slave.query_by_msg_id("ID77", 1)
-    assert m.body == rec(77).body and m.commit_log_offset == master.query_by_msg_id("ID77", 1)[0].commit_log_offset
+    [want] = master.query_by_msg_id("ID77", 1)
+    assert m.body == rec(77).body and m.commit_log_offset == want.commit_log_offset
     master.close()
     slave.close()
 

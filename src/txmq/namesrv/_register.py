@@ -52,6 +52,8 @@ class BrokerRegistration:
         broker_addr: ``"ip:port"`` clients connect to.
         cluster: RocketMQ ``brokerClusterName`` (``DefaultCluster``).
         broker_id: 0 for a master (RocketMQ ``brokerId``).
+        ha_server_addr: ``"ip:port"`` of the master's HA listener (RocketMQ ``haServerAddr``);
+            the name server hands it to the group's slaves.
         auto_create_topic_enable: also announce ``TBW102`` (RocketMQ ``autoCreateTopicEnable``).
         default_topic_queue_nums: TBW102's queues (RocketMQ ``defaultTopicQueueNums`` 8).
         perm: permission of every topic (RocketMQ ``brokerPermission``, read | write).
@@ -64,9 +66,9 @@ class BrokerRegistration:
                  default_topic_queue_nums: int = AUTO_CREATE_TOPIC_QUEUE_NUMS,
                  perm: int = PERM_READ | PERM_WRITE, compressed: bool = False,
                  serialize_type: int = SERIALIZE_JSON,
-                 period_ms: int = REGISTER_NAME_SERVER_PERIOD_MS) -> None:
+                 period_ms: int = REGISTER_NAME_SERVER_PERIOD_MS, ha_server_addr: str = "") -> None:
         self.broker_name, self.broker_addr, self.cluster = broker_name, broker_addr, cluster
-        self.broker_id = broker_id
+        self.broker_id, self.ha_server_addr = broker_id, ha_server_addr
         self._auto_create = auto_create_topic_enable
         self._default_queues = default_topic_queue_nums
         self._perm, self._compressed, self._serialize = perm, compressed, serialize_type
@@ -107,7 +109,7 @@ class BrokerRegistration:
             compressed=self._compressed)
         header = RegisterBrokerRequestHeader(
             broker_name=self.broker_name, broker_addr=self.broker_addr, cluster_name=self.cluster,
-            ha_server_addr="", broker_id=self.broker_id, enable_acting_master=False,
+            ha_server_addr=self.ha_server_addr, broker_id=self.broker_id, enable_acting_master=False,
             compressed=self._compressed, body_crc32=zlib.crc32(body) & 0x7FFFFFFF)
         return Command(RequestCode.REGISTER_BROKER, opaque, ext=to_ext(header), body=body,
                        serialize_type=self._serialize)

@@ -67,6 +67,7 @@ from txmq.broker._config import BrokerConfig
 from txmq.broker._registrar import Registrar
 from txmq.broker._tls import TlsListener
 from txmq.broker.acl import AccountsWatcher, AclGuard, source_ip
+from txmq.broker.ha import Replication
 from txmq.errors import ProtocolError, ResponseCode, StoreError
 from txmq.namesrv import BrokerRegistration
 from txmq.protocol import FLAG_RESPONSE, Command, FrameDecoder, RequestCode, encode_command
@@ -197,7 +198,7 @@ class BrokerServer:
         self.store = store if store is not None else FileStore(config.data_dir, store_config(config))
         self.broker = Broker(config, self.store, _now_ms())
         log.info("store and broker state recovered in %.0f ms", (time.monotonic() - t0) * 1000)
-        self._sync = config.flush_disk_type == "SYNC_FLUSH"
+        self._sync = config.flush_disk_type == "SYNC_FLUSH" or config.broker_role == "SYNC_MASTER"
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._ids = count(1)
         self._waiting: deque[tuple[int, Reply, int, float]] = deque()
@@ -236,6 +237,9 @@ class BrokerServer:
         """The ACL check of both doors (docs/security.md); None when ``acl_enable`` is off."""
         self._acl_refused = 0
         self._register_retention_hooks()
+        self._repl = Replication(config, self.store, self._deliver,
+                                 lambda: asyncio.to_thread(self.store.flush), self._kick)
+        """Master-slave replication for the broker's role (txmq.broker.ha, docs/replication.md)."""
 
     async def start(self) -> None:
         """Listen and start the flusher, the ticker and store upkeep."""
@@ -254,12 +258,15 @@ class BrokerServer:
         self.port = self._server.sockets[0].getsockname()[1]
         if not self.config.store.store_host:
             self.broker.set_store_host(f"{ip_of(self.config.host)}:{self.port}")  # port 0: known
-        timers = [("flusher", self._flusher), ("ticker", self._ticker), ("upkeep", self._upkeep),
-                  ("reaper", self._reaper)]
+        timers: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("flusher", self._flusher), ("ticker", self._ticker), ("upkeep", self._upkeep),
+            ("reaper", self._reaper)]
+        timers += await self._repl.start(self.port)
         if self.config.namesrv_addr:
             c = self.config
             reg = BrokerRegistration(c.broker_name, self.broker.store_host,
-                                     cluster=c.broker_cluster_name,
+                                     cluster=c.broker_cluster_name, broker_id=c.broker_id,
+                                     ha_server_addr=self._repl.ha_addr,
                                      auto_create_topic_enable=c.auto_create_topic_enable)
             self._registrar = Registrar(c.namesrv_addr, reg, self.broker.topics.snapshot,
                                         _now_ms)
@@ -329,6 +336,7 @@ class BrokerServer:
         store."""
         if self._server is not None:
             self._server.close()
+        await self._repl.close()
         if self._grpc is not None:
             await self._grpc.stop()
         if self._registrar is not None:
@@ -555,6 +563,8 @@ class BrokerServer:
                 if self._sync and a.durable_offset > self.store.flushed_offset:
                     self._waiting.append((a.durable_offset, a, code, t0))
                     self._waiting_per_conn[a.conn] = self._waiting_per_conn.get(a.conn, 0) + 1
+                elif self._repl.park(a, code, t0):  # durable already: a SYNC_MASTER still waits
+                    self._waiting_per_conn[a.conn] = self._waiting_per_conn.get(a.conn, 0) + 1
                 else:
                     self._write(a.conn, a.command)
                     if code:
@@ -611,6 +621,7 @@ class BrokerServer:
         if self._committer is None or self._committer.stopped:
             return
         self._release(flushed)
+        self._repl.notify()
         keys = self.broker.take_touched()
         wake = set(keys)
         touched = self._touched
@@ -640,6 +651,8 @@ class BrokerServer:
         since = 0.0
         while self._waiting and self._waiting[0][0] <= flushed:
             _, reply, c, t0 = self._waiting.popleft()
+            if self._repl.park(reply, c, t0):  # a SYNC_MASTER's: sent once slaves have it
+                continue
             self._write(reply.conn, reply.command)
             self._one_less(reply.conn)
             r = reply.command.code
@@ -651,6 +664,17 @@ class BrokerServer:
             code, since, resp, n = c, t0, r, 1
         if n and code:
             self._answered(code, resp, (now - since) * 1000, False, n)
+
+    def _kick(self) -> None:
+        if self._committer is not None:  # (a slave appended: checkpoints follow the flushes)
+            self._committer.kick()
+
+    def _deliver(self, reply: Reply, code: int, t0: float) -> None:
+        """Write a reply the SYNC_MASTER wait held, and account for it."""
+        self._write(reply.conn, reply.command)
+        self._one_less(reply.conn)
+        if code:
+            self._answered(code, reply.command.code, (time.perf_counter() - t0) * 1000, False)
 
     def _one_less(self, conn: int) -> None:
         n = self._waiting_per_conn.get(conn, 1) - 1

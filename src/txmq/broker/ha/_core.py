@@ -1,0 +1,141 @@
+"""Sans-IO cores of replication (issue #25): what a slave appends, what a master has acknowledged,
+and which SYNC_MASTER replies may go out. No sockets, no clock: time comes in as ``now_ms``.
+
+RocketMQ's classes they follow: ``DefaultHAClient`` (the slave), ``HAConnection`` /
+``GroupTransferService`` (the master's acknowledgements), ``CommitLog.handleHA`` (the SYNC_MASTER
+wait).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Generic, TypeVar
+
+from txmq import limits
+from txmq.errors import HaProtocolError
+from txmq.protocol import HaHeartbeat, HaTransfer, TransferDecoder, encode_report
+
+__all__ = ["AckTable", "ReplicaWait", "SlaveCore"]
+
+T = TypeVar("T")
+
+_RECORD_SIZE_MIN = 8
+"""A record's total size field and magic code: the least a record can be (the store checks the
+real minimum when it appends)."""
+
+
+class SlaveCore:
+    """One HA connection of a slave whose commit log ends at ``end``.
+
+    :meth:`hello` is the first report. :meth:`feed` takes the master's bytes and returns the
+    ``(offset, bytes)`` runs of whole records to append, in order; bytes of a record not yet
+    complete wait here (a transfer frame need not end on a record boundary). After appending, the
+    slave reports its new end with :meth:`report`.
+
+    Raises:
+        HaProtocolError: (from :meth:`feed`) a frame breaks the protocol, or a record's declared
+            size is out of ``[8, limits.HA_RECORD_SIZE_MAX_BYTES]``.
+    """
+
+    def __init__(self, end: int) -> None:
+        self.decoder = TransferDecoder(end)
+        self._pending = bytearray()
+        self._pending_at = end
+        self.last_frame_offset = end
+
+    def hello(self) -> bytes:
+        return encode_report(self._pending_at)
+
+    @staticmethod
+    def report(end: int) -> bytes:
+        """The 8-byte report of a slave whose commit log now ends at ``end``."""
+        return encode_report(end)
+
+    def feed(self, data: bytes | memoryview) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
+        for ev in self.decoder.feed(data):
+            self.last_frame_offset = ev.offset
+            if isinstance(ev, HaHeartbeat):
+                continue
+            assert isinstance(ev, HaTransfer)
+            self._pending += ev.data
+            cut = self._whole_records()
+            if cut:
+                out.append((self._pending_at, bytes(self._pending[:cut])))
+                del self._pending[:cut]
+                self._pending_at += cut
+        return out
+
+    def _whole_records(self) -> int:
+        """Length of the prefix of the pending bytes made of whole records."""
+        pos, buf = 0, self._pending
+        while len(buf) - pos >= 4:
+            size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+            if not _RECORD_SIZE_MIN <= size <= limits.HA_RECORD_SIZE_MAX_BYTES:
+                raise HaProtocolError(f"record at commit log offset {self._pending_at + pos} "
+                                      f"declares size {size}")
+            if len(buf) - pos < size:
+                break
+            pos += size
+        return pos
+
+
+class AckTable:
+    """The master's view of its slaves: the offset each connected one acknowledged (its last
+    report), keyed by connection id."""
+
+    def __init__(self) -> None:
+        self.acks: dict[int, int] = {}
+
+    def report(self, link: int, offset: int) -> None:
+        self.acks[link] = offset
+
+    def gone(self, link: int) -> None:
+        self.acks.pop(link, None)
+
+    def acked_by(self, count: int) -> int:
+        """The highest offset that at least ``count`` slaves acknowledged (-1 if fewer connected;
+        every offset when ``count`` is 0)."""
+        if count <= 0:
+            return 2**63 - 1
+        ranked = sorted(self.acks.values(), reverse=True)
+        return ranked[count - 1] if len(ranked) >= count else -1
+
+    def in_sync(self, end: int, max_gap: int) -> bool:
+        """Some slave is within ``max_gap`` bytes of ``end`` (RocketMQ 4.9.7 ``isSlaveOK``:
+        ``wroteEnd - push2SlaveMaxOffset < haMaxGapNotInSync``)."""
+        return any(end - a < max_gap for a in self.acks.values())
+
+
+class ReplicaWait(Generic[T]):
+    """SYNC_MASTER replies waiting for slave acknowledgements, in offset order.
+
+    Args:
+        timeout_ms: how long one may wait (``sync_flush_timeout_ms``; RocketMQ ``slaveTimeout``).
+    """
+
+    def __init__(self, timeout_ms: int) -> None:
+        self.timeout_ms = timeout_ms
+        self._q: deque[tuple[int, int, T]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def park(self, end: int, item: T, now_ms: int) -> None:
+        """Wait until slaves acknowledged ``end``; give up at ``now_ms + timeout_ms``."""
+        self._q.append((end, now_ms + self.timeout_ms, item))
+
+    def release(self, acked: int) -> list[T]:
+        """The items whose ``end`` is at or below ``acked`` (the queue is in ``end`` order: the
+        broker appends, and parks, in commit log order)."""
+        out: list[T] = []
+        while self._q and self._q[0][0] <= acked:
+            out.append(self._q.popleft()[2])
+        return out
+
+    def expired(self, now_ms: int) -> list[T]:
+        """The items whose deadline passed (from the head: deadlines ascend with ``end``)."""
+        out: list[T] = []
+        while self._q and self._q[0][1] <= now_ms:
+            out.append(self._q.popleft()[2])
+        return out

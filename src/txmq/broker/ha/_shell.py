@@ -1,0 +1,352 @@
+"""The asyncio shell of replication (issue #25): a master's HA listener, a slave's HA client, and
+the SYNC_MASTER wait. The protocol is :mod:`txmq.protocol._ha`; the decisions are
+:mod:`txmq.broker.ha._core`'s.
+
+- :class:`HaMaster` serves each connected slave from the offset it reports, with flushed bytes of
+  the commit log (``Store.read_log``) in frames of at most ``HA_TRANSFER_BATCH_BYTES``, and a
+  heartbeat after ``HA_SEND_HEARTBEAT_INTERVAL_MS`` idle (RocketMQ ``HAConnection``).
+- :class:`HaSlave` connects to its master, appends what it receives with
+  ``Store.append_replica`` (each record's CRC checked first), fsyncs, and reports its durable end;
+  it reconnects with a doubling back-off up to ``HA_RECONNECT_INTERVAL_MS`` (RocketMQ
+  ``DefaultHAClient``).
+- :class:`SyncWait` holds a SYNC_MASTER's durable replies until ``need`` slaves acknowledged them,
+  answers FLUSH_SLAVE_TIMEOUT after ``sync_flush_timeout_ms``, or SLAVE_NOT_AVAILABLE at once when
+  no slave is within ``ha_max_gap_not_in_sync`` (RocketMQ 4.9.7 ``CommitLog.submitReplicaRequest``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from itertools import count
+
+import msgspec
+
+from txmq import limits
+from txmq.broker._actions import Reply
+from txmq.broker._config import BrokerConfig
+from txmq.broker.ha._core import AckTable, ReplicaWait, SlaveCore
+from txmq.errors import ProtocolError, ResponseCode, StoreError
+from txmq.protocol import ReportDecoder, encode_heartbeat, encode_transfer, parse_address
+from txmq.store import Store
+
+__all__ = ["HaMaster", "HaSlave", "Replication", "SyncWait"]
+
+log = logging.getLogger("txmq.broker.ha")
+
+_READ_BYTES = 1024 * 1024
+"""Bytes one socket read of the HA stream takes (RocketMQ's master reads reports into 1 MiB)."""
+
+
+def _mono_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class HaMaster:
+    """A master's HA listener on ``host:port`` (0: a free port; :attr:`port` once started).
+
+    Args:
+        store: the commit log to ship (its flushed part).
+        on_ack: called after a slave's acknowledged offset moved or a slave left.
+    """
+
+    def __init__(self, store: Store, host: str, port: int, on_ack: Callable[[], None]) -> None:
+        self.store, self.host, self.port = store, host, port
+        self.acks = AckTable()
+        self._on_ack = on_ack
+        self._ids = count(1)
+        self._wake: dict[int, asyncio.Event] = {}
+        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        """Listen. Raises OSError when the port cannot be bound."""
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("HA listener on %s:%d", self.host, self.port)
+
+    def notify(self) -> None:
+        """More of the commit log is flushed: wake every slave's transfer loop."""
+        for ev in self._wake.values():
+            ev.set()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for w in list(self._writers.values()):
+                w.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), limits.HA_IDLE_WAIT_MS / 1000)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        link = next(self._ids)
+        peer = writer.get_extra_info("peername")
+        if len(self._wake) >= limits.HA_SLAVES_MAX:
+            log.warning("HA: refusing slave %s: HA_SLAVES_MAX (%d) connected", peer,
+                        limits.HA_SLAVES_MAX)
+            writer.close()
+            return
+        self._wake[link] = asyncio.Event()
+        self._writers[link] = writer
+        decoder = ReportDecoder()
+        reading: asyncio.Task[None] | None = None
+        try:
+            start = await self._first_report(reader, decoder)
+            log.info("HA: slave %s connected, reports offset %d", peer, start)
+            self._ack(link, start)
+            reading = asyncio.create_task(self._read_reports(link, reader, decoder))
+            await self._transfer(link, writer, start, reading)
+        except (OSError, ProtocolError, StoreError, TimeoutError, ConnectionError) as exc:
+            log.warning("HA: slave %s dropped: %s", peer, exc)
+        finally:
+            if reading is not None:
+                reading.cancel()
+            self._wake.pop(link, None)
+            self._writers.pop(link, None)
+            self.acks.gone(link)
+            self._on_ack()
+            writer.close()
+
+    async def _first_report(self, reader: asyncio.StreamReader, decoder: ReportDecoder) -> int:
+        """The slave's first report: where to ship from. Raises StoreError when this log cannot
+        serve it (the slave is ahead of the master, or needs bytes retention deleted)."""
+        while decoder.last < 0:
+            data = await asyncio.wait_for(reader.read(_READ_BYTES),
+                                          limits.HA_HOUSEKEEPING_INTERVAL_MS / 1000)
+            if not data:
+                raise ConnectionError("closed before its first report")
+            decoder.feed(data)
+        start = decoder.last
+        if start > self.store.write_offset:
+            raise StoreError(f"slave is at {start}, past this master's end "
+                             f"{self.store.write_offset}: its log is not this master's")
+        if start < self.store.min_offset:
+            raise StoreError(f"slave is at {start}, below this master's first offset "
+                             f"{self.store.min_offset} (retention deleted what it lacks)")
+        return start
+
+    def _ack(self, link: int, offset: int) -> None:
+        self.acks.report(link, offset)
+        self._on_ack()
+
+    async def _read_reports(self, link: int, reader: asyncio.StreamReader,
+                            decoder: ReportDecoder) -> None:
+        while True:
+            data = await asyncio.wait_for(reader.read(_READ_BYTES),
+                                          limits.HA_HOUSEKEEPING_INTERVAL_MS / 1000)
+            if not data:
+                raise ConnectionError("slave closed the HA connection")
+            if decoder.feed(data):
+                self._ack(link, decoder.last)
+
+    async def _transfer(self, link: int, writer: asyncio.StreamWriter, at: int,
+                        reading: asyncio.Task[None]) -> None:
+        """Ship from ``at`` for as long as the slave stays (``reading`` ends when it goes)."""
+        wake, last_write = self._wake[link], _mono_ms()
+        while not reading.done():
+            end = self.store.flushed_offset
+            if at < end:
+                data = self.store.read_log(at, min(limits.HA_TRANSFER_BATCH_BYTES, end - at))
+                writer.write(encode_transfer(at, data))
+                at += len(data)
+            elif _mono_ms() - last_write >= limits.HA_SEND_HEARTBEAT_INTERVAL_MS:
+                writer.write(encode_heartbeat(at))
+            else:
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), limits.HA_IDLE_WAIT_MS / 1000)
+                continue
+            last_write = _mono_ms()
+            await writer.drain()
+        reading.result()  # raises why the slave left
+
+
+class HaSlave:
+    """A slave's HA client.
+
+    Args:
+        store: the slave's store (appended only through ``append_replica``).
+        master: the master's HA address ``host:port``.
+        flush: fsyncs the store (the server's flusher thread); returns the flushed offset.
+        on_append: called after each append (the server wakes what waits for new data).
+    """
+
+    def __init__(self, store: Store, master: str, flush: Callable[[], Awaitable[int]],
+                 on_append: Callable[[], None]) -> None:
+        self.store, self.master = store, master
+        self._flush, self._on_append = flush, on_append
+        self.connected = False
+
+    async def run(self) -> None:
+        """Replicate for ever: connect, follow, reconnect after a failure with back-off."""
+        delay = limits.HA_RECONNECT_MIN_MS
+        while True:
+            got = await self._session_guarded()
+            delay = limits.HA_RECONNECT_MIN_MS if got else min(2 * delay,
+                                                                limits.HA_RECONNECT_INTERVAL_MS)
+            await asyncio.sleep(delay / 1000)
+
+    async def _session_guarded(self) -> bool:
+        """One connection; True when it received anything (the back-off starts again)."""
+        host, port = parse_address(self.master)
+        got = [False]
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
+                                                    limits.CONNECT_TIMEOUT_MS / 1000)
+        except (OSError, TimeoutError) as exc:
+            log.info("HA: cannot reach master %s: %s", self.master, exc)
+            return False
+        try:
+            await self._session(reader, writer, got)
+        except (OSError, ProtocolError, StoreError, TimeoutError, ConnectionError) as exc:
+            log.warning("HA: connection to master %s lost: %s", self.master, exc)
+        finally:
+            self.connected = False
+            writer.close()
+        return got[0]
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       got: list[bool]) -> None:
+        core = SlaveCore(self.store.write_offset)
+        writer.write(core.hello())
+        self.connected, last_report = True, _mono_ms()
+        log.info("HA: following master %s from offset %d", self.master, self.store.write_offset)
+        while True:
+            data = await asyncio.wait_for(reader.read(_READ_BYTES),
+                                          limits.HA_HOUSEKEEPING_INTERVAL_MS / 1000)
+            if not data:
+                raise ConnectionError("master closed the HA connection")
+            got[0] = True
+            pieces = core.feed(data)
+            for offset, chunk in pieces:
+                self.store.append_replica(offset, chunk)
+            if pieces:
+                self._on_append()
+                writer.write(core.report(await self._flush()))
+            elif _mono_ms() - last_report >= limits.HA_REPORT_INTERVAL_MS:
+                writer.write(core.report(self.store.flushed_offset))
+            else:
+                continue
+            last_report = _mono_ms()
+            await writer.drain()
+
+
+class SyncWait:
+    """A SYNC_MASTER's replies that wait for ``need`` slave acknowledgements.
+
+    Args:
+        acks: the HA listener's acknowledgement table.
+        need: slave acknowledgements a reply waits for (``in_sync_replicas - 1``).
+        timeout_ms: ``sync_flush_timeout_ms``; max_gap: ``ha_max_gap_not_in_sync`` (bytes).
+        deliver: writes a reply and accounts for it (the server's).
+    """
+
+    def __init__(self, acks: AckTable, need: int, timeout_ms: int, max_gap: int,
+                 deliver: Callable[[Reply, int, float], None]) -> None:
+        self.acks, self.need, self.max_gap = acks, need, max_gap
+        self._deliver = deliver
+        self.waiting: ReplicaWait[tuple[Reply, int, float]] = ReplicaWait(timeout_ms)
+
+    def park(self, reply: Reply, code: int, t0: float) -> bool:
+        """Keep a durable reply until it is replicated (True); False: write it now, as it is
+        or turned into SLAVE_NOT_AVAILABLE when no slave is in sync."""
+        if self.need <= 0 or reply.durable_offset <= 0 or reply.command.code != ResponseCode.SUCCESS:
+            return False
+        end = reply.durable_offset
+        if end <= self.acks.acked_by(self.need):
+            return False
+        if not self.acks.in_sync(end, self.max_gap):
+            reply.command = msgspec.structs.replace(reply.command,
+                                                    code=ResponseCode.SLAVE_NOT_AVAILABLE)
+            return False
+        self.waiting.park(end, (reply, code, t0), _mono_ms())
+        return True
+
+    def acked(self) -> None:
+        """Slaves acknowledged more: write what is now replicated."""
+        for reply, code, t0 in self.waiting.release(self.acks.acked_by(self.need)):
+            self._deliver(reply, code, t0)
+
+    async def run(self) -> None:
+        """Answer FLUSH_SLAVE_TIMEOUT to replies that waited ``timeout_ms`` (checked every
+        ``HA_IDLE_WAIT_MS``)."""
+        while True:
+            await asyncio.sleep(limits.HA_IDLE_WAIT_MS / 1000)
+            for reply, code, t0 in self.waiting.expired(_mono_ms()):
+                reply.command = msgspec.structs.replace(reply.command,
+                                                        code=ResponseCode.FLUSH_SLAVE_TIMEOUT)
+                self._deliver(reply, code, t0)
+
+
+class Replication:
+    """What the broker server runs for its role: the HA listener and the SYNC_MASTER wait on a
+    master, the HA client on a slave (docs/replication.md).
+
+    Args:
+        config: the broker's (role, ports, replicas, timeouts).
+        store: the broker's store.
+        deliver: writes a held reply and accounts for it (the server's).
+        flush: fsyncs the store on the flusher's thread; returns the flushed offset.
+        on_append: called after a slave appended replicated bytes.
+    """
+
+    def __init__(self, config: BrokerConfig, store: Store,
+                 deliver: Callable[[Reply, int, float], None],
+                 flush: Callable[[], Awaitable[int]], on_append: Callable[[], None]) -> None:
+        self.config, self.store = config, store
+        self.master: HaMaster | None = None
+        self.slave: HaSlave | None = None
+        self.sync: SyncWait | None = None
+        self._deliver, self._flush, self._on_append = deliver, flush, on_append
+
+    @property
+    def ha_addr(self) -> str:
+        """``host:port`` of the HA listener ("" when there is none)."""
+        return f"{self.config.host}:{self.master.port}" if self.master is not None else ""
+
+    async def start(self, broker_port: int) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """Start listening (a master) and return the timer tasks to run (name, body)."""
+        c = self.config
+        if c.broker_role == "SLAVE":
+            if not c.ha_master_address:
+                log.warning("SLAVE %s/%d has no ha_master_address: it does not replicate",
+                            c.broker_name, c.broker_id)
+                return []
+            self.slave = HaSlave(self.store, c.ha_master_address, self._flush, self._on_append)
+            return [("ha-slave", self.slave.run)]
+        if c.ha_listen_port < 0:
+            return []
+        port = c.ha_listen_port or (broker_port + 1 if c.port else 0)
+        master = HaMaster(self.store, c.host, port, self._acked)
+        try:
+            await master.start()
+        except OSError as exc:  # the broker still serves; a SYNC_MASTER answers SLAVE_NOT_AVAILABLE
+            log.error("HA listener not started on %s:%d: %s", c.host, port, exc)
+        else:
+            self.master = master
+        if c.broker_role != "SYNC_MASTER":
+            return []
+        need = (c.in_sync_replicas or c.total_replicas) - 1
+        self.sync = SyncWait(master.acks, need, c.sync_flush_timeout_ms, c.ha_max_gap_not_in_sync,
+                             self._deliver)
+        return [("ha-sync", self.sync.run)]
+
+    def _acked(self) -> None:
+        if self.sync is not None:
+            self.sync.acked()
+
+    def park(self, reply: Reply, code: int, t0: float) -> bool:
+        """A durable reply: True when it waits for slaves (SYNC_MASTER), False to write it now."""
+        return self.sync is not None and self.sync.park(reply, code, t0)
+
+    def notify(self) -> None:
+        """The flusher made more of the log durable: ship it."""
+        if self.master is not None:
+            self.master.notify()
+
+    async def close(self) -> None:
+        if self.master is not None:
+            await self.master.close()

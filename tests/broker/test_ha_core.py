@@ -1,0 +1,71 @@
+"""The sans-IO cores of replication (txmq.broker.ha._core) and the role rules of BrokerConfig."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from txmq.broker import BrokerConfig
+from txmq.broker.ha import AckTable, ReplicaWait, SlaveCore
+from txmq.errors import ConfigError, HaProtocolError
+from txmq.protocol import encode_heartbeat, encode_report, encode_transfer
+
+
+def records(sizes: list[int]) -> bytes:
+    """Fake records: a 4-byte size then filler (SlaveCore only reads the size)."""
+    return b"".join(n.to_bytes(4, "big") + bytes([i % 256]) * (n - 4) for i, n in enumerate(sizes))
+
+
+@given(st.lists(st.integers(8, 3000), min_size=1, max_size=40), st.integers(1, 32 * 1024))
+def test_slave_core_joins_frames_into_whole_records(sizes: list[int], frame: int) -> None:
+    data = records(sizes)
+    core = SlaveCore(1000)
+    assert core.hello() == encode_report(1000)
+    got = []
+    for at in range(0, len(data), frame):
+        got += core.feed(encode_transfer(1000 + at, data[at : at + frame]))
+        got += core.feed(encode_heartbeat(1000 + min(at + frame, len(data))))
+    assert b"".join(c for _, c in got) == data
+    offsets = [o for o, _ in got]
+    assert offsets[0] == 1000 and all(o > p for p, o in itertools.pairwise(offsets))
+
+
+def test_slave_core_refuses_a_record_size_out_of_bounds_and_a_gap() -> None:
+    with pytest.raises(HaProtocolError, match="declares size 3"):
+        SlaveCore(0).feed(encode_transfer(0, (3).to_bytes(4, "big") + b"xxxx"))
+    with pytest.raises(HaProtocolError, match="expects 0"):
+        SlaveCore(0).feed(encode_transfer(8, records([8])))
+
+
+def test_ack_table_counts_slaves_and_the_gap() -> None:
+    t = AckTable()
+    assert t.acked_by(1) == -1 and not t.in_sync(100, 50)
+    t.report(1, 500)
+    t.report(2, 300)
+    assert (t.acked_by(1), t.acked_by(2), t.acked_by(3)) == (500, 300, -1)
+    assert t.in_sync(540, 50) and not t.in_sync(560, 50)
+    t.gone(1)
+    assert t.acked_by(1) == 300
+
+
+def test_replica_wait_releases_in_order_and_expires_at_the_deadline() -> None:
+    w: ReplicaWait[str] = ReplicaWait(timeout_ms=100)
+    w.park(10, "a", now_ms=0)
+    w.park(20, "b", now_ms=50)
+    assert w.release(15) == ["a"] and len(w) == 1
+    assert w.expired(149) == [] and w.expired(150) == ["b"]
+
+
+@pytest.mark.parametrize(("cfg", "why"), [
+    ({"broker_role": "SLAVE"}, "broker_id must be > 0"),
+    ({"broker_role": "SYNC_MASTER", "broker_id": 2}, "must be 0"),
+    ({"ha_master_address": "nohost"}, "ha_master_address"),
+    ({"in_sync_replicas": 3, "total_replicas": 2}, "in_sync_replicas"),
+    ({"ha_listen_port": -2}, "ha_listen_port"),
+])
+def test_role_rules_of_the_config(cfg: dict[str, object], why: str) -> None:
+    with pytest.raises(ConfigError, match=why):
+        BrokerConfig(**cfg).validate()  # type: ignore[arg-type]

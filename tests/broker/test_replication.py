@@ -1,0 +1,200 @@
+"""Master-slave replication with real broker processes over TCP (issue #25): a SYNC_MASTER answers
+a send only once its slave has it, every acknowledged message survives the master's SIGKILL on the
+slave byte for byte, slaves catch up (from empty, after a restart), and a slave refuses writes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from txmq.client import AsyncConnection, PullConsumer
+from txmq.errors import ResponseCode
+from txmq.protocol import (
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
+    EndTransactionRequestHeader,
+    RequestCode,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    encode_properties,
+    from_ext,
+    to_ext,
+)
+from txmq.testing import BrokerProcess, free_port, wait_until
+
+TOPIC = "rep"
+QUEUES = 2
+
+
+def pair(tmp_path: Path, role: str = "SYNC_MASTER", **master_cfg: Any) -> tuple[BrokerProcess, BrokerProcess]:
+    """A master (not started) and its slave (not started), fixed HA port."""
+    ha = free_port()
+    master = BrokerProcess(tmp_path / "master", {"broker_role": role, "ha_listen_port": ha,
+                                                 "topics": {TOPIC: QUEUES, "probe": 1}, **master_cfg})
+    slave = BrokerProcess(tmp_path / "slave", {"broker_role": "SLAVE", "broker_id": 1,
+                                               "ha_master_address": f"127.0.0.1:{ha}",
+                                               "topics": {TOPIC: QUEUES, "probe": 1}})
+    return master, slave
+
+
+def log_bytes(bp: BrokerProcess) -> bytes:
+    d = bp.data_dir / "store" / "commitlog"
+    return b"".join(p.read_bytes() for p in sorted(d.iterdir())) if d.exists() else b""
+
+
+async def _send(addr: str, bodies: dict[str, bytes], *, half: bool = False,
+                topic: str = TOPIC) -> dict[str, tuple[int, Any]]:
+    """Send each body (pipelined); return {id: (response code, SendMessageResponseHeader | None)}."""
+    conn = AsyncConnection(addr, timeout_ms=20_000)
+    await conn.connect()
+    out: dict[str, tuple[int, Any]] = {}
+
+    async def one(i: int, mid: str, body: bytes) -> None:
+        props = {PROPERTY_UNIQ_KEY: mid, **({PROPERTY_TRANSACTION_PREPARED: "true"} if half else {})}
+        h = SendMessageRequestHeader(producer_group="pg", topic=topic, queue_id=i % QUEUES,
+                                     properties=encode_properties(props), born_timestamp=1)
+        r = await conn.request(RequestCode.SEND_MESSAGE, to_ext(h), body)
+        out[mid] = (r.code, from_ext(r.ext, SendMessageResponseHeader) if r.code == 0 else r.remark)
+
+    sem = asyncio.Semaphore(16)
+
+    async def gated(i: int, mid: str, body: bytes) -> None:
+        async with sem:
+            await one(i, mid, body)
+
+    try:
+        await asyncio.gather(*(gated(i, m, b) for i, (m, b) in enumerate(bodies.items())))
+    finally:
+        await conn.close()
+    return out
+
+
+def send(bp: BrokerProcess, bodies: dict[str, bytes], **kw: Any) -> dict[str, tuple[int, Any]]:
+    return asyncio.run(_send(bp.endpoints, bodies, **kw))
+
+
+def in_sync(master: BrokerProcess) -> None:
+    """Wait until the SYNC_MASTER's slave is connected: a probe send is acknowledged SUCCESS."""
+    def probe() -> bool:
+        [(code, _)] = send(master, {"probe": b"p"}, topic="probe").values()
+        return code == ResponseCode.SUCCESS
+    wait_until(probe, 30)
+
+
+def bodies(prefix: str, n: int) -> dict[str, bytes]:
+    return {f"{prefix}{i:05d}": os.urandom(16) + f"{prefix}-{i}".encode() * (1 + i % 50) for i in range(n)}
+
+
+def pulled(bp: BrokerProcess) -> dict[str, tuple[int, int, bytes]]:
+    """Every message of TOPIC on ``bp``: {UNIQ_KEY: (queue id, queue offset, body)}."""
+    out: dict[str, tuple[int, int, bytes]] = {}
+    with PullConsumer(bp.endpoints) as pc:
+        for qid in range(QUEUES):
+            off = 0
+            while (r := pc.pull(TOPIC, qid, off, 256)).messages:
+                for m in r.messages:
+                    out[m.properties[PROPERTY_UNIQ_KEY]] = (m.queue_id, m.queue_offset, m.body)
+                off = r.messages[-1].queue_offset + 1
+    return out
+
+
+def test_sync_master_acknowledged_messages_survive_its_sigkill_on_the_slave(tmp_path: Path) -> None:
+    master, slave = pair(tmp_path)
+    try:
+        master.start()
+        slave.start()
+        in_sync(master)
+        sent = bodies("A", 300)
+        acks = send(master, sent)
+        assert {c for c, _ in acks.values()} == {ResponseCode.SUCCESS}
+        master.kill()
+        on_slave = pulled(slave)
+        for mid, (_, h) in acks.items():  # every acknowledged message, where its ack said
+            assert on_slave[mid] == (h.queue_id, h.queue_offset, sent[mid])
+        replica, original = log_bytes(slave), log_bytes(master)
+        assert replica and original.startswith(replica)  # byte for byte, offsets included
+    finally:
+        master.kill()
+        slave.stop()
+
+
+def test_sync_master_without_a_slave_answers_slave_not_available(tmp_path: Path) -> None:
+    master, _ = pair(tmp_path)
+    try:
+        master.start()
+        [(code, _)] = send(master, bodies("B", 1)).values()
+        assert code == ResponseCode.SLAVE_NOT_AVAILABLE
+        assert len(pulled(master)) == 1  # stored on the master all the same (RocketMQ: sendOK)
+    finally:
+        master.stop()
+
+
+def test_sync_master_answers_flush_slave_timeout_when_its_slave_stalls(tmp_path: Path) -> None:
+    master, slave = pair(tmp_path, sync_flush_timeout_ms=500)
+    try:
+        master.start()
+        slave.start()
+        in_sync(master)
+        assert {c for c, _ in send(master, bodies("C", 5)).values()} == {ResponseCode.SUCCESS}
+        assert slave.proc is not None
+        os.kill(slave.proc.pid, signal.SIGSTOP)
+        try:
+            [(code, _)] = send(master, bodies("D", 1)).values()
+        finally:
+            os.kill(slave.proc.pid, signal.SIGCONT)
+        assert code == ResponseCode.FLUSH_SLAVE_TIMEOUT
+        wait_until(lambda: "D00000" in pulled(slave), 20)  # the slave gets it once it runs again
+    finally:
+        master.stop()
+        slave.stop()
+
+
+def test_an_empty_slave_catches_up_from_zero_and_again_after_a_restart(tmp_path: Path) -> None:
+    master, slave = pair(tmp_path, role="ASYNC_MASTER")
+    try:
+        master.start()
+        first = send(master, bodies("E", 400))
+        assert {c for c, _ in first.values()} == {ResponseCode.SUCCESS}
+        slave.start()  # empty: follows from offset 0
+        wait_until(lambda: log_bytes(slave) == log_bytes(master), 30)
+        slave.kill()
+        send(master, bodies("F", 200))
+        slave.start()  # recovers its log after SIGKILL, then follows from where it is
+        wait_until(lambda: log_bytes(slave) == log_bytes(master), 30)
+        assert pulled(slave) == pulled(master)
+        assert len(pulled(slave)) == 600
+    finally:
+        master.stop()
+        slave.stop()
+
+
+def test_a_slave_refuses_sends_and_end_transaction(tmp_path: Path) -> None:
+    master, slave = pair(tmp_path, role="ASYNC_MASTER")
+    try:
+        master.start()
+        slave.start()
+        [(code, remark)] = send(slave, bodies("G", 1)).values()
+        assert code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in remark
+        [(code, _)] = send(slave, bodies("H", 1), half=True).values()
+        assert code == ResponseCode.SERVICE_NOT_AVAILABLE
+
+        async def end() -> Any:
+            conn = AsyncConnection(slave.endpoints)
+            await conn.connect()
+            try:
+                h = EndTransactionRequestHeader(producer_group="pg", tran_state_table_offset=0,
+                                                commit_log_offset=0, commit_or_rollback=8, msg_id="M")
+                return await conn.request(RequestCode.END_TRANSACTION, to_ext(h))
+            finally:
+                await conn.close()
+
+        r = asyncio.run(end())
+        assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE
+        assert slave.config["ha_master_address"] in r.remark
+        assert log_bytes(slave) == b""
+    finally:
+        master.stop()
+        slave.stop()

@@ -81,6 +81,12 @@ def broker(
     namesrv_addr: Annotated[str | None, typer.Option(
         help="Name servers to register with, host:port[;host:port] (RocketMQ namesrvAddr).")] = None,
     broker_name: Annotated[str | None, typer.Option(help="RocketMQ brokerName in routes.")] = None,
+    broker_role: Annotated[str | None, typer.Option(
+        help="ASYNC_MASTER, SYNC_MASTER or SLAVE (RocketMQ brokerRole; docs/replication.md).")] = None,
+    broker_id: Annotated[int | None, typer.Option(
+        help="0 for a master, > 0 for a slave (RocketMQ brokerId).")] = None,
+    ha_master_address: Annotated[str | None, typer.Option(
+        help="A slave's master HA address host:port (RocketMQ haMasterAddress).")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING …")] = "INFO",
 ) -> None:
     """Run a broker until SIGINT/SIGTERM (`txmq broker status` asks a running one instead)."""
@@ -96,7 +102,9 @@ def broker(
         cfg = load_config(config, host=host, port=port,
                           data_dir=str(data_dir) if data_dir else None, metrics_port=metrics_port,
                           grpc_port=grpc_port,
-                          namesrv_addr=namesrv_addr, broker_name=broker_name)
+                          namesrv_addr=namesrv_addr, broker_name=broker_name,
+                          broker_role=broker_role, broker_id=broker_id,
+                          ha_master_address=ha_master_address)
     except TxmqError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc

@@ -1,0 +1,22 @@
+"""`txmq broker --broker-role/--broker-id/--ha-master-address` reach BrokerConfig and its role rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from txmq.cli import app
+
+_runner = CliRunner()
+
+
+def test_a_slave_without_a_positive_broker_id_does_not_start(tmp_path: Path) -> None:
+    r = _runner.invoke(app, ["broker", "--broker-role", "SLAVE", "--data-dir", str(tmp_path)])
+    assert r.exit_code == 2 and "broker_id must be > 0" in r.output
+
+
+def test_a_bad_ha_master_address_is_refused(tmp_path: Path) -> None:
+    r = _runner.invoke(app, ["broker", "--broker-role", "SLAVE", "--broker-id", "1",
+                             "--ha-master-address", "nohost", "--data-dir", str(tmp_path)])
+    assert r.exit_code == 2 and "ha_master_address" in r.output

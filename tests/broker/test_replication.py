@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,13 @@ from txmq.errors import ResponseCode
 from txmq.protocol import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
     EndTransactionRequestHeader,
     RequestCode,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
+    decode_offset_msg_id,
     encode_properties,
     from_ext,
     to_ext,
@@ -55,9 +59,12 @@ async def _send(addr: str, bodies: dict[str, bytes], *, half: bool = False,
     async def one(i: int, mid: str, body: bytes) -> None:
         props = {PROPERTY_UNIQ_KEY: mid, **({PROPERTY_TRANSACTION_PREPARED: "true"} if half else {})}
         h = SendMessageRequestHeader(producer_group="pg", topic=topic, queue_id=i % QUEUES,
-                                     properties=encode_properties(props), born_timestamp=1)
+                                     properties=encode_properties(props),
+                                     born_timestamp=int(time.time() * 1000))
         r = await conn.request(RequestCode.SEND_MESSAGE, to_ext(h), body)
-        out[mid] = (r.code, from_ext(r.ext, SendMessageResponseHeader) if r.code == 0 else r.remark)
+        stored = r.code in (ResponseCode.SUCCESS, ResponseCode.SLAVE_NOT_AVAILABLE,
+                            ResponseCode.FLUSH_SLAVE_TIMEOUT)  # (RocketMQ: sendOK all three)
+        out[mid] = (r.code, from_ext(r.ext, SendMessageResponseHeader) if stored else r.remark)
 
     sem = asyncio.Semaphore(16)
 
@@ -110,8 +117,15 @@ def test_sync_master_acknowledged_messages_survive_its_sigkill_on_the_slave(tmp_
         sent = bodies("A", 300)
         acks = send(master, sent)
         assert {c for c, _ in acks.values()} == {ResponseCode.SUCCESS}
+        halves = send(master, bodies("X", 20), half=True)
+        assert {c for c, _ in halves.values()} == {ResponseCode.SUCCESS}
+        for i, (_, h) in enumerate(halves.values()):
+            end = TRANSACTION_COMMIT_TYPE if i % 2 == 0 else TRANSACTION_ROLLBACK_TYPE
+            assert asyncio.run(_end(master.endpoints, h, end)).code == ResponseCode.SUCCESS
         master.kill()
         on_slave = pulled(slave)
+        committed = {m for i, m in enumerate(halves) if i % 2 == 0}
+        assert {m for m in on_slave if m.startswith("X")} == committed  # rolled back: not there
         for mid, (_, h) in acks.items():  # every acknowledged message, where its ack said
             assert on_slave[mid] == (h.queue_id, h.queue_offset, sent[mid])
         replica, original = log_bytes(slave), log_bytes(master)
@@ -121,6 +135,19 @@ def test_sync_master_acknowledged_messages_survive_its_sigkill_on_the_slave(tmp_
         slave.stop()
 
 
+async def _end(addr: str, half: SendMessageResponseHeader, commit_or_rollback: int) -> Any:
+    conn = AsyncConnection(addr)
+    await conn.connect()
+    try:
+        h = EndTransactionRequestHeader(
+            producer_group="pg", tran_state_table_offset=half.queue_offset,
+            commit_log_offset=decode_offset_msg_id(half.msg_id)[1],
+            commit_or_rollback=commit_or_rollback, msg_id=half.transaction_id or "")
+        return await conn.request(RequestCode.END_TRANSACTION, to_ext(h))
+    finally:
+        await conn.close()
+
+
 def test_sync_master_without_a_slave_answers_slave_not_available(tmp_path: Path) -> None:
     master, _ = pair(tmp_path)
     try:
@@ -128,6 +155,11 @@ def test_sync_master_without_a_slave_answers_slave_not_available(tmp_path: Path)
         [(code, _)] = send(master, bodies("B", 1)).values()
         assert code == ResponseCode.SLAVE_NOT_AVAILABLE
         assert len(pulled(master)) == 1  # stored on the master all the same (RocketMQ: sendOK)
+        [(code, half)] = send(master, bodies("T", 1), half=True).values()
+        assert code == ResponseCode.SLAVE_NOT_AVAILABLE
+        ended = asyncio.run(_end(master.endpoints, half, TRANSACTION_COMMIT_TYPE))
+        assert ended.code == ResponseCode.SLAVE_NOT_AVAILABLE  # the commit record waits too
+        assert "T00000" in pulled(master)  # committed on the master all the same
     finally:
         master.stop()
 

@@ -22,6 +22,7 @@ import txmq.protocol as _protocol
 from txmq.errors import (
     CorruptRecord,
     FrameTooLarge,
+    HaProtocolError,
     MalformedFrame,
     MalformedHeader,
     ProtocolError,
@@ -99,6 +100,7 @@ from txmq.testing._fuzz_broker import (
     is_header_remark,
     is_valid_topic,
 )
+from txmq.testing._fuzz_ha import ha_seeds, ha_target
 from txmq.testing._fuzz_wire import Source, Target, json_frame, wire_round_trip
 
 __all__ = [
@@ -403,6 +405,9 @@ def _targets() -> Iterator[Target]:
                  "RocketMQ's binary MessageExt records (raw and with size, magic and CRC fixed), "
                  "batch bodies, inner batches, properties strings, offset msg ids and UNIQ_KEYs: "
                  "every input decodes or raises a ProtocolError; round trips")
+    yield Target("ha", ha_target, (HaProtocolError,), ha_seeds,
+                 "RocketMQ's HA stream (replication): TransferDecoder, ReportDecoder and SlaveCore "
+                 "on raw bytes in chunks; decoded frames re-encode to the input")
     yield Target("broker", broker_target, (), broker_seeds,
                  "a request program through the wire codec (JSON or ROCKETMQ headers, corrupted "
                  "fields) and Broker.handle/tick on a MemoryStore, then a reopen that must recover "

@@ -92,18 +92,21 @@ class HaMaster:
         self._wake[link] = asyncio.Event()
         self._writers[link] = writer
         decoder = ReportDecoder()
-        reading: asyncio.Task[None] | None = None
+        tasks: set[asyncio.Task[None]] = set()
         try:
             start = await self._first_report(reader, decoder)
             log.info("HA: slave %s connected, reports offset %d", peer, start)
             self._ack(link, start)
-            reading = asyncio.create_task(self._read_reports(link, reader, decoder))
-            await self._transfer(link, writer, start, reading)
+            tasks = {asyncio.create_task(self._read_reports(link, reader, decoder)),
+                     asyncio.create_task(self._transfer(link, writer, start))}
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()  # raises why the slave left (a stalled drain is cancelled below)
         except (OSError, ProtocolError, StoreError, TimeoutError, ConnectionError) as exc:
             log.warning("HA: slave %s dropped: %s", peer, exc)
         finally:
-            if reading is not None:
-                reading.cancel()
+            for t in tasks:
+                t.cancel()
             self._wake.pop(link, None)
             self._writers.pop(link, None)
             self.acks.gone(link)
@@ -142,16 +145,17 @@ class HaMaster:
             if decoder.feed(data):
                 self._ack(link, decoder.last)
 
-    async def _transfer(self, link: int, writer: asyncio.StreamWriter, at: int,
-                        reading: asyncio.Task[None]) -> None:
-        """Ship from ``at`` for as long as the slave stays (``reading`` ends when it goes)."""
+    async def _transfer(self, link: int, writer: asyncio.StreamWriter, at: int) -> None:
+        """Ship from ``at`` for ever (cancelled when the slave goes)."""
         wake, last_write = self._wake[link], _mono_ms()
-        while not reading.done():
+        while True:
             end = self.store.flushed_offset
-            if at < end:
-                data = self.store.read_log(at, min(limits.HA_TRANSFER_BATCH_BYTES, end - at))
-                writer.write(encode_transfer(at, data))
-                at += len(data)
+            if at < end:  # frames of up to 32 KiB, up to _READ_BYTES of them before a drain
+                stop = min(end, at + _READ_BYTES)
+                while at < stop:
+                    data = self.store.read_log(at, min(limits.HA_TRANSFER_BATCH_BYTES, stop - at))
+                    writer.write(encode_transfer(at, data))
+                    at += len(data)
             elif _mono_ms() - last_write >= limits.HA_SEND_HEARTBEAT_INTERVAL_MS:
                 writer.write(encode_heartbeat(at))
             else:
@@ -161,7 +165,6 @@ class HaMaster:
                 continue
             last_write = _mono_ms()
             await writer.drain()
-        reading.result()  # raises why the slave left
 
 
 class HaSlave:
@@ -194,8 +197,8 @@ class HaSlave:
         host, port = parse_address(self.master)
         got = [False]
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
-                                                    limits.CONNECT_TIMEOUT_MS / 1000)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                host, port, limit=_READ_BYTES), limits.CONNECT_TIMEOUT_MS / 1000)
         except (OSError, TimeoutError) as exc:
             log.info("HA: cannot reach master %s: %s", self.master, exc)
             return False

@@ -27,7 +27,7 @@ from txmq.protocol import (
     from_ext,
     to_ext,
 )
-from txmq.testing import BrokerProcess, free_port, wait_until
+from txmq.testing import BrokerProcess, NamesrvProcess, free_port, wait_until
 
 TOPIC = "rep"
 QUEUES = 2
@@ -230,3 +230,25 @@ def test_a_slave_refuses_sends_and_end_transaction(tmp_path: Path) -> None:
     finally:
         master.stop()
         slave.stop()
+
+
+def test_a_slave_learns_its_master_from_the_name_server(tmp_path: Path) -> None:
+    ns = NamesrvProcess(tmp_path / "ns")
+    ns.start()
+    master = BrokerProcess(tmp_path / "master", {"ha_listen_port": free_port(),
+                                                 "namesrv_addr": ns.addr, "topics": {TOPIC: QUEUES}})
+    slave = BrokerProcess(tmp_path / "slave", {"broker_role": "SLAVE", "broker_id": 1,
+                                               "namesrv_addr": ns.addr, "topics": {TOPIC: QUEUES}})
+    try:
+        master.start()
+        assert {c for c, _ in send(master, bodies("N", 50)).values()} == {ResponseCode.SUCCESS}
+        slave.start()  # no ha_master_address: its registration's answer names the master
+        wait_until(lambda: log_bytes(slave) == log_bytes(master), 30)
+        r = asyncio.run(_end(slave.endpoints, SendMessageResponseHeader(
+            msg_id="7F00000100002A9F0000000000000000", queue_id=0, queue_offset=0,
+            transaction_id="M"), TRANSACTION_COMMIT_TYPE))
+        assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE and master.endpoints in r.remark
+    finally:
+        slave.stop()
+        master.stop()
+        ns.stop()

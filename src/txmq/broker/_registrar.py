@@ -17,7 +17,16 @@ from itertools import count
 from txmq import limits
 from txmq.errors import ProtocolError, ResponseCode
 from txmq.namesrv import BrokerRegistration
-from txmq.protocol import Command, FrameDecoder, encode_command, is_broker_topic, parse_address
+from txmq.protocol import (
+    Command,
+    FrameDecoder,
+    RegisterBrokerResponseHeader,
+    RequestCode,
+    encode_command,
+    from_ext,
+    is_broker_topic,
+    parse_address,
+)
 
 __all__ = ["Registrar"]
 
@@ -79,10 +88,14 @@ class Registrar:
         topics: the broker's topic table now (``{topic: queue count}``); txmq's own system topics
             are left out, retry and DLQ topics go in (consumers look their routes up).
         clock_ms: wall clock, ms.
+        on_registered: called with each REGISTER_BROKER answer (a slave learns its master's
+            ``masterAddr`` and ``haServerAddr`` from it, RocketMQ ``handleRegisterBrokerResult``).
     """
 
     def __init__(self, namesrv_addr: str, registration: BrokerRegistration,
-                 topics: Callable[[], dict[str, int]], clock_ms: Callable[[], int]) -> None:
+                 topics: Callable[[], dict[str, int]], clock_ms: Callable[[], int],
+                 on_registered: Callable[[RegisterBrokerResponseHeader], None] | None = None) -> None:
+        self._on_registered = on_registered
         self.links = [_Link(a.strip()) for a in namesrv_addr.split(";") if a.strip()]
         self.reg = registration
         self._topics = topics
@@ -125,4 +138,9 @@ class Registrar:
         if got.code != ResponseCode.SUCCESS:
             log.warning("name server %s refused code %d: %s", link.addr, cmd.code, got.remark)
             return False
+        if self._on_registered is not None and cmd.code == RequestCode.REGISTER_BROKER:
+            try:
+                self._on_registered(from_ext(got.ext, RegisterBrokerResponseHeader))
+            except ProtocolError as exc:
+                log.warning("name server %s: register answer unreadable: %s", link.addr, exc)
         return True

@@ -70,7 +70,14 @@ from txmq.broker.acl import AccountsWatcher, AclGuard, source_ip
 from txmq.broker.ha import Replication
 from txmq.errors import ProtocolError, ResponseCode, StoreError
 from txmq.namesrv import BrokerRegistration
-from txmq.protocol import FLAG_RESPONSE, Command, FrameDecoder, RequestCode, encode_command
+from txmq.protocol import (
+    FLAG_RESPONSE,
+    Command,
+    FrameDecoder,
+    RegisterBrokerResponseHeader,
+    RequestCode,
+    encode_command,
+)
 from txmq.store import FileStore, Store, StoreConfig, is_delete_hour
 
 __all__ = ["BrokerServer", "run_server", "store_config"]
@@ -269,7 +276,7 @@ class BrokerServer:
                                      ha_server_addr=self._repl.ha_addr,
                                      auto_create_topic_enable=c.auto_create_topic_enable)
             self._registrar = Registrar(c.namesrv_addr, reg, self.broker.topics.snapshot,
-                                        _now_ms)
+                                        _now_ms, self._registered)
             timers.append(("registrar", self._registrar.run))
         self._tasks = [asyncio.create_task(self._supervised(name, body)) for name, body in timers]
         if self.config.grpc_port:  # the gRPC door (issue 13): same broker, its own port
@@ -668,6 +675,10 @@ class BrokerServer:
     def _kick(self) -> None:
         if self._committer is not None:  # (a slave appended: checkpoints follow the flushes)
             self._committer.kick()
+
+    def _registered(self, answer: RegisterBrokerResponseHeader) -> None:
+        self._repl.registered(answer)  # a slave learns its master from the name server
+        self.broker.master_addr = self._repl.master_addr
 
     def _deliver(self, reply: Reply, code: int, t0: float) -> None:
         """Write a reply the SYNC_MASTER wait held, and account for it."""

@@ -30,7 +30,13 @@ from txmq.broker._actions import Reply
 from txmq.broker._config import BrokerConfig
 from txmq.broker.ha._core import AckTable, ReplicaWait, SlaveCore
 from txmq.errors import ProtocolError, ResponseCode, StoreError
-from txmq.protocol import ReportDecoder, encode_heartbeat, encode_transfer, parse_address
+from txmq.protocol import (
+    RegisterBrokerResponseHeader,
+    ReportDecoder,
+    encode_heartbeat,
+    encode_transfer,
+    parse_address,
+)
 from txmq.store import Store
 
 __all__ = ["HaMaster", "HaSlave", "Replication", "SyncWait"]
@@ -172,7 +178,7 @@ class HaSlave:
 
     Args:
         store: the slave's store (appended only through ``append_replica``).
-        master: the master's HA address ``host:port``.
+        master: the master's HA address ``host:port`` ("" until the name server names it)
         flush: fsyncs the store (the server's flusher thread); returns the flushed offset.
         on_append: called after each append (the server wakes what waits for new data).
     """
@@ -187,6 +193,9 @@ class HaSlave:
         """Replicate for ever: connect, follow, reconnect after a failure with back-off."""
         delay = limits.HA_RECONNECT_MIN_MS
         while True:
+            if not self.master:  # not known yet (the name server tells it at registration)
+                await asyncio.sleep(limits.HA_RECONNECT_INTERVAL_MS / 1000)
+                continue
             got = await self._session_guarded()
             delay = limits.HA_RECONNECT_MIN_MS if got else min(2 * delay,
                                                                 limits.HA_RECONNECT_INTERVAL_MS)
@@ -303,6 +312,8 @@ class Replication:
         self.master: HaMaster | None = None
         self.slave: HaSlave | None = None
         self.sync: SyncWait | None = None
+        self.master_addr = ""
+        """A slave's master's remoting address, from the name server."""
         self._deliver, self._flush, self._on_append = deliver, flush, on_append
 
     @property
@@ -314,9 +325,9 @@ class Replication:
         """Start listening (a master) and return the timer tasks to run (name, body)."""
         c = self.config
         if c.broker_role == "SLAVE":
-            if not c.ha_master_address:
-                log.warning("SLAVE %s/%d has no ha_master_address: it does not replicate",
-                            c.broker_name, c.broker_id)
+            if not c.ha_master_address and not c.namesrv_addr:
+                log.warning("SLAVE %s/%d has neither ha_master_address nor namesrv_addr: it does "
+                            "not replicate", c.broker_name, c.broker_id)
                 return []
             self.slave = HaSlave(self.store, c.ha_master_address, self._flush, self._on_append)
             return [("ha-slave", self.slave.run)]
@@ -336,6 +347,20 @@ class Replication:
         self.sync = SyncWait(master.acks, need, c.sync_flush_timeout_ms, c.ha_max_gap_not_in_sync,
                              self._deliver)
         return [("ha-sync", self.sync.run)]
+
+    def registered(self, answer: RegisterBrokerResponseHeader) -> None:
+        """A name server's REGISTER_BROKER answer: a slave without ``ha_master_address`` follows
+        the ``haServerAddr`` it names, and names ``masterAddr`` when it refuses an end
+        (RocketMQ ``updateMasterHAServerAddrPeriodically``)."""
+        if self.slave is None:
+            return
+        if answer.master_addr:
+            self.master_addr = answer.master_addr
+        if answer.ha_server_addr and not self.config.ha_master_address \
+                and answer.ha_server_addr != self.slave.master:
+            log.info("HA: the name server names master %s (HA %s)", answer.master_addr,
+                     answer.ha_server_addr)
+            self.slave.master = answer.ha_server_addr
 
     def _acked(self) -> None:
         if self.sync is not None:

@@ -261,6 +261,18 @@ def test_a_slave_refuses_sends_and_end_transaction_naming_its_master() -> None:
     assert h.store.write_offset == 0
 
 
+def test_a_slave_never_checks_back_a_pending_half_its_log_holds() -> None:
+    """The same pending half: a master over the log checks it back, a slave over it never does
+    (RocketMQ ``BrokerRole.SLAVE != role``)."""
+    master = harness()
+    master.send(1, "t", b"x", transactional=True)
+    slave = harness(store=master.store, broker_role="SLAVE", broker_id=1, now_ms=master.now_ms)
+    assert slave.tick(TIMEOUT + 1) == [] and slave.tick(10 * INTERVAL) == []
+    again = harness(store=master.store, now_ms=master.now_ms)
+    [check] = again.tick(TIMEOUT + 1)
+    assert check.command.code == RequestCode.CHECK_TRANSACTION_STATE
+
+
 def test_check_counts_survive_a_restart_through_the_snapshot() -> None:
     h = harness(transaction_check_max=5)
     half = h.send(1, "t", b"x", transactional=True)

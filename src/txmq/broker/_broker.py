@@ -337,10 +337,12 @@ class Broker:
         part runs guarded (:class:`TimerHealth`), so one failing part stops neither the others
         nor later ticks; each part's last successful run is in ``health.last_tick_ms``."""
         actions: list[Action] = []
+        slave = self.config.broker_role == "SLAVE"  # RocketMQ: only a master checks back,
+        if not slave:                               # delivers delays and revives pops
+            self.health.run("schedule", now_ms, lambda: self.schedule.tick(now_ms))
         actions += self.health.run("clients", now_ms, lambda: self._expire_clients(now_ms)) or []
-        if self.config.broker_role == "SLAVE":  # RocketMQ: only a master checks, delivers delays
-            return actions                      # and revives pops (``BrokerRole.SLAVE != role``)
-        self.health.run("schedule", now_ms, lambda: self.schedule.tick(now_ms))
+        if slave:  # (``BrokerRole.SLAVE != role``)
+            return actions
         actions += self.health.run("transaction", now_ms, lambda: self.tx.tick(now_ms)) or []
         self.health.run("pop", now_ms, lambda: self.pop.tick(now_ms))
         return actions

@@ -20,6 +20,10 @@ the row-by-row decoder it replaces and 3.5-4.4 µs for decoding messages then co
 (``benchmarks/decode_pull.py``); the per-message path (:func:`messages_to_record_batch` of
 ``decode_message_exts``) stays the specification and the fallback for uncommon replies.
 
+``pyarrow.compute`` is imported by the functions that use it, not with the module: Spark starts a
+Python process for every streaming query (its source runner) that imports ``txmq.spark._source``
+only to plan, and this import cost it about 0.05-0.1 s of CPU per query (issue #24).
+
 None of it may call ``pa.array``, ``pa.scalar`` or ``Array.to_numpy`` (all import pandas, see
 above): scalars are sliced from arrays built from buffers, masks read from Arrow's bitmaps.
 
@@ -37,7 +41,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from txmq.protocol import (
     COMPRESSED_FLAG,
@@ -242,6 +245,7 @@ class _NotColumnar(Exception):
 
 
 def _columnar_batch(data: bytes, ix: MessageIndex) -> PullBatch:
+    import pyarrow.compute as pc  # see the module docstring (lazy)
     if np.any((ix.sys_flag & COMPRESSED_FLAG) & (ix.body_end > ix.body_start)):
         raise _NotColumnar
     stamps = np.concatenate([ix.born_timestamp_ms, ix.store_timestamp_ms])
@@ -312,6 +316,7 @@ def _property_columns(props: pa.Array, n: int) -> tuple[pa.Array, pa.Array, pa.A
     Usual properties (no repeated name, the map's entries already in order, as a producer's
     ``UNIQ_KEY`` alone is) take one Arrow ``take`` per column from the byte ranges; any other
     reply is sorted first (:func:`_sorted_columns`)."""
+    import pyarrow.compute as pc  # see the module docstring (lazy)
     buf, bounds, starts, cut, ends, parents = _entries(props, n)
     names = _taken(buf, starts, cut, pa.string())
     is_tags, is_keys, is_crc, is_id = (_bools(pc.equal(names, name)) for name in _NAMES)
@@ -351,6 +356,7 @@ def _entries(props: pa.Array, n: int) -> tuple[pa.Buffer, Any, Any, Any, Any, An
 
 def _in_order(names: pa.Array, parents: Any) -> bool:
     """Whether each record's names are strictly increasing (so sorted, none repeated)."""
+    import pyarrow.compute as pc  # see the module docstring (lazy)
     same = parents[1:] == parents[:-1]
     if not same.any():
         return True
@@ -387,6 +393,7 @@ def _sorted_columns(buf: pa.Buffer, starts: Any, cut: Any, ends: Any, parents: A
                     n: int) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
     """:func:`_property_columns` for any entries: sorted by (record, name), last of a repeated
     name kept."""
+    import pyarrow.compute as pc  # see the module docstring (lazy)
     names = _taken(buf, starts, cut, pa.string())
     values = _taken(buf, cut + 1, ends, pa.string())
     names, values, parents = _sorted_last_wins(names, values, parents)
@@ -428,6 +435,7 @@ def _where(values: pa.Array, mask: Any) -> pa.Array:
 def _sorted_last_wins(names: pa.Array, values: pa.Array,
                       parents: Any) -> tuple[pa.Array, pa.Array, Any]:
     """Entries sorted by (record, name), stably, and of a repeated name only the last kept."""
+    import pyarrow.compute as pc  # see the module docstring (lazy)
     if len(names) == 0:
         return names, values, parents
     order = pc.sort_indices(pa.record_batch([_fixed(pa.int32(), parents), names], ["p", "n"]),
@@ -444,6 +452,7 @@ def _sorted_last_wins(names: pa.Array, values: pa.Array,
 def _first_keys(keys: pa.Array) -> pa.Array:
     """Each ``KEYS`` value's first space-separated key (``str.split`` semantics), NULL if none
     (NULL stays NULL)."""
+    import pyarrow.compute as pc  # see the module docstring (lazy)
     if not pc.any(pc.match_substring_regex(keys, _PLAIN_KEYS)).as_py():
         return keys
     return _strings([(v.split(None, 1) or ("",))[0] if v else "" for v in keys.to_pylist()],

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 from isal.isal_zlib import crc32
+from numpy.lib.stride_tricks import sliding_window_view
 
 from txmq.protocol._message_codec import (
     BORNHOST_V6_FLAG,
@@ -63,7 +64,6 @@ _RECORD_MIN = 88 + 1 + 2
 """The shortest record: an IPv4 head, an empty body, a 1-byte topic length, a properties length."""
 _CRC_MASK = 0x7FFFFFFF
 _PORT_MAX = 0xFFFF
-_SPAN = np.arange(64, dtype=_I64)
 _TOTAL = struct.Struct(">i")
 """A record's first field, its total size (big-endian, signed)."""
 
@@ -137,9 +137,12 @@ def _boundaries(data: bytes) -> list[int] | None:
 
 
 def _gather(u8: np.ndarray[Any, Any], at: np.ndarray[Any, Any], dtype: np.dtype[Any]) -> Any:
-    """The records of ``dtype`` at byte positions ``at`` of ``u8`` (one structured array)."""
-    rows = u8[at[:, None] + _SPAN[: dtype.itemsize]]
-    return rows.view(dtype)[:, 0]
+    """The records of ``dtype`` at byte positions ``at`` of ``u8`` (one structured array; every
+    ``at + dtype.itemsize <= len(u8)``). Rows of a sliding window view: one copy of
+    ``itemsize`` bytes per record, 5 times faster than an element-wise gather (issue #24)."""
+    if len(u8) < dtype.itemsize:  # then no position is valid: ``at`` is empty
+        return np.zeros(len(at), dtype)
+    return sliding_window_view(u8, dtype.itemsize)[at].view(dtype)[:, 0]
 
 
 def index_message_exts(data: bytes, *, check_crc: bool = True,

@@ -32,6 +32,8 @@ from txmq.protocol import FrameDecoder
 from txmq.testing import BrokerProcess, run_broker, wait_until
 
 FAST_TX = {"transaction_timeout_ms": 300, "transaction_check_interval_ms": 300}
+ONEWAY_TX_TIMEOUT_MS = 5_000
+"""A transaction's check-back delay where a test asserts that none comes (ms)."""
 
 
 @pytest.fixture
@@ -216,9 +218,13 @@ def test_async_api_with_an_async_listener(broker: BrokerProcess) -> None:
         assert sum(pc.max_offset("t", q) for q in pc.queue_ids("t")) == 15
 
 
-def test_oneway_ends_of_one_loop_turn_settle_without_check_back(broker: BrokerProcess) -> None:
+def test_oneway_ends_of_one_loop_turn_settle_without_check_back(tmp_path: Path) -> None:
     """One-way ends (RocketMQ ``endTransactionOneway``) go out as one-way batches; each commit and
-    rollback is applied by the broker without any check-back."""
+    rollback is applied by the broker without any check-back. The check-back would come after
+    ``ONEWAY_TX_TIMEOUT_MS``, not the 300 ms of ``FAST_TX``: a CI run once took longer than that
+    from storing the halves to ending them, and every transaction was checked back. An end that
+    was not applied leaves its transaction pending (the check answers UNKNOWN), so the counts
+    below never match."""
     checked: list[str] = []
 
     class Listener:
@@ -229,8 +235,8 @@ def test_oneway_ends_of_one_loop_turn_settle_without_check_back(broker: BrokerPr
             checked.append(msg.keys)
             return LocalTransactionState.UNKNOWN
 
-    async def main() -> list[str]:
-        tp = AsyncTransactionProducer("pg", broker.endpoints, Listener(), oneway_end=True)
+    async def main(endpoints: str) -> list[str]:
+        tp = AsyncTransactionProducer("pg", endpoints, Listener(), oneway_end=True)
         await tp.start()
         try:
             results = await asyncio.gather(*(tp.send_message_in_transaction(
@@ -239,10 +245,12 @@ def test_oneway_ends_of_one_loop_turn_settle_without_check_back(broker: BrokerPr
         finally:
             await tp.shutdown()
 
-    assert asyncio.run(main()) == ["SENT"] * 30
-    with PullConsumer(broker.endpoints) as pc:
-        wait_until(lambda: pc.transaction_stats()["COMMIT"] == 20)
-        assert pc.transaction_stats()["ROLLBACK"] == 10
+    with run_broker(tmp_path / "broker", topics={"t": 2}, transaction_check_interval_ms=300,
+                    transaction_timeout_ms=ONEWAY_TX_TIMEOUT_MS) as broker, \
+            PullConsumer(broker.endpoints) as pc:
+        assert asyncio.run(main(broker.endpoints)) == ["SENT"] * 30
+        wait_until(lambda: (pc.transaction_stats()["COMMIT"], pc.transaction_stats()["ROLLBACK"])
+                   == (20, 10), timeout_s=ONEWAY_TX_TIMEOUT_MS / 1000 - 1)
 
         def bodies() -> list[int]:  # a decided commit is readable once its record is flushed
             return sorted(int(m.body) for q in pc.queue_ids("t")

@@ -66,7 +66,8 @@ def test_every_target_runs_a_short_budget_without_a_finding(tmp_path: Path) -> N
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)
     assert {x["target"] for x in rows} == set(TARGETS)
-    assert all(x["inputs"] == 5000 and x["findings"] == 0 for x in rows), rows
+    # libFuzzer (atheris) may count a few inputs past -runs (5,003 once in CI): at least the budget
+    assert all(x["inputs"] >= 5000 and x["findings"] == 0 for x in rows), rows
 
 
 def test_a_run_leaves_logging_as_it_found_it(tmp_path: Path) -> None:

@@ -139,7 +139,7 @@ Figure = tuple[float, float | None]
 
 def _cpu_per_msg(pid: int, c0: float | None, n: int) -> float | None:
     c1 = process_cpu_s(pid)
-    return None if c0 is None or c1 is None or n <= 0 else (c1 - c0) / n * 1e6
+    return None if c0 is None or n <= 0 else (c1 - c0) / n * 1e6
 
 
 async def _timed(one: Callable[[], Awaitable[bool]], in_flight: int, seconds: float, pid: int) -> Figure:

@@ -208,7 +208,7 @@ async def _drive(port: int, makers: list[Callable[[int], tuple[bytes, int]]], in
         transport.close()
     if counter.errors or ok1 == ok0:
         raise RuntimeError(f"{counter.errors} requests failed, {ok1 - ok0} acknowledged")
-    cpu = (c1 - c0) / (ok1 - ok0) * 1e6 if c0 is not None and c1 is not None else None
+    cpu = (c1 - c0) / (ok1 - ok0) * 1e6
     return (ok1 - ok0) / (t1 - t0), cpu
 
 

@@ -18,15 +18,20 @@ from txmq.protocol import (
     PROPERTY_UNIQ_KEY,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    CreateTopicRequestHeader,
     EndTransactionRequestHeader,
+    OffsetResponseHeader,
+    QueryConsumerOffsetRequestHeader,
     RequestCode,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
+    UpdateConsumerOffsetRequestHeader,
     decode_offset_msg_id,
     encode_properties,
     from_ext,
     to_ext,
 )
+from txmq.store import FileStore, Record, StoreConfig
 from txmq.testing import BrokerProcess, NamesrvProcess, free_port, wait_until
 
 TOPIC = "rep"
@@ -252,3 +257,93 @@ def test_a_slave_learns_its_master_from_the_name_server(tmp_path: Path) -> None:
         slave.stop()
         master.stop()
         ns.stop()
+
+
+# -- metadata through the replicated log (issue #25 item 4) -------------------------------------
+async def _call(addr: str, code: int, header: Any) -> Any:
+    conn = AsyncConnection(addr, timeout_ms=20_000)
+    await conn.connect()
+    try:
+        return await conn.request(code, to_ext(header))
+    finally:
+        await conn.close()
+
+
+def commit_offset(bp: BrokerProcess, group: str, qid: int, offset: int, topic: str = TOPIC) -> None:
+    h = UpdateConsumerOffsetRequestHeader(consumer_group=group, topic=topic, queue_id=qid,
+                                          commit_offset=offset)
+    assert asyncio.run(_call(bp.endpoints, RequestCode.UPDATE_CONSUMER_OFFSET, h)).code == 0
+
+
+def query_offset(bp: BrokerProcess, group: str, qid: int, topic: str = TOPIC) -> int | None:
+    h = QueryConsumerOffsetRequestHeader(consumer_group=group, topic=topic, queue_id=qid,
+                                         set_zero_if_not_found=False)
+    r = asyncio.run(_call(bp.endpoints, RequestCode.QUERY_CONSUMER_OFFSET, h))
+    return from_ext(r.ext, OffsetResponseHeader).offset if r.code == 0 else None
+
+
+def test_offsets_and_a_topic_of_the_master_reach_the_slave_through_the_log(tmp_path: Path) -> None:
+    master, slave = pair(tmp_path, role="ASYNC_MASTER")
+    try:
+        master.start()
+        slave.start()
+        send(master, bodies("O", 50))
+        for i in range(200):  # a commit storm: coalesced into a few records
+            commit_offset(master, "cg", i % QUEUES, i)
+        h = CreateTopicRequestHeader(topic="fresh", read_queue_nums=3, write_queue_nums=3)
+        assert asyncio.run(_call(master.endpoints, RequestCode.UPDATE_AND_CREATE_TOPIC, h)).code == 0
+        send(master, {"f1": b"fresh-body"}, topic="fresh")
+        wait_until(lambda: (query_offset(slave, "cg", 0), query_offset(slave, "cg", 1)) == (198, 199), 30)
+        assert query_offset(master, "cg", 0) == 198
+        with PullConsumer(slave.endpoints) as pc:
+            got = [m.body for q in range(3) for m in pc.pull("fresh", q, 0, 32).messages]
+        assert got == [b"fresh-body"]
+        slave_cfg = slave.config.get("topics", {})
+        assert "fresh" not in slave_cfg  # the slave learned it from the log only
+        records = sum(1 for _ in (master.data_dir / "store" / "consumequeue" / "rmq_sys_CONSUMER_OFFSET"
+                                  / "0").iterdir())
+        assert records >= 1
+    finally:
+        master.stop()
+        slave.stop()
+
+
+def test_a_slave_killed_and_restarted_keeps_offsets_not_older_than_before(tmp_path: Path) -> None:
+    master, slave = pair(tmp_path, role="ASYNC_MASTER")
+    try:
+        master.start()
+        slave.start()
+        for q in range(QUEUES):
+            commit_offset(master, "kg", q, 40 + q)
+        wait_until(lambda: query_offset(slave, "kg", 1) == 41, 30)
+        before = [query_offset(slave, "kg", q) for q in range(QUEUES)]
+        slave.kill()  # SIGKILL: its offset file may be older than what it served
+        commit_offset(master, "kg", 0, 50)
+        slave.start()
+        after = [query_offset(slave, "kg", q) for q in range(QUEUES)]
+        assert all(a is not None and b is not None and a >= b for a, b in zip(after, before, strict=True))
+        wait_until(lambda: query_offset(slave, "kg", 0) == 50, 30)
+    finally:
+        master.stop()
+        slave.stop()
+
+
+def test_a_hostile_system_record_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    master, slave = pair(tmp_path, role="ASYNC_MASTER")
+    store = FileStore(master.data_dir / "store", StoreConfig())
+    store.append([Record(topic="rmq_sys_CONSUMER_OFFSET", queue_id=0,
+                         body=b'{"e": [["cg", "rep", 0, -7]]}')])  # valid CRC, illegal value
+    store.flush()
+    store.close()
+    try:
+        master.start()
+        slave.start()
+        commit_offset(master, "cg", 0, 3)
+        wait_until(lambda: query_offset(slave, "cg", 0) == 3, 30)
+        for bp in (master, slave):
+            text = bp.log_path.read_text()
+            assert "system record rmq_sys_CONSUMER_OFFSET queue offset 0 refused" in text, text[-2000:]
+        assert query_offset(master, "cg", 0) == 3
+    finally:
+        master.stop()
+        slave.stop()

@@ -18,6 +18,7 @@ from txmq.broker._clients import ClientRegistry
 from txmq.broker._config import BrokerConfig, parse_delay_levels
 from txmq.broker._groups import GroupService
 from txmq.broker._health import TimerHealth, destination_problem
+from txmq.broker._meta_log import MetaLog
 from txmq.broker._offset_table import OffsetTable
 from txmq.broker._pop import build_pop_service
 from txmq.broker._retry import retry_record
@@ -141,6 +142,10 @@ class Broker:
                                         self.append, self.destination_problem)
         self._recover()
         self.tx.trim(store.min_offset)  # retention may have run since the index was saved
+        self.meta = MetaLog(store, self.offsets, self.topics, self.schedule, self.append,
+                            slave=config.broker_role == "SLAVE")
+        """Offsets, delay progress and topics as system records of the replicated log."""
+        self.meta.recover()
         self.groups = GroupService(self)
         self.tx_requests = TransactionRequests(self)
         self.sender = SendPath(self)
@@ -249,13 +254,17 @@ class Broker:
             ("consumer offsets", self.offsets.prepare_persist()),
             ("delay progress", self.schedule.prepare_persist()),
             ("transaction index", self.tx.prepare_snapshot(pause))) if step is not None]
+        position = self.meta.prepare_persist()  # copied with the tables: saved only after them
 
         def run() -> None:
-            for what, step in steps:
+            saved = True
+            for what, step in [*steps, ("system record position", position)]:
                 try:
-                    step()
+                    if step is not None and (saved or what != "system record position"):
+                        step()
                 except StoreError as exc:  # a full disk: retried next time, never fatal
                     log.error("%s not saved: %s", what, exc)
+                    saved = False
 
         return run
 
@@ -340,6 +349,7 @@ class Broker:
         slave = self.config.broker_role == "SLAVE"  # RocketMQ: only a master checks back,
         if not slave:                               # delivers delays and revives pops
             self.health.run("schedule", now_ms, lambda: self.schedule.tick(now_ms))
+        self.health.run("meta", now_ms, lambda: self.meta.tick(now_ms))  # write / follow
         actions += self.health.run("clients", now_ms, lambda: self._expire_clients(now_ms)) or []
         if slave:  # (``BrokerRole.SLAVE != role``)
             return actions
@@ -522,6 +532,8 @@ class Broker:
     def _query_offset(self, conn: int, cmd: Command, now: int) -> list[Action]:
         h = from_ext(cmd.ext, QueryConsumerOffsetRequestHeader)
         check_group(h.consumer_group)
+        if self.meta.slave:  # what replication made durable, even between two ticks
+            self.meta.follow()
         if check_topic(h.topic) in self.topics:
             check_queue_id(h.queue_id, self.topics[h.topic], h.topic)
         off = self.offsets.get(h.consumer_group, h.topic, h.queue_id)

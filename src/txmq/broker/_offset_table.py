@@ -57,6 +57,9 @@ class OffsetTable:
             log.error("%s: %d keys are not <group>@<topic>@<queue id> and are ignored: %s",
                       OFFSETS_META, len(bad), bad[:5])
         self._dirty = False
+        self.on_change: Callable[[str, str, int, int], None] | None = None
+        """Called with ``(group, topic, queue id, offset)`` after :meth:`set` changed an offset or
+        :meth:`reset` dropped one (offset -1): a master's system records (``MetaLog``)."""
 
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
         """The group's committed offset of the queue, or None if it never committed one."""
@@ -66,6 +69,18 @@ class OffsetTable:
         """Store the group's offset of one queue (in memory; :meth:`persist` saves it)."""
         key = _key(group, topic, queue_id)
         if self._table.get(key) != offset:
+            self._table[key] = offset
+            self._dirty = True
+            if self.on_change is not None:
+                self.on_change(group, topic, queue_id, offset)
+
+    def follow(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Apply a system record's offset (-1: forget the key) without calling
+        :attr:`on_change`."""
+        key = _key(group, topic, queue_id)
+        if offset < 0:
+            self._dirty = self._table.pop(key, None) is not None or self._dirty
+        elif self._table.get(key) != offset:
             self._table[key] = offset
             self._dirty = True
 
@@ -88,6 +103,8 @@ class OffsetTable:
         drop = [k for k in self._table if (p := _split(k)) is not None and p[:2] == (group, topic)]
         for k in drop:
             del self._table[k]
+            if self.on_change is not None and (p := _split(k)) is not None:
+                self.on_change(*p, -1)
         self._dirty = self._dirty or bool(drop)
         return len(drop)
 

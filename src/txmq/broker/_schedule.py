@@ -207,6 +207,14 @@ class ScheduleService:
                 self.parked[kind] = self.parked.get(kind, 0) + 1
         return len(records)
 
+    def follow(self, level: int, offset: int) -> None:
+        """Apply a system record (``rmq_sys_DELAY_OFFSET``): ``level`` delivered up to ``offset``.
+        The record follows the deliveries in the log, so they are durable when it is: the progress
+        is saved with the next :meth:`prepare_persist`. An unknown level is ignored."""
+        if level in self.offsets and offset > self.offsets[level]:
+            self.offsets[level] = offset
+            self._unflushed.append((level, offset, 0))
+
     def persist(self) -> None:
         """Save per-level progress up to deliveries the store has flushed, now, on this thread.
         Raises StoreError (tried again next time)."""

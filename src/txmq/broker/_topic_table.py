@@ -9,7 +9,7 @@ everyone else: a :class:`~collections.abc.Mapping` of topic → queue count; cha
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import msgspec
 
@@ -17,6 +17,7 @@ from txmq import limits
 from txmq.broker._actions import Fail
 from txmq.broker._config import BrokerConfig, parse_delay_levels
 from txmq.broker._meta import load_json_meta
+from txmq.broker._meta_log import META_TOPICS
 from txmq.broker._schedule import SCHEDULE_TOPIC
 from txmq.broker.transaction import (
     HALF_TOPIC,
@@ -42,7 +43,7 @@ TOPICS_META = "topics.json"
 """Name of the metadata blob (``meta/topics.json`` in a ``FileStore``)."""
 
 _SYSTEM_TOPICS = {HALF_TOPIC: 1, OP_TOPIC: 1, TRANS_CHECK_MAX_TIME_TOPIC: 1, SINK_BATCH_TOPIC: 1,
-                  PARKED_TOPIC: 1}
+                  PARKED_TOPIC: 1, **dict.fromkeys(META_TOPICS, 1)}
 assert all(is_broker_topic(t) for t in (*_SYSTEM_TOPICS, SCHEDULE_TOPIC))
 
 
@@ -66,6 +67,9 @@ class TopicTable(Mapping[str, int]):
         self._topics[revive_topic(config.broker_cluster_name)] = 1  # pop's CK and ack records
         for name, n in config.topics.items():
             self._topics.setdefault(name, n)
+        self.on_change: Callable[[str, int], None] | None = None
+        """Called with ``(topic, queue count)`` after :meth:`create` changed a topic or
+        :meth:`delete` removed one (count 0): a master's system records (``MetaLog``)."""
         if self._topics != saved:  # a full disk must not stop the start (issue 11)
             try:
                 self._save()
@@ -113,6 +117,8 @@ class TopicTable(Mapping[str, int]):
                        f"queue count {queue_nums} not in 1..{limits.QUEUE_NUMS_MAX}")
         if self._topics.get(topic, 0) < queue_nums:
             self._topics[topic] = queue_nums
+            if self.on_change is not None:
+                self.on_change(topic, queue_nums)
             self._save()
         return self._topics[topic]
 
@@ -125,8 +131,22 @@ class TopicTable(Mapping[str, int]):
         n = self._topics.pop(topic, None)
         if n is None:
             raise Fail(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
+        if self.on_change is not None:
+            self.on_change(topic, 0)
         self._save()
         return n
+
+    def follow(self, topic: str, queue_nums: int) -> None:
+        """Apply a system record: ``topic`` has ``queue_nums`` queues (0: deleted), without calling
+        :attr:`on_change`; saved if it changed. The record's decoder checked the name and count.
+        Raises StoreError (the table stays changed in memory)."""
+        if queue_nums == 0:
+            changed = self._topics.pop(topic, None) is not None
+        else:
+            changed = self._topics.get(topic) != queue_nums
+            self._topics[topic] = queue_nums
+        if changed:
+            self._save()
 
     def snapshot(self) -> dict[str, int]:
         """A copy of the table (topic → queue count), e.g. for name server registration."""

@@ -204,6 +204,10 @@ class MetaCoalescer:
             if self._recorded_delays.get(lvl) != off:
                 self._delays[lvl] = off
 
+    def delays_known(self, offsets: dict[int, int]) -> None:
+        """The delay progress the log already holds (at start): only moves after it are taken."""
+        self._recorded_delays = dict(offsets)
+
     @property
     def pending(self) -> int:
         """Changed keys not yet taken."""
@@ -281,6 +285,7 @@ class MetaLog:
             lo, hi = self._store.queue_bounds(topic, 0)
             self.position[topic] = min(max(self.position[topic], lo), hi)
         n = self.follow()
+        self.coalescer.delays_known(self._schedule.offsets)
         if n or self.refused:
             log.info("system records: %d applied at start, %d refused", n, self.refused)
         return n
@@ -326,8 +331,8 @@ class MetaLog:
         time); a body :func:`decode_meta` refuses is logged and skipped."""
         total = 0
         for topic in META_TOPICS:
-            pos = self.position[topic]
-            _, hi = self._store.queue_bounds(topic, 0)
+            lo, hi = self._store.queue_bounds(topic, 0)
+            pos = max(self.position[topic], lo)  # (retention deleted what was not applied)
             while pos < hi:
                 try:
                     msgs = self._store.read_queue(topic, 0, pos, META_FOLLOW_BATCH,

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from txmq.broker import Broker, BrokerConfig
 from txmq.broker._meta_log import (
@@ -175,3 +177,20 @@ def test_clients_cannot_send_to_system_topics() -> None:
     for topic in META_TOPICS:
         with pytest.raises(InvalidRequest):
             check_send_topic(topic)
+
+
+@given(topic=st.sampled_from(META_TOPICS),
+       body=st.one_of(st.binary(max_size=200),
+                      st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                                   lambda c: st.lists(c, max_size=5)
+                                   | st.dictionaries(st.sampled_from(["e", "t", "n", "x"]), c,
+                                                     max_size=3),
+                                   max_leaves=20).map(msgspec.json.encode)))
+@settings(max_examples=400, deadline=None)
+def test_any_body_decodes_or_is_refused_with_corrupt_record(topic: str, body: bytes) -> None:
+    try:
+        out = decode_meta(topic, body, 0)
+    except CorruptRecord as exc:
+        assert topic in str(exc)
+    else:
+        assert decode_meta(topic, encode_meta(out), 0) == out

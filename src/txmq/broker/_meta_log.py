@@ -5,23 +5,19 @@ Consumer offsets, delay (schedule) progress and topic configuration are written 
 (``TopicValidator.SYSTEM_TOPIC_PREFIX`` ``rmq_sys_``, as ``rmq_sys_REVIVE_LOG_<cluster>`` of
 ``PopAckConstants.REVIVE_TOPIC`` and ``rmq_sys_SYNC_BROKER_MEMBER_`` are):
 
-=========================== ================================================= ===================
-topic (queue 0)             body (msgspec JSON)                               written
-=========================== ================================================= ===================
-``rmq_sys_CONSUMER_OFFSET`` ``{"e": [[group, topic, queue id, offset], ...]}`` coalesced
-``rmq_sys_DELAY_OFFSET``    ``{"e": [[delay level, next queue offset], ...]}`` coalesced
-``rmq_sys_TOPIC_CONFIG``    ``{"t": topic, "n": queue count}`` (0: deleted)   at each change
-=========================== ================================================= ===================
+- ``rmq_sys_CONSUMER_OFFSET``: ``{"e": [[group, topic, queue id, offset], ...]}``, coalesced;
+- ``rmq_sys_DELAY_OFFSET``: ``{"e": [[delay level, next schedule queue offset], ...]}``, coalesced;
+- ``rmq_sys_TOPIC_CONFIG``: ``{"t": topic, "n": queue count}`` (0: deleted), at each change.
 
-An offset of -1 forgets the key (a reset). The records are ordinary MessageExt records, so the
-store's ``__CRC32#`` check covers them on every read, on replication and at recovery; a body that
-does not decode or holds an illegal value is refused by :func:`decode_meta` (CorruptRecord, logged,
-skipped: it changes nothing).
+All on queue 0, bodies in msgspec JSON; an offset of -1 forgets the key (a reset). The records are
+ordinary MessageExt records, so the store's ``__CRC32#`` check covers them on every read, on
+replication and at recovery; a body that does not decode or holds an illegal value is refused by
+:func:`decode_meta` (CorruptRecord, logged, skipped: it changes nothing).
 
 Coalescing (:class:`MetaCoalescer`, sans-IO): an offset commit only marks its key changed; every
 ``META_RECORD_INTERVAL_MS`` the changed keys go out as one record per kind (at most
-``META_RECORD_ENTRIES_MAX`` entries each), so an offset-commit storm writes at most one record per
-kind per interval, whatever its rate.
+``META_RECORD_ENTRIES_MAX`` entries each), so an offset-commit storm writes one record per kind per
+interval (per 4,096 changed keys), whatever its rate.
 
 Followers (:class:`MetaLog.follow`): a SLAVE applies the system records of its (durable) log as
 they arrive, so its offsets are those of the master's log at the slave's position, never older than

@@ -194,3 +194,14 @@ def test_any_body_decodes_or_is_refused_with_corrupt_record(topic: str, body: by
         assert topic in str(exc)
     else:
         assert decode_meta(topic, encode_meta(out), 0) == out
+
+
+def test_an_idle_master_writes_no_system_record(tmp_path: Path) -> None:
+    b = Broker(BrokerConfig(topics={"t": 2}).validate(), FileStore(tmp_path / "m", StoreConfig()), 0)
+    before = b.store.write_offset
+    for now in range(0, 20_000, 100):
+        b.tick(now)
+    assert b.store.write_offset == before
+    b.set_offset("g", "t", 0, 1)
+    b.tick(20_000)
+    assert b.store.write_offset > before

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,9 @@ def test_the_loop_serves_while_the_writer_is_held_mid_save(tmp_path: Path) -> No
     requests, and no metadata file is written on the loop's thread."""
     store = _GatedStore(tmp_path)
     server = BrokerServer(BrokerConfig(port=0, topics={"t": 2}), store)
-    h = BrokerHarness(store, topics={"t": 2})
+    # the halves are born now: with the harness's default clock (1970) the server's first
+    # transaction check could discard them as older than file_reserved_time_ms before the copy
+    h = BrokerHarness(store, now_ms=int(time.time() * 1000), topics={"t": 2})
     h.broker = server.broker
     _pending(h, 3000)
     h.broker.set_offset("g", "t", 0, 5)

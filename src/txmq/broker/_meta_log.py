@@ -265,6 +265,7 @@ class MetaLog:
         self.position = {t: max(0, saved.get(t, 0)) for t in META_TOPICS}
         """System topic → next queue offset not applied (or, on a master, not written)."""
         self._saved_position: dict[str, int] = dict(self.position) if saved else {}
+        self._stuck: dict[str, int] = {}  # topic -> queue offset whose read failed
         self.applied = 0
         """System records applied since start."""
         self.refused = 0
@@ -334,8 +335,10 @@ class MetaLog:
                     msgs = self._store.read_queue(topic, 0, pos, META_FOLLOW_BATCH,
                                                   limits.MESSAGE_SIZE_MAX_BYTES)
                 except StoreError as exc:
-                    log.error("system records of %s not applied from queue offset %d: %s", topic,
-                              pos, exc)
+                    if self._stuck.get(topic) != pos:  # (logged once per place, not every tick)
+                        self._stuck[topic] = pos
+                        log.error("system records of %s not applied from queue offset %d: %s",
+                                  topic, pos, exc)
                     break
                 if not msgs:
                     break

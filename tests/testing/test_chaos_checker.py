@@ -10,9 +10,11 @@ import pytest
 from txmq.testing.chaos import (
     CLUSTER_KINDS,
     KINDS,
+    REPLICA_KINDS,
     BrokerTarget,
     Observation,
     OffsetSample,
+    ReplicaSnapshot,
     Stored,
     check,
     schedule,
@@ -196,3 +198,114 @@ def test_a_sample_read_from_the_new_broker_before_start_returns_follows_its_rest
     obs.broker_restarts = target.restarts
     assert obs.offsets[-1].t >= target.restarts[0]
     assert check(events, obs) == []
+
+
+def replicated() -> tuple[list[dict[str, Any]], Observation]:
+    """The clean history of a replicated run: the plain send and the commit acknowledged SUCCESS
+    before the master was killed at t=20 and the slave scanned; at the end the caught-up slave
+    holds everything the master does, and its log is a prefix of the master's."""
+    events, obs = clean()
+    for e in events:
+        if e["op"] == "send" and e["phase"] == "ok":
+            e.update(status="SEND_OK", queue=0, offset=0)
+    obs.stored = [Stored(m.topic, m.queue_id, m.offset, m.key, body=m.key.encode())
+                  for m in obs.stored]
+    down = [m for m in obs.stored if m.key in ("a", "c")]  # the outbox event came later
+    obs.replicated = True
+    obs.replica_snapshots = [ReplicaSnapshot(20, down), ReplicaSnapshot(50, list(obs.stored), True)]
+    obs.master_log, obs.slave_log = b"record-1record-2record-3", b"record-1record-2"
+    return events, obs
+
+
+def test_a_clean_replicated_history_has_no_violation() -> None:
+    assert check(*replicated()) == []
+
+
+def test_an_acknowledged_send_missing_from_the_slave_while_the_master_is_down() -> None:
+    events, obs = replicated()
+    obs.replica_snapshots[0] = ReplicaSnapshot(20, [m for m in obs.stored if m.key == "c"])
+    (v,) = check(events, obs)
+    assert (v.kind, v.key) == ("replica_lost", "a") and "missing" in v.detail
+    assert "while the master was down" in v.detail
+    assert [e["op"] for e in v.excerpt][:2] == ["send", "send"]
+
+
+def test_a_committed_transaction_missing_from_the_slave_at_the_end() -> None:
+    events, obs = replicated()
+    final = [m for m in obs.stored if m.key != "c"]
+    obs.replica_snapshots[1] = ReplicaSnapshot(50, final, True)
+    (v,) = check(events, obs)
+    assert (v.kind, v.key) == ("replica_lost", "c") and "at the end" in v.detail
+
+
+def test_a_slave_copy_at_another_offset_or_with_other_bytes_is_not_the_message() -> None:
+    events, obs = replicated()
+    moved = Stored("plain", 0, 5, "a", body=b"a")
+    obs.replica_snapshots[0] = ReplicaSnapshot(20, [moved, obs.stored[1]])
+    (v,) = check(events, obs)
+    assert v.kind == "replica_lost" and "offset 5" in v.detail
+    events, obs = replicated()
+    changed = Stored("tx", 0, 0, "c", body=b"C")
+    obs.replica_snapshots[0] = ReplicaSnapshot(20, [obs.stored[0], changed])
+    (v,) = check(events, obs)
+    assert (v.kind, v.key) == ("replica_lost", "c") and "byte for byte" in v.detail
+
+
+def test_a_send_not_acknowledged_by_the_slave_may_or_may_not_be_there() -> None:
+    """FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE: stored on the master, not on the slave."""
+    for status in ("FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"):
+        events, obs = replicated()
+        for e in events:
+            if e["op"] == "send" and e["phase"] == "ok":
+                e["status"] = status
+        obs.replica_snapshots[0] = ReplicaSnapshot(20, [m for m in obs.stored if m.key == "c"])
+        assert check(events, obs) == []
+        obs.stored = [m for m in obs.stored if m.key != "a"]  # the master must still hold it
+        assert {v.kind for v in check(events, obs)} == {"lost"}
+
+
+def test_an_acknowledgement_after_the_master_died_is_not_asked_of_the_scan() -> None:
+    events, obs = replicated()
+    obs.replica_snapshots[0] = ReplicaSnapshot(1.5, [])  # killed before the send's ok at t=2
+    assert check(events, obs) == []
+    obs.replica_snapshots[0] = ReplicaSnapshot(2.5, [])
+    assert kinds(events, obs) == {"replica_lost": {"a"}}
+
+
+def test_a_rolled_back_transaction_on_the_slave() -> None:
+    events, obs = replicated()
+    obs.replica_snapshots[0] = ReplicaSnapshot(20, [*obs.replica_snapshots[0].stored,
+                                                    Stored("tx", 1, 0, "r", body=b"r")])
+    assert kinds(events, obs) == {"replica_rolled_back_visible": {"r"}}
+
+
+def test_a_slave_log_that_is_not_a_prefix_of_the_masters() -> None:
+    events, obs = replicated()
+    obs.slave_log = b"record-1recXrd-2"
+    (v,) = check(events, obs)
+    assert v.kind == "replica_diverged" and "first difference at 11" in v.detail
+    obs.slave_log = obs.master_log + b"record-4"  # ahead of its master
+    (v,) = check(events, obs)
+    assert v.kind == "replica_diverged"
+    obs.slave_log = obs.master_log
+    assert check(events, obs) == []
+
+
+def test_a_slave_that_never_caught_up_is_reported_not_read_as_a_loss() -> None:
+    events, obs = replicated()
+    obs.replica_snapshots[1] = ReplicaSnapshot(50, obs.replica_snapshots[0].stored, True)
+    assert kinds(events, obs) == {"replica_lost": {"o"}}
+    obs.replica_caught_up = False
+    assert kinds(events, obs) == {"replica_behind": {"commit log"}}
+
+
+def test_a_replicated_schedule_aims_at_the_master_the_slave_and_the_link() -> None:
+    workers = ["plain", "tx", "outbox", "chaos-g1", "chaos-g2"]
+    faults = schedule(9, len(REPLICA_KINDS), 40.0, workers, REPLICA_KINDS)
+    assert {f.kind for f in faults} == set(REPLICA_KINDS)
+    for f in faults:
+        want = {"master_kill": "master", "master_pause": "master", "slave_kill": "slave",
+                "slave_pause": "slave"}.get(f.kind, "ha-link" if f.kind.startswith("ha_") else "")
+        assert f.target == want if want else f.target in workers
+    assert all(f.amount_ms > 0 for f in faults if f.kind == "ha_delay")
+    assert faults == schedule(9, len(REPLICA_KINDS), 40.0, workers, REPLICA_KINDS)

@@ -20,23 +20,29 @@ def chaos(
     brokers: Annotated[int, typer.Option(
         min=1, max=26, help="2 or more: a cluster run (a name server and that many brokers; the "
                             "nemesis kills one broker at a time, and the workload's processes).")] = 1,
+    replicas: Annotated[int, typer.Option(
+        min=0, max=1, help="1: a replicated run (the broker a SYNC_MASTER with a slave behind a "
+                           "fault proxy on the HA link; the nemesis kills and pauses either and "
+                           "cuts, delays and half-opens the link). One broker only.")] = 0,
     report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Keep histories, databases and logs here "
                                                       "(default: a temporary directory).")] = None,
 ) -> None:
     """Run producers, transactions, an outbox relay and two consumer groups while killing, pausing,
-    partitioning, filling the disk and jumping the clock; exit 1 on any violation."""
+    partitioning, filling the disk and jumping the clock (or, with --replicas 1, killing and pausing
+    a SYNC_MASTER and its slave and cutting the link between them); exit 1 on any violation."""
     from txmq.testing.chaos import ChaosConfig, run_chaos, write_reports
 
     with tempfile.TemporaryDirectory(prefix="txmq-chaos-") as tmp:
         where = run_dir or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
         res = run_chaos(where, ChaosConfig(seed=seed, faults=faults, duration_s=duration_s,
-                                           brokers=brokers))
+                                           brokers=brokers, replicas=replicas))
     write_reports(res, report, json_path)
     t = Table("measure", "value",
-              title=f"chaos seed {seed}" + (f", {brokers} brokers" if brokers > 1 else ""))
+              title=f"chaos seed {seed}" + (f", {brokers} brokers" if brokers > 1 else "")
+              + (", master and slave" if replicas else ""))
     t.add_row("faults injected", str(sum(res.faults_by_kind.values())))
     for kind, n in sorted(res.faults_by_kind.items()):
         t.add_row(f"  {kind}", str(n))

@@ -17,6 +17,13 @@ that many brokers instead of the broker and the proxy; the workload finds them t
 server and the nemesis SIGKILLs one broker at a time (``broker_kill``) while the others keep
 serving, besides killing and pausing the workload's processes (:data:`CLUSTER_KINDS`).
 
+A replicated run (``ChaosConfig(replicas=1)``, ``txmq chaos --replicas 1``) makes the broker a
+SYNC_MASTER with a slave that follows it through a second fault proxy on the HA link; the nemesis
+SIGKILLs and SIGSTOPs the master and the slave and cuts, delays and half-opens the HA link
+(:data:`REPLICA_KINDS`), and the checker adds the replication properties: what the master
+acknowledged SUCCESS is on the slave byte for byte (scanned while the master is down, and at the
+end), no rolled-back transaction is, and the slave's commit log is a prefix of the master's.
+
 After the last fault every fault is healed, the producers stop, and the run waits until every
 transaction is settled, the outbox is sent and both groups have everything; then :func:`check` reads
 the histories, a scan of the broker, the transaction states, the databases and the offset samples,
@@ -24,9 +31,16 @@ and lists violations (see :mod:`._check`). The report (:func:`render_markdown`, 
 schedule, the counts, each violation with its history excerpt, and the seed that replays it.
 """
 
-from txmq.testing.chaos._check import Observation, OffsetSample, Stored, Violation, check
+from txmq.testing.chaos._check import (
+    Observation,
+    OffsetSample,
+    ReplicaSnapshot,
+    Stored,
+    Violation,
+    check,
+)
 from txmq.testing.chaos._history import HistoryWriter, read_histories
-from txmq.testing.chaos._nemesis import CLUSTER_KINDS, KINDS, Fault, schedule
+from txmq.testing.chaos._nemesis import CLUSTER_KINDS, KINDS, REPLICA_KINDS, Fault, schedule
 from txmq.testing.chaos._procs import BrokerTarget
 from txmq.testing.chaos._proxy import FaultProxy
 from txmq.testing.chaos._report import render_markdown, write_reports
@@ -35,6 +49,7 @@ from txmq.testing.chaos._run import ChaosConfig, ChaosResult, run_chaos
 __all__ = [
     "CLUSTER_KINDS",
     "KINDS",
+    "REPLICA_KINDS",
     "BrokerTarget",
     "ChaosConfig",
     "ChaosResult",
@@ -43,6 +58,7 @@ __all__ = [
     "HistoryWriter",
     "Observation",
     "OffsetSample",
+    "ReplicaSnapshot",
     "Stored",
     "Violation",
     "check",

@@ -13,6 +13,21 @@ Pure functions over data (no I/O), so the checker is tested on synthetic histori
   (I7); ``offset_regression``: a sampled committed offset moved backwards with no broker restart in
   between (a restart may lose offsets committed since the last persist; that only redelivers).
 
+A replicated run (a SYNC_MASTER and its slave, :attr:`Observation.replicated`) adds:
+
+- ``replica_lost``: a message the SYNC_MASTER acknowledged SUCCESS (a plain send whose status is
+  ``SEND_OK``, a transaction whose commit was answered ``COMMIT``) before a snapshot of the slave
+  was taken (while the master was SIGKILLed, and at the end) is missing from it, or stands there
+  at another queue offset or with other bytes than the master's; at the end, after the slave caught
+  up, anything the master stores and the slave does not;
+- ``replica_rolled_back_visible``: a rolled-back or discarded transaction's message on the slave;
+- ``replica_diverged``: the slave's commit log is not a byte prefix of the master's;
+- ``replica_behind``: the slave had not caught up with the master when the run ended.
+
+A send answered FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE is stored on the master (RocketMQ's
+``sendOK``; the master-side checks above hold it to that) but was not acknowledged by the slave:
+the slave may or may not hold it at a snapshot.
+
 A send or transaction that completed ``unknown`` (or ``fail``) may or may not be present: never a
 violation either way.
 """
@@ -25,9 +40,13 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["Observation", "OffsetSample", "Stored", "Violation", "check", "retained_out"]
+__all__ = ["NOT_REPLICATED_STATUSES", "Observation", "OffsetSample", "ReplicaSnapshot", "Stored",
+           "Violation", "check", "retained_out"]
 
 _EXCERPT_MAX = 12
+NOT_REPLICATED_STATUSES = frozenset({"FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"})
+"""Send statuses (``SendStatus`` names) of a message stored on the master that no slave
+acknowledged: not acknowledged as far as the slave is concerned."""
 
 
 class Stored(msgspec.Struct, frozen=True):
@@ -38,6 +57,17 @@ class Stored(msgspec.Struct, frozen=True):
     offset: int
     key: str
     msg_id: str = ""
+    body: bytes = b""
+
+
+class ReplicaSnapshot(msgspec.Struct, frozen=True):
+    """Every message of the workload's topics on the slave, scanned after ``t`` (ms since the
+    epoch): while the master was SIGKILLed (nothing could reach the slave after ``t``), or at the
+    end of the run (``final``: the slave had caught up, so it holds everything the master does)."""
+
+    t: float
+    stored: list[Stored]
+    final: bool = False
 
 
 class OffsetSample(msgspec.Struct, frozen=True):
@@ -65,6 +95,10 @@ class Observation(msgspec.Struct, kw_only=True):
         broker_restarts: times (ms since the epoch) the broker was started again.
         min_offsets: ``"<topic>/<queue id>"`` → the first queue offset the broker still stores
             at the end (above 0 once retention deleted segments: a full disk forces it).
+        replicated: a replicated run: the replication checks apply.
+        replica_snapshots: scans of the slave (see :class:`ReplicaSnapshot`).
+        replica_caught_up: the slave's commit log reached the master's before the final scan.
+        master_log, slave_log: both commit logs at the end (the segments joined in offset order).
     """
 
     groups: list[str]
@@ -76,6 +110,11 @@ class Observation(msgspec.Struct, kw_only=True):
     offsets: list[OffsetSample] = msgspec.field(default_factory=list)
     broker_restarts: list[float] = msgspec.field(default_factory=list)
     min_offsets: dict[str, int] = msgspec.field(default_factory=dict)
+    replicated: bool = False
+    replica_snapshots: list[ReplicaSnapshot] = msgspec.field(default_factory=list)
+    replica_caught_up: bool = True
+    master_log: bytes = b""
+    slave_log: bytes = b""
 
 
 class Violation(msgspec.Struct, frozen=True):
@@ -146,6 +185,8 @@ def check(events: list[dict[str, Any]], obs: Observation) -> list[Violation]:
                                      ex(key)))
     out += _terminal_states(events, obs, ex)
     out += _offsets(events, obs, ex)
+    if obs.replicated:
+        out += _replication(events, obs, ex)
     return out
 
 
@@ -221,3 +262,76 @@ def _offsets(events: list[dict[str, Any]], obs: Observation, ex: _Excerpts) -> l
                                  f"group {g} committed offset {top} of {topic}/{q} past offset "
                                  f"{m.offset}, never delivered to it", ex(m.key)))
     return out
+
+
+def _replica_acks(events: list[dict[str, Any]]) -> list[tuple[float, str, dict[str, Any]]]:
+    """(completion time, key, event) of every write the SYNC_MASTER acknowledged SUCCESS: a send
+    ok with a status outside :data:`NOT_REPLICATED_STATUSES`, a transaction ok whose end answered
+    ``COMMIT`` (a commit answered FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE comes back as
+    ``UNKNOWN_END``; a half stored with either is rolled back by the producer)."""
+    out = []
+    for e in events:
+        if e["phase"] != "ok":
+            continue
+        if (e["op"] == "send" and e.get("status", "SEND_OK") not in NOT_REPLICATED_STATUSES) or \
+                (e["op"] == "tx" and e.get("outcome") == "COMMIT"):
+            out.append((e["t"], e["key"], e))
+    return out
+
+
+def _replication(events: list[dict[str, Any]], obs: Observation, ex: _Excerpts) -> list[Violation]:
+    out: list[Violation] = []
+    on_master = {m.key: m for m in obs.stored}
+    acks = _replica_acks(events)
+    dead = {k for k, s in obs.tx_local.items() if s == "rolled_back"}
+    ids = _tx_ids(events)
+    dead.update(ids[m] for m, s in obs.tx_broker.items() if s in ("ROLLBACK", "DISCARD") and m in ids)
+    reported: set[tuple[str, str]] = set()
+
+    def report(kind: str, key: str, detail: str) -> None:
+        if (kind, key) not in reported:
+            reported.add((kind, key))
+            out.append(Violation(kind, key, detail, ex(key)))
+
+    for snap in obs.replica_snapshots:
+        on_slave = {m.key: m for m in snap.stored}
+        when = "at the end" if snap.final else f"while the master was down ({snap.t:.0f})"
+        for t, key, e in acks:
+            if t >= snap.t:
+                continue
+            why = _replica_mismatch(on_slave.get(key), on_master.get(key), e)
+            if why:
+                report("replica_lost", key, f"acknowledged SUCCESS at {t:.0f}, but {why} on the "
+                                            f"slave {when}")
+        for key in sorted(dead & set(on_slave)):
+            report("replica_rolled_back_visible", key, f"rolled back, but on the slave {when}")
+        if snap.final and obs.replica_caught_up:
+            for key, m in sorted(on_master.items()):
+                why = _replica_mismatch(on_slave.get(key), m, {})
+                if why:
+                    report("replica_lost", key, f"stored on the master, but {why} on the caught-up "
+                                                "slave at the end")
+    if not obs.master_log.startswith(obs.slave_log):
+        at = next(i for i, (a, b) in enumerate(zip(obs.master_log, obs.slave_log, strict=False))
+                  if a != b) if len(obs.slave_log) <= len(obs.master_log) else len(obs.master_log)
+        out.append(Violation("replica_diverged", "commit log",
+                             f"the slave's log ({len(obs.slave_log)} bytes) is not a prefix of the "
+                             f"master's ({len(obs.master_log)} bytes): first difference at {at}"))
+    if not obs.replica_caught_up:
+        out.append(Violation("replica_behind", "commit log",
+                             "the slave had not caught up with the master at the end of the run"))
+    return out
+
+
+def _replica_mismatch(copy: Stored | None, original: Stored | None, ack: dict[str, Any]) -> str:
+    """How the slave's ``copy`` of a message differs from the master's ``original`` and from the
+    position its acknowledgement ``ack`` named; "" when it does not."""
+    if copy is None:
+        return "missing"
+    if isinstance(ack.get("queue"), int) and isinstance(ack.get("offset"), int) and \
+            (copy.queue_id, copy.offset) != (ack["queue"], ack["offset"]):
+        return f"at queue {copy.queue_id} offset {copy.offset}, not {ack['queue']}/{ack['offset']}"
+    if original is not None and (copy.topic, copy.queue_id, copy.offset, copy.body) != \
+            (original.topic, original.queue_id, original.offset, original.body):
+        return "not byte for byte the master's message"
+    return ""

@@ -10,7 +10,12 @@ one fault. Kinds:
 - ``clock_forward``, ``clock_back``: jump the broker's clock (the ``_now_ms`` test hook of
   ``broker/server.py``) by ``amount_ms``, and back to true time after the duration;
 - ``broker_kill`` (cluster runs only): SIGKILL one broker of the cluster (a target named
-  ``broker-…``) while the others keep serving, restart it after the duration.
+  ``broker-…``) while the others keep serving, restart it after the duration;
+- replicated runs only (a SYNC_MASTER and its slave, :mod:`._replica`): ``master_kill`` /
+  ``slave_kill`` (SIGKILL, restart after the duration; while the master is down the run scans the
+  slave), ``master_pause`` / ``slave_pause`` (SIGSTOP, SIGCONT after the duration), and ``ha_cut``
+  (close the HA connection and blackhole the link), ``ha_delay``, ``ha_half_open`` (master → slave
+  stops, the slave's reports still flow) in the HA link's :class:`FaultProxy`.
 
 ``schedule(seed, ...)`` is a pure function of its arguments: the same seed replays the same faults
 at the same offsets from the start of the run.
@@ -25,8 +30,8 @@ from pathlib import Path
 
 import msgspec
 
-__all__ = ["CLUSTER_KINDS", "KINDS", "NETWORK_KINDS", "PROCESS_KINDS", "Fault", "fill_disk",
-           "schedule"]
+__all__ = ["CLUSTER_KINDS", "HA_KINDS", "KINDS", "NETWORK_KINDS", "PROCESS_KINDS", "REPLICA_KINDS",
+           "Fault", "fill_disk", "schedule"]
 
 PROCESS_KINDS = ("kill", "pause")
 NETWORK_KINDS = ("drop", "blackhole", "delay", "half_open")
@@ -35,6 +40,12 @@ CLUSTER_KINDS = ("broker_kill", *PROCESS_KINDS)
 """The kinds of a cluster run: its clients reach the brokers through the name server, not the
 fault proxy, and the brokers' stores are not on a tmpfs, so network, disk and clock faults are one
 broker's affair (``txmq chaos`` without ``--brokers`` runs them)."""
+HA_KINDS = ("ha_cut", "ha_delay", "ha_half_open")
+REPLICA_KINDS = ("master_kill", "slave_kill", "master_pause", "slave_pause", *HA_KINDS,
+                 *PROCESS_KINDS)
+"""The kinds of a replicated run: the master, the slave and the HA link's faults, and killing and
+pausing the workload's processes (``kill`` and ``pause`` pick among the targets the schedule is
+given: the run gives the workload's processes)."""
 _CLOCK_JUMP_MS = (2_000, 20_000)
 _DELAY_MS = (50, 400)
 
@@ -58,7 +69,8 @@ def schedule(seed: int, faults: int, duration_s: float, targets: list[str],
              kinds: tuple[str, ...] = KINDS) -> list[Fault]:
     """``faults`` faults spread over ``duration_s`` seconds: kinds in shuffled rounds (every kind
     before any repeats), process faults on a random target, ``broker_kill`` on a random target
-    named ``broker-…``; each takes 30–60 % of its slot.
+    named ``broker-…``, ``master_*`` / ``slave_*`` on ``master`` / ``slave``, ``ha_*`` on
+    ``ha-link``; each takes 30–60 % of its slot.
 
     Raises:
         ValueError: ``broker_kill`` among ``kinds`` but no target named ``broker-…``.
@@ -78,8 +90,12 @@ def schedule(seed: int, faults: int, duration_s: float, targets: list[str],
             if not brokers:
                 raise ValueError("broker_kill needs targets named broker-… (a cluster run)")
             target = rng.choice(brokers)
+        elif kind.startswith(("master_", "slave_")):
+            target = kind.partition("_")[0]
+        elif kind in HA_KINDS:
+            target = "ha-link"
         amount = 0
-        if kind == "delay":
+        if kind in ("delay", "ha_delay"):
             amount = rng.randint(*_DELAY_MS)
         elif kind.startswith("clock_"):
             amount = rng.randint(*_CLOCK_JUMP_MS) * (1 if kind == "clock_forward" else -1)

@@ -21,6 +21,7 @@ def render_markdown(res: ChaosResult) -> str:
     """The report: seed, verdict, counts, fault schedule, and each violation with its excerpt."""
     t0 = min((f.started_ms for f in res.schedule if f.started_ms), default=0.0)
     cluster = f" --brokers {res.config.brokers}" if res.config.brokers > 1 else ""
+    cluster += " --replicas 1" if res.config.replicas else ""
     lines = [f"# Chaos run, seed {res.seed}", "",
              f"- verdict: **{'PASS' if not res.violations else 'FAIL'}** — {len(res.violations)} "
              f"violations; replay with `txmq chaos --seed {res.seed} --faults {res.config.faults} "
@@ -35,6 +36,11 @@ def render_markdown(res: ChaosResult) -> str:
     if res.stored_by_broker:
         lines.append(f"- a cluster of {res.config.brokers} brokers; messages stored by each: "
                      f"{res.stored_by_broker}")
+    if res.replica:
+        lines.append(f"- a SYNC_MASTER and its slave: the slave scanned {res.replica['snapshots']} "
+                     f"times (while the master was down, and at the end), holding "
+                     f"{res.replica['stored']} messages at the end; commit logs at the end: slave "
+                     f"{res.replica['log_bytes']} bytes, master {res.replica['master_log_bytes']}")
     lines += [f"- fault kind `{k}` skipped: {why}" for k, why in res.skipped_kinds.items()]
     lines += [f"- note: {n}" for n in res.notes]
     lines += ["", "## Faults by kind", "",

@@ -6,6 +6,11 @@ A cluster run (``ChaosConfig.brokers`` ≥ 2) starts a name server and that many
 name server, the nemesis kills one broker at a time (``broker_kill``) and the workload's processes,
 and the final scan, the offset samples and the transaction states are read from every broker. A
 queue of the checker is then ``<topic>@<broker>`` and its id.
+
+A replicated run (``ChaosConfig.replicas`` = 1) makes the broker a SYNC_MASTER (``master``) with
+a slave (``slave``) following it through a second fault proxy on the HA link (:mod:`._replica`);
+its kinds are :data:`REPLICA_KINDS`. While the master is SIGKILLed the slave is scanned; at the end
+the run waits for the slave to catch up, scans it again, and hands both commit logs to the checker.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from txmq.testing._cluster import CLUSTER_BROKERS_MAX, run_cluster
 from txmq.testing.chaos._check import (
     Observation,
     OffsetSample,
+    ReplicaSnapshot,
     Stored,
     Violation,
     check,
@@ -36,14 +42,17 @@ from txmq.testing.chaos._check import (
 from txmq.testing.chaos._history import read_histories
 from txmq.testing.chaos._nemesis import (
     CLUSTER_KINDS,
+    HA_KINDS,
     KINDS,
     NETWORK_KINDS,
+    REPLICA_KINDS,
     Fault,
     fill_disk,
     schedule,
 )
 from txmq.testing.chaos._procs import BrokerTarget, Worker, mount_tmpfs, unmount
 from txmq.testing.chaos._proxy import FaultProxy
+from txmq.testing.chaos._replica import Replica, log_bytes
 from txmq.testing.chaos._spec import GROUPS, TOPICS, prepare_databases
 from txmq.testing.chaos._worker import NAMESRV_PREFIX
 
@@ -51,9 +60,10 @@ __all__ = ["ChaosConfig", "ChaosResult", "run_chaos"]
 
 _QUEUES = 2
 _SERVING_TIMEOUT_S = 90.0
-"""A cluster run waits at most this long, before the warm-up, for the workload to have stored a
-message on every broker (a loaded 2-core machine took ~30 s to start the workload's processes; a
-broker killed before they fetched their routes would get nothing until the 30 s route refresh)."""
+"""A cluster or replicated run waits at most this long, before the warm-up, for the workload to
+have stored a message on every broker, the slave included (a loaded 2-core machine took ~30 s to
+start the workload's processes; a broker killed before they fetched their routes would get nothing
+until the 30 s route refresh, and faults before the first send test nothing)."""
 _ROLES = {"plain": "plain", "tx": "tx", "outbox": "outbox", GROUPS[0]: "consumer", GROUPS[1]: "consumer"}
 
 
@@ -61,10 +71,12 @@ class ChaosConfig(msgspec.Struct, kw_only=True):
     """A run's parameters. ``duration_s`` is the nemesis's span (the faults spread over it);
     ``warmup_s`` of fault-free load come first; the drain after healing takes at most
     ``quiesce_timeout_s``. ``brokers`` ≥ 2 makes it a cluster run (see the module docstring); its
-    kinds are :data:`CLUSTER_KINDS` unless ``kinds`` names others than the default."""
+    kinds are :data:`CLUSTER_KINDS` unless ``kinds`` names others than the default. ``replicas``
+    1 makes it a replicated run (one broker only), whose default kinds are :data:`REPLICA_KINDS`."""
 
     seed: int = 1
     brokers: int = 1
+    replicas: int = 0
     faults: int = 12
     duration_s: float = 60.0
     warmup_s: float = 5.0
@@ -88,6 +100,9 @@ class ChaosResult(msgspec.Struct, kw_only=True):
     """Broker name → messages of the workload's topics it stored (``{}`` in a one-broker run)."""
     retained_out: int
     """Acknowledged messages delivered, then deleted by retention (a full disk forces it)."""
+    replica: dict[str, int] = msgspec.field(default_factory=dict)
+    """A replicated run's slave: ``snapshots`` (scans), ``stored`` (messages on it at the end),
+    ``log_bytes`` / ``master_log_bytes`` (both commit logs at the end); ``{}`` otherwise."""
     offset_samples: int
     redeliveries: int
     tx_states: dict[str, int]
@@ -118,14 +133,17 @@ class _Run:
         self._cluster = contextlib.ExitStack()
         self.namesrv_addr = ""
         self.mounted = False
+        self.replica = Replica(run, _broker_config()) if config.replicas else None
+        self.snapshots: list[ReplicaSnapshot] = []
         if config.brokers == 1:
-            why = mount_tmpfs(self.store_dir, config.tmpfs_size)
-            self.mounted = not why
+            why = "" if self.replica else mount_tmpfs(self.store_dir, config.tmpfs_size)
+            self.mounted = not why and not self.replica
             if why:
                 self.skipped["disk_full"] = f"cannot mount a tmpfs for the broker's store: {why}"
-            broker = BrokerProcess(run / "broker", _broker_config(), log_path=run / "logs-broker.log",
+            cfg = self.replica.master_config if self.replica else _broker_config()
+            broker = BrokerProcess(run / "broker", cfg, log_path=run / "logs-broker.log",
                                    env={"TXMQ_TEST_CLOCK_OFFSET_FILE": str(self.clock_file)})
-            self.brokers["broker"] = BrokerTarget(broker)
+            self.brokers["master" if self.replica else "broker"] = BrokerTarget(broker)
         self.proxy: FaultProxy | None = None
         self.workers: dict[str, Worker] = {}
         self.samples: list[OffsetSample] = []
@@ -135,11 +153,13 @@ class _Run:
     def start(self) -> None:
         prepare_databases(self.run)
         if self.config.brokers == 1:
-            broker = self.brokers["broker"].broker
+            broker = self.master().broker
             broker.start()
             self.proxy = FaultProxy(broker.port)
             self.proxy.start()
             endpoints = self.proxy.endpoints
+            if self.replica:
+                self.replica.start()
         else:
             cluster = self._cluster.enter_context(
                 run_cluster(self.config.brokers, self.run / "cluster", **_broker_config()))
@@ -152,14 +172,19 @@ class _Run:
         self._sampler = threading.Thread(target=self._sample_offsets, name="chaos-offsets", daemon=True)
         self._sampler.start()
 
+    def master(self) -> BrokerTarget:
+        """The broker of a one-broker run (``broker``, or a replicated run's ``master``)."""
+        return next(iter(self.brokers.values()))
+
     def targets(self) -> dict[str, Worker | BrokerTarget]:
-        return {**self.brokers, **self.workers}
+        slave = {"slave": self.replica.slave} if self.replica else {}
+        return {**self.brokers, **slave, **self.workers}
 
     def masters(self) -> dict[str, str]:
         """Broker name → address: ``{"": address}`` in a one-broker run (its queues keep their
         topic's name in the checker), the cluster's brokers otherwise."""
         if self.config.brokers == 1:
-            return {"": self.brokers["broker"].broker.endpoints}
+            return {"": self.master().broker.endpoints}
         return {n: t.broker.endpoints for n, t in self.brokers.items()}
 
     def restarts(self) -> list[float]:
@@ -199,6 +224,8 @@ class _Run:
             b.resume()
             b.broker.stop()
         self._cluster.close()
+        if self.replica is not None:
+            self.replica.stop()
         if self.proxy is not None:
             self.proxy.stop()
         if self.mounted:
@@ -206,9 +233,14 @@ class _Run:
 
     # -- faults -----------------------------------------------------------------------------------
     def inject(self, f: Fault) -> None:
-        if f.kind in ("kill", "broker_kill"):
+        if f.kind in HA_KINDS:
+            self._ha_link(f)
+        elif f.kind == "kill" or f.kind.endswith("_kill"):
+            t0 = time.time() * 1000
             self.targets()[f.target].kill()
-        elif f.kind == "pause":
+            if f.kind == "master_kill":
+                f.note = self.snapshot(t0)
+        elif f.kind == "pause" or f.kind.endswith("_pause"):
             self.targets()[f.target].pause()
         elif f.kind == "drop":
             assert self.proxy is not None
@@ -221,10 +253,34 @@ class _Run:
         elif f.kind.startswith("clock_"):
             self.clock_file.write_text(str(f.amount_ms))
 
+    def _ha_link(self, f: Fault) -> None:
+        assert self.replica is not None
+        proxy = self.replica.proxy
+        if f.kind == "ha_cut":
+            f.note = f"{proxy.drop()} connections closed"
+            proxy.set_mode("blackhole")
+        else:
+            proxy.set_mode(f.kind.removeprefix("ha_"), f.amount_ms)  # type: ignore[arg-type]
+
+    def snapshot(self, t0: float, final: bool = False) -> str:
+        """Scan the slave; ``t0`` is when nothing more could reach it (the master's kill) or
+        when its catch-up ended. Returns a note for the report."""
+        assert self.replica is not None
+        try:
+            with PullConsumer(self.replica.slave.broker.endpoints, "chaos-checker") as pc:
+                stored = _scan({"": pc})
+        except Exception as exc:
+            return f"slave not scanned: {exc!r}"[:200]
+        self.snapshots.append(ReplicaSnapshot(t0, stored, final))
+        return f"slave scanned: {len(stored)} messages"
+
     def heal(self, f: Fault) -> None:
-        if f.kind in ("kill", "broker_kill"):
+        if f.kind in HA_KINDS:
+            assert self.replica is not None
+            self.replica.proxy.set_mode("pass")
+        elif f.kind == "kill" or f.kind.endswith("_kill"):
             self._restart(self.targets()[f.target])
-        elif f.kind == "pause":
+        elif f.kind == "pause" or f.kind.endswith("_pause"):
             self.targets()[f.target].resume()
         elif f.kind in NETWORK_KINDS:
             assert self.proxy is not None
@@ -249,6 +305,8 @@ class _Run:
         notes = []
         if self.proxy is not None:
             self.proxy.set_mode("pass")
+        if self.replica is not None:
+            self.replica.proxy.set_mode("pass")
         self.clock_file.write_text("0")
         (self.store_dir / "chaos-ballast").unlink(missing_ok=True)
         for name, t in self.targets().items():
@@ -307,8 +365,8 @@ def _scan(pcs: dict[str, PullConsumer]) -> list[Stored]:
                     got = pc.pull(t, q, off, 256).messages
                     if not got:
                         break
-                    out += [Stored(_queue_topic(t, name), q, m.queue_offset, m.keys, m.msg_id)
-                            for m in got]
+                    out += [Stored(_queue_topic(t, name), q, m.queue_offset, m.keys, m.msg_id,
+                                   m.body) for m in got]
                     off = got[-1].queue_offset + 1
     return out
 
@@ -386,13 +444,16 @@ def _redeliveries(events: list[dict[str, Any]]) -> int:
 
 
 def _wait_serving(r: _Run) -> str:
-    """Wait until every broker stores a ``chaos-plain`` message (at most
-    :data:`_SERVING_TIMEOUT_S`); returns "" or a note naming the brokers that had none."""
+    """Wait until every broker (and a replicated run's slave) stores a ``chaos-plain`` message
+    (at most :data:`_SERVING_TIMEOUT_S`); returns "" or a note naming the brokers that had none."""
     deadline = time.monotonic() + _SERVING_TIMEOUT_S
-    idle = set(r.masters())
+    addrs = dict(r.masters())
+    if r.replica is not None:
+        addrs["slave"] = r.replica.slave.broker.endpoints
+    idle = set(addrs)
     while idle and time.monotonic() < deadline:
         for name in sorted(idle):
-            with contextlib.suppress(Exception), PullConsumer(r.masters()[name]) as pc:
+            with contextlib.suppress(Exception), PullConsumer(addrs[name]) as pc:
                 if sum(pc.max_offset(TOPICS["plain"], q) for q in range(_QUEUES)) > 0:
                     idle.discard(name)
         time.sleep(0.5)
@@ -406,27 +467,57 @@ def _broker_names(brokers: int) -> list[str]:
 
 def _kinds(config: ChaosConfig) -> tuple[str, ...]:
     """The fault kinds of the run: ``config.kinds``, but :data:`CLUSTER_KINDS` for a cluster run
-    left at the default kinds."""
-    return CLUSTER_KINDS if config.brokers > 1 and config.kinds == KINDS else config.kinds
+    and :data:`REPLICA_KINDS` for a replicated run left at the default kinds."""
+    if config.kinds != KINDS:
+        return config.kinds
+    return CLUSTER_KINDS if config.brokers > 1 else REPLICA_KINDS if config.replicas else KINDS
+
+
+def _targets(config: ChaosConfig) -> list[str]:
+    """The targets ``kill`` and ``pause`` pick from: the brokers and the workload's processes
+    (only the latter in a replicated run, whose master and slave have their own kinds)."""
+    return [*([] if config.replicas else _broker_names(config.brokers)), *_ROLES]
+
+
+def _replica_end(r: _Run, obs: Observation) -> dict[str, int]:
+    """A replicated run's end, once the workload drained: wait for the slave to catch up, scan
+    it (the final snapshot), and fill ``obs``'s replication fields; returns the report's counts."""
+    assert r.replica is not None
+    obs.replicated = True
+    obs.replica_caught_up = r.replica.wait_caught_up(r.master().broker.endpoints)
+    note = r.snapshot(time.time() * 1000, final=True)
+    if not r.snapshots or not r.snapshots[-1].final:
+        raise RuntimeError(f"the final scan of the slave failed: {note}")
+    obs.replica_snapshots = list(r.snapshots)
+    return {"snapshots": len(r.snapshots), "stored": len(r.snapshots[-1].stored)}
+
+
+def _check_config(config: ChaosConfig) -> None:
+    if not 1 <= config.brokers <= CLUSTER_BROKERS_MAX:
+        raise ValueError(f"brokers must be in 1..{CLUSTER_BROKERS_MAX}, not {config.brokers}")
+    if config.replicas not in (0, 1) or (config.replicas and config.brokers > 1):
+        raise ValueError(f"replicas must be 0 or 1 (with one broker), not {config.replicas}")
 
 
 def run_chaos(run_dir: Path, config: ChaosConfig) -> ChaosResult:
     """Run the workload under the seeded nemesis in ``run_dir`` and check the histories.
 
     Raises:
-        ValueError: ``config.brokers`` outside 1..26.
-        BrokerUnavailable: the broker (a broker of the cluster, or the name server) did not start
-            (or start again after a kill).
+        ValueError: ``config.brokers`` outside 1..26, or ``config.replicas`` not 0 or 1 (1 with
+            more than one broker).
+        BrokerUnavailable: the broker (a broker of the cluster, the name server, the slave) did
+            not start (or start again after a kill).
+        RuntimeError: a replicated run could not scan its slave at the end.
     """
-    if not 1 <= config.brokers <= CLUSTER_BROKERS_MAX:
-        raise ValueError(f"brokers must be in 1..{CLUSTER_BROKERS_MAX}, not {config.brokers}")
+    _check_config(config)
     began = time.monotonic()
-    faults = schedule(config.seed, config.faults, config.duration_s,
-                      [*_broker_names(config.brokers), *_ROLES], _kinds(config))
+    faults = schedule(config.seed, config.faults, config.duration_s, _targets(config),
+                      _kinds(config))
+    replica: dict[str, int] = {}
     r = _Run(run_dir, config)
     try:
         r.start()
-        serving = _wait_serving(r) if config.brokers > 1 else ""
+        serving = _wait_serving(r) if config.brokers > 1 or config.replicas else ""
         time.sleep(config.warmup_s)
         _nemesis(r, faults)
         notes = [serving] if serving else []
@@ -438,8 +529,14 @@ def run_chaos(run_dir: Path, config: ChaosConfig) -> ChaosResult:
             r._sampling.set()
             events = read_histories(run_dir / "history")
             obs = _observe(r, pcs, events)
+        if r.replica is not None:
+            replica = _replica_end(r, obs)
     finally:
         r.stop()
+    if r.replica is not None:
+        obs.master_log = log_bytes(r.master().broker.data_dir / "store")
+        obs.slave_log = log_bytes(r.replica.store_dir)
+        replica |= {"log_bytes": len(obs.slave_log), "master_log_bytes": len(obs.master_log)}
     violations = check(events, obs)
     if left:
         notes.append(f"the workload did not drain within {config.quiesce_timeout_s:.0f} s: {left}")
@@ -450,7 +547,8 @@ def run_chaos(run_dir: Path, config: ChaosConfig) -> ChaosResult:
         skipped_kinds=r.skipped, stored=len(obs.stored),
         stored_by_broker=dict(sorted(Counter(m.topic.partition("@")[2] for m in obs.stored
                                              if "@" in m.topic).items())),
-        retained_out=len(retained_out(events, obs)), offset_samples=len(obs.offsets),
+        retained_out=len(retained_out(events, obs)), replica=replica,
+        offset_samples=len(obs.offsets),
         redeliveries=_redeliveries(events),
         tx_states=dict(Counter(obs.tx_broker.values())), elapsed_s=round(time.monotonic() - began, 1),
         quiesced=not left, notes=notes)

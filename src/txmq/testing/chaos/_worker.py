@@ -102,7 +102,7 @@ def run_plain(run: Path, endpoints: str, h: HistoryWriter) -> None:
             time.sleep(0.2)
             continue
         h.write("send", "ok", key=key, msg_id=r.msg_id, queue=r.queue_id, offset=r.queue_offset,
-                broker=r.broker_name)
+                broker=r.broker_name, status=r.status.name)
         time.sleep(_PAUSE_S)
     _idle()
 

@@ -1,0 +1,90 @@
+"""The slave side of a replicated chaos run: the SYNC_MASTER's and the slave's configuration, the
+slave as a nemesis target, its catch-up wait and the commit logs the checker compares.
+
+The master's HA listener has a fixed port; the slave follows it through a :class:`FaultProxy`
+(``ha_master_address`` is the proxy), so the nemesis can cut, delay or half-open the HA link
+(``ha_cut``, ``ha_delay``, ``ha_half_open``) while both processes run, besides SIGKILLing and
+SIGSTOPping either one (``master_kill``, ``slave_kill``, ``master_pause``, ``slave_pause``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from txmq.client import Admin
+from txmq.testing._broker import BrokerProcess
+from txmq.testing._ports import free_port
+from txmq.testing.chaos._procs import BrokerTarget
+from txmq.testing.chaos._proxy import FaultProxy
+
+__all__ = ["CATCH_UP_TIMEOUT_S", "Replica", "log_bytes"]
+
+CATCH_UP_TIMEOUT_S = 60.0
+"""How long the end of a replicated run waits for the slave to reach the master's commit log end
+(a cut HA link reconnects within ``HA_RECONNECT_INTERVAL_MS``, 5 s; a slave restarted after a
+SIGKILL recovers its log first)."""
+_CATCH_UP_POLL_S = 0.2
+
+
+def log_bytes(store_dir: Path) -> bytes:
+    """A store's commit log: its segment files joined in offset order (their names), b"" if
+    none. Segments grow as they are written (not preallocated), so the join of a slave's log is a
+    prefix of its master's when the two logs are byte-identical up to the slave's end."""
+    d = store_dir / "commitlog"
+    return b"".join(p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()) if d.is_dir() else b""
+
+
+class Replica:
+    """The master's replication settings, the slave (not started) and the HA link's proxy.
+
+    Args:
+        run: the run directory; the slave lives in ``run/slave``.
+        base: the broker configuration both share (topics, store sizes: a slave's segments must
+            have its master's size).
+    """
+
+    def __init__(self, run: Path, base: dict[str, Any]) -> None:
+        self.ha_port = free_port()
+        self.master_config = {**base, "broker_role": "SYNC_MASTER", "ha_listen_port": self.ha_port}
+        self.slave = BrokerTarget(
+            BrokerProcess(
+                run / "slave",
+                {**base, "broker_role": "SLAVE", "broker_id": 1},
+                log_path=run / "logs-slave.log",
+            )
+        )
+        self.proxy = FaultProxy(self.ha_port)
+
+    @property
+    def store_dir(self) -> Path:
+        return self.slave.broker.data_dir / "store"
+
+    def start(self) -> None:
+        """Start the HA link's proxy, then the slave following the master through it."""
+        self.proxy.start()
+        self.slave.broker.config["ha_master_address"] = self.proxy.endpoints
+        self.slave.start()
+
+    def stop(self) -> None:
+        self.slave.resume()
+        self.slave.broker.stop()
+        self.proxy.stop()
+
+    def wait_caught_up(self, master_addr: str, timeout_s: float = CATCH_UP_TIMEOUT_S) -> bool:
+        """Wait until the slave's commit log reaches the end the master's had when the wait
+        began; False when it had not after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        target = -1
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                if target < 0:
+                    with Admin(master_addr, timeout_ms=2000) as a:
+                        target = a.runtime_info().commit_log_max_offset
+                with Admin(self.slave.broker.endpoints, timeout_ms=2000) as a:
+                    if a.runtime_info().commit_log_max_offset >= target >= 0:
+                        return True
+            time.sleep(_CATCH_UP_POLL_S)
+        return False

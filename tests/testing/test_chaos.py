@@ -78,3 +78,4 @@ def test_a_replicated_group_under_master_slave_and_ha_link_faults_leaves_no_viol
     assert res.replica["snapshots"] == 2 and res.replica["stored"] == res.stored, report
     assert 0 < res.replica["log_bytes"] <= res.replica["master_log_bytes"], report
     assert res.operations.get("send ok", 0) > 20 and res.tx_states.get("COMMIT", 0) > 0, report
+    assert res.operations.get("send ok (SLAVE_NOT_AVAILABLE)", 0) > 0, report  # the slave's kill

@@ -52,7 +52,7 @@ from txmq.testing.chaos._nemesis import (
 )
 from txmq.testing.chaos._procs import BrokerTarget, Worker, mount_tmpfs, unmount
 from txmq.testing.chaos._proxy import FaultProxy
-from txmq.testing.chaos._replica import Replica, log_bytes
+from txmq.testing.chaos._replica import RESYNC_TIMEOUT_S, Replica, log_bytes
 from txmq.testing.chaos._spec import GROUPS, TOPICS, prepare_databases
 from txmq.testing.chaos._worker import NAMESRV_PREFIX
 
@@ -280,6 +280,11 @@ class _Run:
             self.replica.proxy.set_mode("pass")
         elif f.kind == "kill" or f.kind.endswith("_kill"):
             self._restart(self.targets()[f.target])
+            if f.kind in ("master_kill", "slave_kill"):
+                assert self.replica is not None
+                if not self.replica.wait_in_sync(self.master().broker.endpoints):
+                    f.note = (f.note + "; " if f.note else "") + "the group was not in sync " \
+                             f"{RESYNC_TIMEOUT_S:.0f} s after the restart"
         elif f.kind == "pause" or f.kind.endswith("_pause"):
             self.targets()[f.target].resume()
         elif f.kind in NETWORK_KINDS:
@@ -492,6 +497,13 @@ def _replica_end(r: _Run, obs: Observation) -> dict[str, int]:
     return {"snapshots": len(r.snapshots), "stored": len(r.snapshots[-1].stored)}
 
 
+def _operation(e: dict[str, Any]) -> str:
+    """An event's row of the report's operations: ``"<op> <phase>"``, and a send stored with a
+    weaker status than SEND_OK (a SYNC_MASTER's FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE) apart."""
+    status = e.get("status", "SEND_OK")
+    return f"{e['op']} {e['phase']}" + ("" if status == "SEND_OK" else f" ({status})")
+
+
 def _check_config(config: ChaosConfig) -> None:
     if not 1 <= config.brokers <= CLUSTER_BROKERS_MAX:
         raise ValueError(f"brokers must be in 1..{CLUSTER_BROKERS_MAX}, not {config.brokers}")
@@ -540,7 +552,7 @@ def run_chaos(run_dir: Path, config: ChaosConfig) -> ChaosResult:
     violations = check(events, obs)
     if left:
         notes.append(f"the workload did not drain within {config.quiesce_timeout_s:.0f} s: {left}")
-    ops = Counter(f"{e['op']} {e['phase']}" for e in events if e["op"] not in ("start", "consumer"))
+    ops = Counter(_operation(e) for e in events if e["op"] not in ("start", "consumer"))
     return ChaosResult(
         seed=config.seed, config=config, schedule=faults, operations=dict(sorted(ops.items())),
         faults_by_kind=dict(Counter(f.kind for f in faults if f.started_ms)), violations=violations,

@@ -304,7 +304,8 @@ def test_a_replicated_schedule_aims_at_the_master_the_slave_and_the_link() -> No
     faults = schedule(9, len(REPLICA_KINDS), 40.0, workers, REPLICA_KINDS)
     assert {f.kind for f in faults} == set(REPLICA_KINDS)
     for f in faults:
-        want = {"master_kill": "master", "master_pause": "master", "slave_kill": "slave",
+        want = {"master_kill": "master", "master_kill_cut": "master", "master_pause": "master",
+                "slave_kill": "slave",
                 "slave_pause": "slave"}.get(f.kind, "ha-link" if f.kind.startswith("ha_") else "")
         assert f.target == want if want else f.target in workers
     assert all(f.amount_ms > 0 for f in faults if f.kind == "ha_delay")

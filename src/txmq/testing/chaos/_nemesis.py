@@ -13,7 +13,9 @@ one fault. Kinds:
   ``broker-…``) while the others keep serving, restart it after the duration;
 - replicated runs only (a SYNC_MASTER and its slave, :mod:`._replica`): ``master_kill`` /
   ``slave_kill`` (SIGKILL, restart after the duration; while the master is down the run scans the
-  slave), ``master_pause`` / ``slave_pause`` (SIGSTOP, SIGCONT after the duration), and ``ha_cut``
+  slave), ``master_kill_cut`` (cut the HA link, then SIGKILL the master while it is still cut: the
+  master takes writes its slave never sees, which it must not acknowledge SUCCESS),
+  ``master_pause`` / ``slave_pause`` (SIGSTOP, SIGCONT after the duration), and ``ha_cut``
   (close the HA connection and blackhole the link), ``ha_delay``, ``ha_half_open`` (master → slave
   stops, the slave's reports still flow) in the HA link's :class:`FaultProxy`.
 
@@ -41,8 +43,8 @@ CLUSTER_KINDS = ("broker_kill", *PROCESS_KINDS)
 fault proxy, and the brokers' stores are not on a tmpfs, so network, disk and clock faults are one
 broker's affair (``txmq chaos`` without ``--brokers`` runs them)."""
 HA_KINDS = ("ha_cut", "ha_delay", "ha_half_open")
-REPLICA_KINDS = ("master_kill", "slave_kill", "master_pause", "slave_pause", *HA_KINDS,
-                 *PROCESS_KINDS)
+REPLICA_KINDS = ("master_kill", "master_kill_cut", "slave_kill", "master_pause", "slave_pause",
+                 *HA_KINDS, *PROCESS_KINDS)
 """The kinds of a replicated run: the master, the slave and the HA link's faults, and killing and
 pausing the workload's processes (``kill`` and ``pause`` pick among the targets the schedule is
 given: the run gives the workload's processes)."""

@@ -64,6 +64,9 @@ _SERVING_TIMEOUT_S = 90.0
 have stored a message on every broker, the slave included (a loaded 2-core machine took ~30 s to
 start the workload's processes; a broker killed before they fetched their routes would get nothing
 until the 30 s route refresh, and faults before the first send test nothing)."""
+_CUT_BEFORE_KILL_S = 1.0
+"""``master_kill_cut``: how long the master takes writes with the HA link cut before its SIGKILL
+(at most half the fault's duration)."""
 _ROLES = {"plain": "plain", "tx": "tx", "outbox": "outbox", GROUPS[0]: "consumer", GROUPS[1]: "consumer"}
 
 
@@ -235,6 +238,12 @@ class _Run:
     def inject(self, f: Fault) -> None:
         if f.kind in HA_KINDS:
             self._ha_link(f)
+        elif f.kind == "master_kill_cut":
+            self._ha_link(Fault(at_s=f.at_s, kind="ha_cut", target="ha-link", duration_s=0))
+            time.sleep(min(_CUT_BEFORE_KILL_S, f.duration_s / 2))
+            t0 = time.time() * 1000
+            self.master().kill()
+            f.note = self.snapshot(t0)
         elif f.kind == "kill" or f.kind.endswith("_kill"):
             t0 = time.time() * 1000
             self.targets()[f.target].kill()
@@ -278,10 +287,10 @@ class _Run:
         if f.kind in HA_KINDS:
             assert self.replica is not None
             self.replica.proxy.set_mode("pass")
-        elif f.kind == "kill" or f.kind.endswith("_kill"):
+        elif f.kind == "kill" or f.kind.endswith(("_kill", "_kill_cut")):
             self._restart(self.targets()[f.target])
-            if f.kind in ("master_kill", "slave_kill"):
-                assert self.replica is not None
+            if self.replica is not None and f.kind != "kill":
+                self.replica.proxy.set_mode("pass")
                 if not self.replica.wait_in_sync(self.master().broker.endpoints):
                     f.note = (f.note + "; " if f.note else "") + "the group was not in sync " \
                              f"{RESYNC_TIMEOUT_S:.0f} s after the restart"

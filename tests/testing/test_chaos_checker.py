@@ -3,6 +3,7 @@ one; the nemesis schedule is a function of its seed."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,11 +13,13 @@ from txmq.testing.chaos import (
     KINDS,
     REPLICA_KINDS,
     BrokerTarget,
+    ChaosConfig,
     Observation,
     OffsetSample,
     ReplicaSnapshot,
     Stored,
     check,
+    run_chaos,
     schedule,
 )
 
@@ -310,3 +313,11 @@ def test_a_replicated_schedule_aims_at_the_master_the_slave_and_the_link() -> No
         assert f.target == want if want else f.target in workers
     assert all(f.amount_ms > 0 for f in faults if f.kind == "ha_delay")
     assert faults == schedule(9, len(REPLICA_KINDS), 40.0, workers, REPLICA_KINDS)
+
+
+def test_a_replicated_run_takes_one_slave_and_one_broker(tmp_path: Path) -> None:
+    """Refused before anything starts (no process, no directory)."""
+    for bad in (ChaosConfig(replicas=2), ChaosConfig(replicas=1, brokers=2)):
+        with pytest.raises(ValueError, match="replicas"):
+            run_chaos(tmp_path / "run", bad)
+    assert not (tmp_path / "run").exists()

@@ -34,6 +34,10 @@ def chaos(
     a SYNC_MASTER and its slave and cutting the link between them); exit 1 on any violation."""
     from txmq.testing.chaos import ChaosConfig, run_chaos, write_reports
 
+    if replicas and brokers > 1:
+        raise typer.BadParameter("a replicated run has one broker group: drop --brokers",
+                                 param_hint="--replicas")
+
     with tempfile.TemporaryDirectory(prefix="txmq-chaos-") as tmp:
         where = run_dir or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from txmq import limits
 from txmq.broker.grpc.pb import definition_pb2 as pd
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from txmq.broker import Action
 
 __all__ = [
+    "REPLICATION_CODES",
     "GrpcError",
     "Outgoing",
     "Result",
@@ -52,6 +53,7 @@ __all__ = [
     "delay_level_for",
     "duration_ms",
     "host_port",
+    "not_replicated",
     "outgoing",
     "status",
     "timestamp_ms",
@@ -122,7 +124,32 @@ _CODES: dict[int, int] = {
     ResponseCode.TRANSACTION_NOT_FOUND: pd.INVALID_TRANSACTION_ID,
     ResponseCode.TRANSACTION_STATE_GROUP_WRONG: pd.INVALID_TRANSACTION_ID,
     ResponseCode.ILLEGAL_OPERATION: pd.INVALID_TRANSACTION_ID,
+    # SendMessageActivity.convertToSendMessageResponse, by the send's SendStatus:
+    ResponseCode.FLUSH_DISK_TIMEOUT: pd.MASTER_PERSISTENCE_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: pd.SLAVE_PERSISTENCE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: pd.HA_NOT_AVAILABLE,
 }
+
+REPLICATION_CODES = frozenset({ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE})
+"""A SYNC_MASTER's answers for data stored on the master but not acknowledged by its slaves in
+time (docs/replication.md)."""
+
+
+def not_replicated(response: Any, rc: int) -> Any:
+    """``response`` (a SendMessageResponse, an EndTransactionResponse, any response with a
+    ``status``) whose data a SYNC_MASTER stored but its slaves did not acknowledge: its status,
+    and each OK entry's of a SendMessageResponse, become :func:`code_of` ``rc``
+    (SLAVE_PERSISTENCE_TIMEOUT for FLUSH_SLAVE_TIMEOUT, HA_NOT_AVAILABLE for SLAVE_NOT_AVAILABLE)
+    with the proxy's message "send message failed, sendStatus=..."
+    (``SendMessageActivity.convertToSendMessageResponse``). Unlike the proxy's, the entries keep
+    their message id, transaction id and offset, so a transactional producer can roll its half
+    back at once. Returns ``response``, changed in place."""
+    st = status(code_of(rc), f"send message failed, sendStatus={ResponseCode(rc).name}")
+    for e in getattr(response, "entries", ()):
+        if e.status.code == pd.OK:
+            e.status.CopyFrom(st)
+    response.status.CopyFrom(st)
+    return response
 
 
 def code_of(rc: int) -> int:

@@ -23,7 +23,13 @@ import grpc
 from txmq import limits
 from txmq.broker import Action, TlsConfig, grpc_server_credentials
 from txmq.broker.acl import source_ip
-from txmq.broker.grpc._convert import GrpcError, Result, status
+from txmq.broker.grpc._convert import (
+    REPLICATION_CODES,
+    GrpcError,
+    Result,
+    not_replicated,
+    status,
+)
 from txmq.broker.grpc._core import GRPC_CONN_BASE, GrpcCore, is_grpc_conn
 from txmq.broker.grpc.pb import definition_pb2 as pd
 from txmq.broker.grpc.pb import service_pb2 as ps
@@ -194,10 +200,12 @@ class GrpcDoor:
             return None
         return status(pd.FORBIDDEN if r.denied else pd.UNAUTHORIZED, f"ACL: {r.reason}")
 
-    async def durable(self, offset: int) -> bool:
-        """Wait until the store is durable up to ``offset``; False if the fsync failed."""
+    async def durable(self, offset: int) -> int:
+        """Wait until the store is durable up to ``offset`` (and, on a SYNC_MASTER, replicated):
+        the marker's response code, SUCCESS, SYSTEM_ERROR (the fsync failed), FLUSH_SLAVE_TIMEOUT
+        or SLAVE_NOT_AVAILABLE (docs/replication.md)."""
         if offset <= 0:
-            return True
+            return ResponseCode.SUCCESS
         op, marker = self.core.durable_marker(_DOOR_CONN, offset)
         fut: asyncio.Future[Command] = asyncio.get_running_loop().create_future()
         self._waits[op] = fut
@@ -206,7 +214,7 @@ class GrpcDoor:
             cmd = await fut
         finally:
             self._waits.pop(op, None)
-        return cmd.code == ResponseCode.SUCCESS
+        return cmd.code
 
     async def unary(self, fn: Callable[[str, Any, int], Result], request: object,
                     context: _Context, make: Callable[..., M]) -> M:
@@ -220,7 +228,10 @@ class GrpcDoor:
             log.exception("gRPC %s failed", type(request).__name__)
             return make(status=status(pd.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
         self._apply(res.actions)
-        if not await self.durable(res.durable_offset):
+        code = await self.durable(res.durable_offset)
+        if code in REPLICATION_CODES:  # stored on this master, not on enough slaves
+            return not_replicated(res.response, code)  # type: ignore[no-any-return]
+        if code != ResponseCode.SUCCESS:
             return make(status=status(pd.INTERNAL_SERVER_ERROR, "the store failed to flush"))
         response: M = res.response  # type: ignore[assignment]
         return response

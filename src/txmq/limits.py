@@ -959,3 +959,13 @@ HA_SLAVES_MAX = 16
 
 assert HA_TRANSFER_BATCH_BYTES + 12 <= HA_READ_BUFFER_BYTES
 assert HA_RECONNECT_MIN_MS <= HA_RECONNECT_INTERVAL_MS
+
+ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO_PERCENT = 40
+"""Share of physical memory a consumer's lag may reach before the master suggests it read from a
+slave (RocketMQ MessageStoreConfig ``accessMessageInMemoryMaxRatio``, 40: ``DefaultMessageStore
+.getMessage`` sets ``suggestPullingFromSlave`` when ``maxOffsetPy - maxPhyOffsetPulling`` exceeds
+it). Used when ``access_message_in_memory_max_bytes`` is 0."""
+
+WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1
+"""The broker id a pull answer suggests to a consumer that lags (RocketMQ SubscriptionGroupConfig
+``whichBrokerWhenConsumeSlowly``, default 1: the first slave)."""

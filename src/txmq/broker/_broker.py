@@ -24,6 +24,7 @@ from txmq.broker._pop import build_pop_service
 from txmq.broker._retry import retry_record
 from txmq.broker._schedule import SCHEDULE_TOPIC, ScheduleService
 from txmq.broker._send import SendOutcome, SendPath, SendRequest
+from txmq.broker._slave_read import SlaveRead
 from txmq.broker._topic_admin import TopicAdmin
 from txmq.broker._topic_table import TopicTable
 from txmq.broker._traffic import TrafficStats
@@ -45,6 +46,7 @@ from txmq.namesrv import topic_not_exist_remark
 from txmq.protocol import (
     DEFAULT_TOPIC,
     FLAG_ONEWAY,
+    MASTER_ID,
     PARK_SOURCES,
     PARKED_TOPIC,
     PERM_INHERIT,
@@ -133,6 +135,8 @@ class Broker:
         self.boot_ms = now_ms
         self.health = TimerHealth()
         self.traffic = TrafficStats()
+        self.slave_read = SlaveRead(config)
+        """The ``suggestWhichBrokerId`` of pull answers (docs/replication.md)."""
         """Messages and bytes in and out, pull offsets, request latencies (``/metrics``)."""
         self.store_host = config.store.store_host or f"{config.host}:{config.port}"
         """``ip:port`` of this broker as stored in its records (and in offset message ids)."""
@@ -186,6 +190,10 @@ class Broker:
         else:
             self._touched.update((r.topic, r.queue_id) for r in records)
         return results
+
+    def touch(self, keys: set[tuple[str, int]]) -> None:
+        """Queues a replica appended to (a SLAVE's HA client): their held pulls wake as a send's."""
+        self._touched |= keys
 
     def take_touched(self) -> set[tuple[str, int]]:
         """The ``(topic, queue id)`` s appended to since the last call, and forget them (the shell
@@ -451,6 +459,9 @@ class Broker:
             if h.commit_offset >= 0:
                 self.set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         lo, hi = self.store.queue_bounds(h.topic, h.queue_id)
+        if self.slave_read.refuses:  # a slave that serves no reads: pull from the master
+            return self._pull_reply(conn, cmd, ResponseCode.PULL_RETRY_IMMEDIATELY, h.queue_offset,
+                                    lo, hi)
         if h.queue_offset < lo or h.queue_offset > hi:
             nxt = lo if h.queue_offset < lo else hi
             return self._pull_reply(conn, cmd, ResponseCode.PULL_OFFSET_MOVED, nxt, lo, hi)
@@ -472,7 +483,9 @@ class Broker:
         if not read.count:  # every entry read was filtered out by its tag hash
             return self._pull_reply(conn, cmd, ResponseCode.PULL_NOT_FOUND, nxt, lo, hi)
         self.traffic.delivered(h.consumer_group, h.topic, read.count, len(read.body))
-        return self._pull_reply(conn, cmd, ResponseCode.SUCCESS, nxt, lo, hi, read.body)
+        last = self.store.commit_log_offset_at(h.topic, h.queue_id, nxt - 1)
+        suggest = self.slave_read.suggest(self.store.write_offset - (last or 0))
+        return self._pull_reply(conn, cmd, ResponseCode.SUCCESS, nxt, lo, hi, read.body, suggest)
 
     def expire_hold(self, conn: int, cmd: Command) -> list[Action]:
         """A held pull reached its deadline with nothing new: answer PULL_NOT_FOUND."""
@@ -482,8 +495,9 @@ class Broker:
 
     @staticmethod
     def _pull_reply(conn: int, cmd: Command, code: ResponseCode, nxt: int, lo: int, hi: int,
-                    body: bytes = b"") -> list[Action]:
-        ext = to_ext(PullMessageResponseHeader(next_begin_offset=nxt, min_offset=lo, max_offset=hi))
+                    body: bytes = b"", suggest: int = MASTER_ID) -> list[Action]:
+        ext = to_ext(PullMessageResponseHeader(next_begin_offset=nxt, min_offset=lo, max_offset=hi,
+                                               suggest_which_broker_id=suggest))
         return [Reply(conn, cmd.response(code, None, ext, body))]
 
     # -- index queries ----------------------------------------------------------------------------

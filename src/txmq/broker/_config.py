@@ -88,6 +88,13 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ha_max_gap_not_in_sync: int = limits.HA_MAX_GAP_NOT_IN_SYNC_BYTES
     """A SYNC_MASTER answers SLAVE_NOT_AVAILABLE at once when no slave is within this many bytes
     (RocketMQ ``haMaxGapNotInSync``, 256 MiB)."""
+    slave_read_enable: bool = True
+    """Consumers that lag are told to pull from a slave, and a SLAVE serves pulls (RocketMQ
+    ``slaveReadEnable``, default false there; docs/replication.md "Reads from the slave")."""
+    access_message_in_memory_max_bytes: int = 0
+    """A pull that leaves more than this many bytes of commit log behind it suggests the slave
+    (RocketMQ ``accessMessageInMemoryMaxRatio``); 0: ``ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO_PERCENT``
+    (40) of physical memory, as RocketMQ."""
     message_delay_level: str = limits.MESSAGE_DELAY_LEVELS
     metrics_port: int = 0
     """Prometheus endpoint port; 0 turns it off."""
@@ -138,6 +145,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ConfigError("need 1 <= total_replicas and 0 <= in_sync_replicas <= total_replicas")
         if self.sync_flush_timeout_ms <= 0 or self.ha_max_gap_not_in_sync <= 0:
             raise ConfigError("sync_flush_timeout_ms and ha_max_gap_not_in_sync must be positive")
+        if self.access_message_in_memory_max_bytes < 0:
+            raise ConfigError("access_message_in_memory_max_bytes must not be negative")
 
     def validate(self) -> BrokerConfig:
         """Check ranges. Raises ConfigError."""

@@ -672,7 +672,8 @@ class BrokerServer:
         if n and code:
             self._answered(code, resp, (now - since) * 1000, False, n)
 
-    def _kick(self) -> None:
+    def _kick(self, touched: set[tuple[str, int]]) -> None:
+        self.broker.touch(touched)  # a slave appended: its held pulls wake once it is flushed
         if self._committer is not None:  # (a slave appended: checkpoints follow the flushes)
             self._committer.kick()
 

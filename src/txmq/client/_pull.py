@@ -132,8 +132,19 @@ class PullMixin(ClientBase):
                                      commit_offset=max(commit_offset, 0) if commit else 0,
                                      subscription=subscription)
         timeout = (suspend_ms + self._timeout_ms) / 1000
-        resp = await self.call_broker(mq.broker_name, RequestCode.PULL_MESSAGE, to_ext(h),
-                                      timeout_s=timeout, topic=topic, broker_id=bid)
+        try:
+            resp = await self.call_broker(mq.broker_name, RequestCode.PULL_MESSAGE, to_ext(h),
+                                          timeout_s=timeout, topic=topic, broker_id=bid)
+        except TransportError as exc:
+            if bid == MASTER_ID:
+                raise
+            # the suggested slave is gone (killed, or not yet dropped from the routes): the
+            # master serves this pull and the next ones until a pull answer suggests otherwise
+            log.info("pull of %s from %s id %d failed (%s); pulling from the master", mq,
+                     mq.broker_name, bid, exc)
+            self._pull_nodes.update(mq, MASTER_ID)
+            resp = await self.call_broker(mq.broker_name, RequestCode.PULL_MESSAGE, to_ext(h),
+                                          timeout_s=timeout, topic=topic)
         result, suggested = pull_result(resp, offset)
         self._pull_nodes.update(mq, suggested)
         return result

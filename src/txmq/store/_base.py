@@ -196,9 +196,11 @@ class Store(abc.ABC):
         Raises StoreError: this store keeps no byte log (only :class:`FileStore` does)."""
         raise StoreError(f"{type(self).__name__} cannot serve replication")
 
-    def append_replica(self, offset: int, data: bytes | bytearray) -> int:
-        """Append a master's commit-log bytes at ``offset`` (replication, issue #25); returns the
-        new end. Raises StoreError: this store keeps no byte log (only :class:`FileStore` does)."""
+    def append_replica(self, offset: int, data: bytes | bytearray,
+                       touched: set[tuple[str, int]] | None = None) -> int:
+        """Append a master's commit-log bytes at ``offset`` (replication, issue #25), adding the
+        ``(topic, queue id)`` of each record to ``touched``; returns the new end. Raises
+        StoreError: this store keeps no byte log (only :class:`FileStore` does)."""
         raise StoreError(f"{type(self).__name__} cannot be a replica")
 
     @abc.abstractmethod

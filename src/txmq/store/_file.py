@@ -426,12 +426,14 @@ class FileStore(Store):
             return b""
         return self._log.read(offset, min(max_bytes, self._write - offset))
 
-    def append_replica(self, offset: int, data: bytes | bytearray) -> int:
+    def append_replica(self, offset: int, data: bytes | bytearray,
+                       touched: set[tuple[str, int]] | None = None) -> int:
         """Append a master's commit-log bytes ``data`` (whole records) at ``offset``, which must be
         the end of this log: the log stays byte-identical to the master's. Every record is checked
         (magic, size, physical offset, ``__CRC32#``) before anything is written, then dispatched to
         its consume queue (at the queue offset the record carries) and the index, as recovery
-        does. Returns the new end of the log.
+        does; the ``(topic, queue id)`` of each record goes into ``touched`` (the broker wakes the
+        pulls held on them). Returns the new end of the log.
 
         Raises:
             CorruptRecord: ``offset`` is not the end, or a record fails its check (nothing written).
@@ -459,6 +461,8 @@ class FileStore(Store):
         except OSError as exc:
             self._dispatch_failed(exc)
         self._appended(base, base + len(data), placed[-1][1])
+        if touched is not None:
+            touched.update((rec.topic, rec.queue_id) for rec, _, _ in placed)
         return self._write
 
     @staticmethod

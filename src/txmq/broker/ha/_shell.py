@@ -180,11 +180,12 @@ class HaSlave:
         store: the slave's store (appended only through ``append_replica``).
         master: the master's HA address ``host:port`` ("" until the name server names it)
         flush: fsyncs the store (the server's flusher thread); returns the flushed offset.
-        on_append: called after each append (the server wakes what waits for new data).
+        on_append: called after each append with the ``(topic, queue id)`` s it appended to (the
+            server wakes the pulls held on them once the bytes are flushed).
     """
 
     def __init__(self, store: Store, master: str, flush: Callable[[], Awaitable[int]],
-                 on_append: Callable[[], None]) -> None:
+                 on_append: Callable[[set[tuple[str, int]]], None]) -> None:
         self.store, self.master = store, master
         self._flush, self._on_append = flush, on_append
         self.connected = False
@@ -233,10 +234,11 @@ class HaSlave:
                 raise ConnectionError("master closed the HA connection")
             got[0] = True
             pieces = core.feed(data)
+            touched: set[tuple[str, int]] = set()
             for offset, chunk in pieces:
-                self.store.append_replica(offset, chunk)
+                self.store.append_replica(offset, chunk, touched)
             if pieces:
-                self._on_append()
+                self._on_append(touched)
                 writer.write(core.report(await self._flush()))
             elif _mono_ms() - last_report >= limits.HA_REPORT_INTERVAL_MS:
                 writer.write(core.report(self.store.flushed_offset))
@@ -302,12 +304,13 @@ class Replication:
         store: the broker's store.
         deliver: writes a held reply and accounts for it (the server's).
         flush: fsyncs the store on the flusher's thread; returns the flushed offset.
-        on_append: called after a slave appended replicated bytes.
+        on_append: called after a slave appended replicated bytes, with the queues appended to.
     """
 
     def __init__(self, config: BrokerConfig, store: Store,
                  deliver: Callable[[Reply, int, float], None],
-                 flush: Callable[[], Awaitable[int]], on_append: Callable[[], None]) -> None:
+                 flush: Callable[[], Awaitable[int]],
+                 on_append: Callable[[set[tuple[str, int]]], None]) -> None:
         self.config, self.store = config, store
         self.master: HaMaster | None = None
         self.slave: HaSlave | None = None

@@ -9,13 +9,16 @@ SYNC_FLUSH, 1 KiB bodies, one connection with 64 sends in flight, ``SECONDS`` of
 - ``async_pair``: ASYNC_MASTER + SLAVE;
 - ``sync_pair``: SYNC_MASTER + SLAVE (every answer waits for the slave's fsync).
 
-For the pairs, the slave's lag is sampled every ``LAG_SAMPLE_MS`` while sending: in bytes (the
-master's commit log end less the slave's, read with GET_BROKER_RUNTIME_INFO, master first) and in
-ms (how long after the master's end was read the slave's end passed it; resolution: one sampling
-period). Then a master is filled with ``--catch-up-mib`` MiB (ASYNC_FLUSH, 256 KiB bodies) and an
+For the pairs, after the counted seconds, the load goes on for ``LAG_SECONDS`` more while the
+slave's lag is sampled every ``LAG_SAMPLE_MS`` (sampling is not free for the brokers, so it stays
+out of the counted seconds): in bytes (the master's commit log end less the slave's, read with
+GET_BROKER_RUNTIME_INFO, master first) and in ms (how long after the master's end was read the
+slave's end passed it; resolution: one sampling period). Then a master is filled with
+``--catch-up-mib`` MiB (ASYNC_FLUSH, 256 KiB bodies) and an
 empty slave is started against it and timed from the moment it listens (it connects to its master
 then) until its commit log ends where the master's does; its process start is reported apart (on a
-loaded machine, importing Python modules can take longer than the copy). Prints a table and one JSON line::
+loaded machine, importing Python modules can take longer than the copy). Prints a table and one
+JSON line::
 
     uv run --locked python benchmarks/replication_send.py [--rounds 5] [--seconds 4] [--catch-up-mib 1024]
 """
@@ -48,6 +51,7 @@ IN_FLIGHT = 64
 BODY = os.urandom(1024)
 FILL_BODY = os.urandom(256 * 1024)
 LAG_SAMPLE_MS = 20
+LAG_SECONDS = 2.0
 VARIANTS = ["single", "sync_pair", "async_pair"]
 
 
@@ -162,10 +166,11 @@ def one(variant: str, seconds: float) -> dict[str, Any]:
             elif slave is not None:  # until the slave follows: a send, and its end equals the master's
                 asyncio.run(_load(master.endpoints, 0.1, 0.0))
                 wait_until(lambda: _in_step(master, slave), 30)
-            sampler = LagSampler(master.endpoints, slave.endpoints) if slave is not None else None
-            n = asyncio.run(_load(master.endpoints, seconds, 1.0, sampler=sampler))
+            n = asyncio.run(_load(master.endpoints, seconds, 1.0))
             out: dict[str, Any] = {"rate": n / seconds}
-            if sampler is not None:
+            if slave is not None:  # then the lag, under the same load (sampling costs the brokers)
+                sampler = LagSampler(master.endpoints, slave.endpoints)
+                asyncio.run(_load(master.endpoints, LAG_SECONDS, 0.5, sampler=sampler))
                 out.update(
                     lag_bytes_median=_median(sampler.lag_bytes),
                     lag_bytes_p95=_p95(sampler.lag_bytes),

@@ -135,9 +135,9 @@ class Broker:
         self.boot_ms = now_ms
         self.health = TimerHealth()
         self.traffic = TrafficStats()
+        """Messages and bytes in and out, pull offsets, request latencies (``/metrics``)."""
         self.slave_read = SlaveRead(config)
         """The ``suggestWhichBrokerId`` of pull answers (docs/replication.md)."""
-        """Messages and bytes in and out, pull offsets, request latencies (``/metrics``)."""
         self.store_host = config.store.store_host or f"{config.host}:{config.port}"
         """``ip:port`` of this broker as stored in its records (and in offset message ids)."""
         self.tx = TransactionService(config, store, self.append, self.clients,

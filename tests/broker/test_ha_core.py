@@ -69,3 +69,15 @@ def test_replica_wait_releases_in_order_and_expires_at_the_deadline() -> None:
 def test_role_rules_of_the_config(cfg: dict[str, object], why: str) -> None:
     with pytest.raises(ConfigError, match=why):
         BrokerConfig(**cfg).validate()  # type: ignore[arg-type]
+
+
+def test_ack_table_measures_lag_from_the_last_catch_up() -> None:
+    t = AckTable()
+    t.report(1, 100, end=500, now_ms=1_000)  # connects behind: lag counts from the connection
+    assert t.lag_ms(1, 500, 1_250) == 250
+    t.report(1, 500, end=500, now_ms=2_000)  # caught up
+    assert t.lag_ms(1, 500, 2_100) == 0
+    t.report(1, 600, end=900, now_ms=3_000)  # behind again: counts from 2 000
+    assert t.lag_ms(1, 900, 3_500) == 1_500 and t.lag_ms(1, 600, 3_500) == 0
+    t.gone(1)
+    assert t.lag_ms(1, 900, 4_000) == 0 and not t.caught_up_ms

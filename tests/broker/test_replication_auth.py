@@ -6,7 +6,11 @@ by GET_BROKER_HA_STATUS under its name and id."""
 
 from __future__ import annotations
 
+import json
+import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -128,6 +132,46 @@ def test_with_acl_a_rogue_peer_is_refused_and_a_granted_slave_replicates(tmp_pat
         [conn] = info.ha_connection_info
         assert (conn.broker_name, conn.broker_id) == ("broker-a", 1)
         assert info.in_sync_slave_nums == 1 and info.broker_role == "SYNC_MASTER"
+    finally:
+        slave.stop()
+        master.stop()
+
+
+def _group(b: BrokerProcess) -> list[dict[str, Any]]:
+    done = subprocess.run([sys.executable, "-m", "txmq", "broker", "status", "--broker", b.endpoints,
+                           "--json"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    rows: list[dict[str, Any]] = json.loads(done.stdout)["group"]
+    return rows
+
+
+def test_broker_status_shows_the_group_with_offsets_and_lag(tmp_path: Path) -> None:
+    master, ha = _master(tmp_path, broker_role="ASYNC_MASTER")
+    slave = BrokerProcess(tmp_path / "slave", {
+        "broker_role": "SLAVE", "broker_id": 1, "ha_master_address": f"127.0.0.1:{ha}",
+        "topics": {"t": 1}})
+    try:
+        master.start()
+        slave.start()
+        _status(master)
+        wait_until(lambda: [r["lag_bytes"] for r in _group(master)] == [0, 0], 30)
+        me, other = _group(master)
+        assert (me["role"], other["role"], other["in_sync"]) == ("ASYNC_MASTER", "SLAVE", True)
+        assert me["offset"] == other["offset"] > 0
+        s_me, s_master = _group(slave)
+        assert (s_me["role"], s_me["offset"]) == ("SLAVE", me["offset"])
+        assert (s_master["address"], s_master["in_sync"]) == (f"127.0.0.1:{ha}", True)
+        assert slave.proc is not None
+        slave.proc.send_signal(signal.SIGSTOP)  # a stalled slave: acks stop, the lag grows
+        try:
+            for _ in range(3):
+                _status(master)
+            time.sleep(1.5)
+            _, stalled = _group(master)
+            assert stalled["lag_bytes"] > 0 and stalled["lag_s"] >= 1.0
+        finally:
+            slave.proc.send_signal(signal.SIGCONT)
+        wait_until(lambda: [r["lag_s"] for r in _group(master)] == [0, 0], 30)
     finally:
         slave.stop()
         master.stop()

@@ -12,10 +12,12 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from txmq.broker.acl import Accounts, Action, PolicyEntry, Resource, User, UserType, save_accounts
 from txmq.client import Admin, Message, Producer
@@ -145,8 +147,15 @@ def _group(b: BrokerProcess) -> list[dict[str, Any]]:
     return rows
 
 
+def _scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {f.name: [(x.labels, x.value) for x in f.samples]
+            for f in text_string_to_metric_families(text) if f.name.startswith("txmq_ha_")}
+
+
 def test_broker_status_shows_the_group_with_offsets_and_lag(tmp_path: Path) -> None:
-    master, ha = _master(tmp_path, broker_role="ASYNC_MASTER")
+    metrics = free_port()
+    master, ha = _master(tmp_path, broker_role="ASYNC_MASTER", metrics_port=metrics)
     slave = BrokerProcess(tmp_path / "slave", {
         "broker_role": "SLAVE", "broker_id": 1, "ha_master_address": f"127.0.0.1:{ha}",
         "topics": {"t": 1}})
@@ -161,6 +170,7 @@ def test_broker_status_shows_the_group_with_offsets_and_lag(tmp_path: Path) -> N
         s_me, s_master = _group(slave)
         assert (s_me["role"], s_me["offset"]) == ("SLAVE", me["offset"])
         assert (s_master["address"], s_master["in_sync"]) == (f"127.0.0.1:{ha}", True)
+        assert _scrape(metrics)["txmq_ha_in_sync_slaves"] == [({}, 1.0)]
         assert slave.proc is not None
         slave.proc.send_signal(signal.SIGSTOP)  # a stalled slave: acks stop, the lag grows
         try:
@@ -169,6 +179,10 @@ def test_broker_status_shows_the_group_with_offsets_and_lag(tmp_path: Path) -> N
             time.sleep(1.5)
             _, stalled = _group(master)
             assert stalled["lag_bytes"] > 0 and stalled["lag_s"] >= 1.0
+            [(labels, behind)] = _scrape(metrics)["txmq_ha_slave_fall_behind_bytes"]
+            assert labels == {"slave": stalled["address"], "broker_id": "-1"} and behind > 0
+            [(_, lag_s)] = _scrape(metrics)["txmq_ha_slave_lag_seconds"]
+            assert lag_s >= 1.0
         finally:
             slave.proc.send_signal(signal.SIGCONT)
         wait_until(lambda: [r["lag_s"] for r in _group(master)] == [0, 0], 30)

@@ -23,12 +23,13 @@ from txmq.protocol import (
     PROPERTY_TXMQ_PARK_REASON,
     PROPERTY_TXMQ_PARK_SOURCE,
     BrokerRuntimeInfo,
+    HaMember,
     HaRuntimeInfo,
     MessageExt,
     park_source_kind,
 )
 
-__all__ = ["ha_rows", "parked_app", "parked_id", "store_row", "timer_rows"]
+__all__ = ["parked_app", "parked_id", "store_row", "timer_rows"]
 
 parked_app = typer.Typer(help="Messages the broker's schedulers could not deliver: list, show, resend.",
                          no_args_is_help=True)
@@ -70,35 +71,13 @@ def store_row(info: BrokerRuntimeInfo) -> dict[str, Any]:
             "disk_ratio": round(info.commit_log_disk_ratio, 4)}
 
 
-def ha_rows(ha: HaRuntimeInfo, endpoints: str) -> list[dict[str, Any]]:
-    """The broker group as this broker sees it, one row per member: the broker itself, then a
-    master's connected slaves (ack offset, lag in bytes and seconds, in sync) or a slave's master
-    (its HA address; the slave's own row carries its end). ``endpoints``: this broker's address."""
-    me = {"member": "this broker", "role": ha.broker_role or ("MASTER" if ha.master else "SLAVE"),
-          "broker_id": ha.broker_id, "address": endpoints,
-          "offset": ha.master_commit_log_max_offset, "lag_bytes": 0, "lag_s": 0.0, "in_sync": True}
-    rows = [me]
-    for c in ha.ha_connection_info:
-        rows.append({"member": c.broker_name or "slave", "role": "SLAVE", "broker_id": c.broker_id,
-                     "address": c.addr, "offset": c.slave_ack_offset, "lag_bytes": c.diff,
-                     "lag_s": round(c.lag_ms / 1000, 1), "in_sync": c.in_sync})
-    client = ha.ha_client_runtime_info
-    if not ha.master:
-        rows.append({"member": "master", "role": "MASTER", "broker_id": 0,
-                     "address": client.master_addr or "(not known yet)", "offset": None,
-                     "lag_bytes": None, "lag_s": None, "in_sync": client.activated})
-    return rows
-
-
-def _print_ha(ha: HaRuntimeInfo, rows: list[dict[str, Any]]) -> None:
+def _print_ha(ha: HaRuntimeInfo, rows: list[HaMember]) -> None:
     table = Table("member", "role", "id", "address", "offset", "lag (bytes)", "lag (s)", "in sync",
                   title=f"broker group {ha.broker_name} ({ha.in_sync_slave_nums} slave(s) in sync)")
     for r in rows:
-        table.add_row(r["member"], r["role"], str(r["broker_id"]), r["address"],
-                      "" if r["offset"] is None else str(r["offset"]),
-                      "" if r["lag_bytes"] is None else str(r["lag_bytes"]),
-                      "" if r["lag_s"] is None else str(r["lag_s"]),
-                      "yes" if r["in_sync"] else "[red]no[/red]")
+        table.add_row(r.member, r.role, str(r.broker_id), r.address,
+                      *("" if v is None else str(v) for v in (r.offset, r.lag_bytes, r.lag_s)),
+                      "yes" if r.in_sync else "[red]no[/red]")
     _out.print(table)
     client = ha.ha_client_runtime_info
     if not ha.master and client.last_read_timestamp:
@@ -122,10 +101,11 @@ def status(
     info, ha = _admin_call(addr, lambda a: (a.runtime_info(), a.ha_status()), namesrv_addr)
     rows = timer_rows(info, stale_ms)
     stale = [r["timer"] for r in rows if r["stale"]]
-    group = ha_rows(ha, endpoints)
+    group = ha.members(endpoints)
     if as_json:
         print(json.dumps({**msgspec.to_builtins(info), "store": store_row(info), "timer_rows": rows,
-                          "stale": stale, "ha": msgspec.to_builtins(ha), "group": group},
+                          "stale": stale, "ha": msgspec.to_builtins(ha),
+                          "group": msgspec.to_builtins(group)},
                          indent=2))
     else:
         table = Table("timer", "last tick", "age (s)", "errors", "stale",

@@ -12,7 +12,7 @@ import msgspec
 
 from txmq.errors import MalformedFrame
 
-__all__ = ["HaClientRuntimeInfo", "HaConnectionRuntimeInfo", "HaRuntimeInfo"]
+__all__ = ["HaClientRuntimeInfo", "HaConnectionRuntimeInfo", "HaMember", "HaRuntimeInfo"]
 
 
 class HaConnectionRuntimeInfo(msgspec.Struct, kw_only=True, rename="camel"):
@@ -52,6 +52,28 @@ class HaClientRuntimeInfo(msgspec.Struct, kw_only=True, rename="camel"):
     activated: bool = False
 
 
+class HaMember(msgspec.Struct, kw_only=True):
+    """One member of a broker group as one broker sees it (``txmq broker status``, the console).
+
+    Attributes:
+        member: "this broker", a slave's broker name ("slave" when its hello named none), or
+            "master" (a slave's master).
+        role: ``broker_role``, or SLAVE / MASTER for the others.
+        offset: its commit log end (this broker) or acknowledged offset (a slave); None: unknown.
+        lag_bytes, lag_s: how far it is behind the master (None: unknown, a slave's master).
+        in_sync: a slave within ``ha_max_gap_not_in_sync``; a slave's master: the link is up.
+    """
+
+    member: str
+    role: str
+    broker_id: int
+    address: str
+    offset: int | None
+    lag_bytes: int | None
+    lag_s: float | None
+    in_sync: bool
+
+
 class HaRuntimeInfo(msgspec.Struct, kw_only=True, rename="camel"):
     """A broker's replication state (RocketMQ ``HARuntimeInfo``).
 
@@ -76,6 +98,26 @@ class HaRuntimeInfo(msgspec.Struct, kw_only=True, rename="camel"):
     def encode(self) -> bytes:
         """The response body (JSON)."""
         return msgspec.json.encode(self)
+
+    def members(self, address: str) -> list[HaMember]:
+        """The broker group as this broker (at ``address``) sees it: itself, then a master's
+        connected slaves (ack offset, lag in bytes and seconds) or a slave's master."""
+        out = [HaMember(member="this broker",
+                        role=self.broker_role or ("MASTER" if self.master else "SLAVE"),
+                        broker_id=self.broker_id, address=address,
+                        offset=self.master_commit_log_max_offset, lag_bytes=0, lag_s=0.0,
+                        in_sync=True)]
+        for c in self.ha_connection_info:
+            out.append(HaMember(member=c.broker_name or "slave", role="SLAVE",
+                                broker_id=c.broker_id, address=c.addr, offset=c.slave_ack_offset,
+                                lag_bytes=c.diff, lag_s=round(c.lag_ms / 1000, 1),
+                                in_sync=c.in_sync))
+        if not self.master:
+            client = self.ha_client_runtime_info
+            out.append(HaMember(member="master", role="MASTER", broker_id=0,
+                                address=client.master_addr or "(not known yet)", offset=None,
+                                lag_bytes=None, lag_s=None, in_sync=client.activated))
+        return out
 
     @classmethod
     def decode(cls, body: bytes) -> HaRuntimeInfo:

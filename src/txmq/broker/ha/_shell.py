@@ -190,7 +190,8 @@ class HaMaster:
                 if not data:
                     raise ConnectionError("closed during the HA handshake")
                 hello = hello_dec.feed(data)
-        why = self._authenticate(hello, nonce, _addr(peer).rsplit(":", 1)[0])
+        ip = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        why = self._authenticate(hello, nonce, ip)
         if why is not None:
             raise HaProtocolError(f"HA handshake refused ({hello.broker_name}/{hello.broker_id}, "
                                   f"access key {hello.access_key!r}): {why}")

@@ -465,7 +465,7 @@ class Replication:
             return []
         port = c.ha_listen_port or (broker_port + 1 if c.port else 0)
         master = HaMaster(self.store, c.host, port, self._acked,
-                          None if self.acl is None else self._authenticate)
+                          None if self.acl is None else self.authenticate)
         try:
             await master.start()
         except OSError as exc:  # the broker still serves; a SYNC_MASTER answers SLAVE_NOT_AVAILABLE
@@ -493,7 +493,7 @@ class Replication:
                      answer.ha_server_addr)
             self.slave.master = answer.ha_server_addr
 
-    def _authenticate(self, hello: HaHello, nonce: bytes, peer_ip: str) -> str | None:
+    def authenticate(self, hello: HaHello, nonce: bytes, peer_ip: str) -> str | None:
         """Why a slave's hello is refused, or None: it must name this group and a slave id, and
         be signed by a user allowed All on ``Cluster:<cluster name>``."""
         c = self.config

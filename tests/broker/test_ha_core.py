@@ -6,7 +6,7 @@ import asyncio
 import itertools
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from txmq.broker import Broker, BrokerConfig
@@ -22,6 +22,7 @@ def records(sizes: list[int]) -> bytes:
     return b"".join(n.to_bytes(4, "big") + bytes([i % 256]) * (n - 4) for i, n in enumerate(sizes))
 
 
+@settings(deadline=None)  # frame=1 feeds ~20,000 frames: over 200 ms on a loaded 2-core machine
 @given(st.lists(st.integers(8, 3000), min_size=1, max_size=40), st.integers(1, 32 * 1024))
 def test_slave_core_joins_frames_into_whole_records(sizes: list[int], frame: int) -> None:
     data = records(sizes)

@@ -122,11 +122,14 @@ def test_with_acl_a_rogue_peer_is_refused_and_a_granted_slave_replicates(tmp_pat
                   _hello(ha, "repl", "repl-sk", nonce=b"\0" * 16)]  # replayed: another nonce
         assert [_closed_by_master(r) for r in rogues] == [True] * len(rogues)
         assert _status(master, **ROOT) == "SLAVE_NOT_AVAILABLE"  # stored, not replicated
+        with Admin(master.endpoints, **ROOT) as a:
+            assert a.ha_status().ha_connection_info == []  # no refused peer is listed
         good = _hello(ha, "repl", "repl-sk")  # the same peer with the right key is served
         assert len(good.recv(HA_TRANSFER_HEADER.size)) > 0
-        good.close()
         with Admin(master.endpoints, **ROOT) as a:
-            assert a.ha_status().ha_connection_info == []
+            [listed] = a.ha_status().ha_connection_info
+        assert (listed.broker_name, listed.broker_id) == ("broker-a", 1)
+        good.close()
         slave.start()
         wait_until(lambda: _status(master, **ROOT) == "SEND_OK", 30)
         with Admin(master.endpoints, **ROOT) as a:

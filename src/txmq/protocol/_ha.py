@@ -236,16 +236,8 @@ class TransferDecoder:
         out: list[HaTransfer | HaHeartbeat] = []
         while b.available >= HA_TRANSFER_HEADER.size:
             offset, size = HA_TRANSFER_HEADER.unpack_from(b.buf, b.pos)
-            if (offset != self.expected or not 0 <= size <= limits.HA_TRANSFER_BATCH_BYTES) \
-                    and b.buf[b.pos : b.pos + len(HA_MAGIC)] == HA_MAGIC:
-                raise HaProtocolError("the master sent an HA challenge: ACL is on there, set "
-                                      "ha_access_key and ha_secret_key on this slave")
-            if not 0 <= size <= limits.HA_TRANSFER_BATCH_BYTES:
-                raise HaProtocolError(f"HA transfer size {size} not in "
-                                      f"0..{limits.HA_TRANSFER_BATCH_BYTES}")
-            if offset != self.expected:
-                raise HaProtocolError(f"master pushed offset {offset}, the slave expects "
-                                      f"{self.expected}")
+            if offset != self.expected or not 0 <= size <= limits.HA_TRANSFER_BATCH_BYTES:
+                raise self._refusal(b, offset, size)
             end = b.pos + HA_TRANSFER_HEADER.size + size
             if len(b.buf) < end:
                 break
@@ -256,6 +248,16 @@ class TransferDecoder:
                 out.append(HaHeartbeat(offset))
             b.pos = end
         return out
+
+    def _refusal(self, b: _Buffer, offset: int, size: int) -> HaProtocolError:
+        """Why a frame header at ``b.pos`` is refused (a challenge: the master has ACL on)."""
+        if b.buf[b.pos : b.pos + len(HA_MAGIC)] == HA_MAGIC:
+            return HaProtocolError("the master sent an HA challenge: ACL is on there, set "
+                                   "ha_access_key and ha_secret_key on this slave")
+        if not 0 <= size <= limits.HA_TRANSFER_BATCH_BYTES:
+            return HaProtocolError(f"HA transfer size {size} not in "
+                                   f"0..{limits.HA_TRANSFER_BATCH_BYTES}")
+        return HaProtocolError(f"master pushed offset {offset}, the slave expects {self.expected}")
 
 
 # -- the handshake (ACL on) -----------------------------------------------------------------------

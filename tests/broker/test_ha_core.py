@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from txmq.broker import BrokerConfig
-from txmq.broker.ha import AckTable, ReplicaWait, SlaveCore
+from txmq.broker import Broker, BrokerConfig
+from txmq.broker.acl import Accounts, AclGuard, Action, PolicyEntry, Resource, User, UserType
+from txmq.broker.ha import AckTable, Replication, ReplicaWait, SlaveCore
 from txmq.errors import ConfigError, HaProtocolError
-from txmq.protocol import encode_heartbeat, encode_report, encode_transfer
+from txmq.protocol import HelloDecoder, encode_heartbeat, encode_hello, encode_report, encode_transfer
+from txmq.store import MemoryStore
 
 
 def records(sizes: list[int]) -> bytes:
@@ -70,3 +73,44 @@ def test_replica_wait_releases_in_order_and_expires_at_the_deadline() -> None:
 def test_role_rules_of_the_config(cfg: dict[str, object], why: str) -> None:
     with pytest.raises(ConfigError, match=why):
         BrokerConfig(**cfg).validate()  # type: ignore[arg-type]
+
+
+def test_ack_table_measures_lag_from_the_last_catch_up() -> None:
+    t = AckTable()
+    t.report(1, 100, end=500, now_ms=1_000)  # connects behind: lag counts from the connection
+    assert t.lag_ms(1, 500, 1_250) == 250
+    t.report(1, 500, end=500, now_ms=2_000)  # caught up
+    assert t.lag_ms(1, 500, 2_100) == 0
+    t.report(1, 600, end=900, now_ms=3_000)  # behind again: counts from 2 000
+    assert t.lag_ms(1, 900, 3_500) == 1_500 and t.lag_ms(1, 600, 3_500) == 0
+    t.gone(1)
+    assert t.lag_ms(1, 900, 4_000) == 0 and not t.caught_up_ms
+
+
+def _replication() -> tuple[Replication, Broker]:
+    users = {"repl": User("repl", "repl-sk", UserType.NORMAL,
+                          (PolicyEntry(Resource.parse("Cluster:DefaultCluster"), (Action.ALL,)),)),
+             "reader": User("reader", "reader-sk")}
+    config = BrokerConfig(broker_role="SYNC_MASTER").validate()
+    broker = Broker(config, MemoryStore(), 0)
+    rep = Replication(config, broker, lambda *a: None, lambda: asyncio.sleep(0, 0),
+                      lambda: None, AclGuard(Accounts(users), "DefaultCluster"))
+    return rep, broker
+
+
+@pytest.mark.parametrize(("name", "broker_id", "ak", "sk", "nonce", "why"), [
+    ("broker-a", 1, "repl", "repl-sk", b"n" * 16, None),
+    ("broker-b", 1, "repl", "repl-sk", b"n" * 16, "not this group's"),
+    ("broker-a", 0, "repl", "repl-sk", b"n" * 16, "not a slave's"),
+    ("broker-a", 1, "repl", "other", b"n" * 16, "signature check failed"),
+    ("broker-a", 1, "repl", "repl-sk", b"m" * 16, "signature check failed"),  # replayed
+    ("broker-a", 1, "reader", "reader-sk", b"n" * 16, "no policy allowing All on Cluster"),
+])
+def test_the_master_admits_a_hello_of_its_group_signed_by_a_granted_account(
+        name: str, broker_id: int, ak: str, sk: str, nonce: bytes, why: str | None) -> None:
+    rep, broker = _replication()
+    hello = HelloDecoder().feed(encode_hello(name, broker_id, ak, sk, nonce))
+    assert hello is not None
+    got = rep.authenticate(hello, b"n" * 16, "10.0.0.2")
+    assert got is None if why is None else why in (got or "")
+    assert broker.ha_status is not None and broker.ha_status(0).broker_role == "SYNC_MASTER"

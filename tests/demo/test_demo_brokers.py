@@ -32,3 +32,13 @@ def test_a_cluster_cannot_be_started_next_to_given_brokers(tmp_path: Path) -> No
         start_brokers(2, tmp_path, {"orders": 4}, broker="127.0.0.1:10911")
     with pytest.raises(ConfigError, match="drop --broker"):
         start_brokers(3, tmp_path, {"orders": 4}, namesrv_addr="127.0.0.1:9876")
+
+
+def test_replicas_go_with_the_one_broker_the_demo_starts(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--replicas 2"):
+        start_brokers(1, tmp_path, {"orders": 4}, replicas=2)
+    with pytest.raises(ConfigError, match="drop --brokers"):
+        start_brokers(2, tmp_path, {"orders": 4}, replicas=1)
+    with pytest.raises(ConfigError, match="drop --brokers"):
+        start_brokers(1, tmp_path, {"orders": 4}, broker="127.0.0.1:10911", replicas=1)
+    assert Brokers("127.0.0.1:1", "", {"broker": "127.0.0.1:1"}).replica_report() == {"replicas": 0}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import pytest
@@ -11,15 +12,25 @@ from hypothesis import strategies as st
 from txmq import limits
 from txmq.errors import HaProtocolError, ProtocolError
 from txmq.protocol import (
+    HA_CHALLENGE,
+    HA_HELLO_HEADER,
     HA_REPORT,
     HA_TRANSFER_HEADER,
+    SIGNATURE,
     HaHeartbeat,
     HaTransfer,
+    HelloDecoder,
     ReportDecoder,
     TransferDecoder,
+    decode_challenge,
+    encode_challenge,
     encode_heartbeat,
+    encode_hello,
     encode_report,
     encode_transfer,
+    ha_hello_fields,
+    remoting_content,
+    remoting_signature,
 )
 
 _BATCH = limits.HA_TRANSFER_BATCH_BYTES
@@ -112,3 +123,58 @@ def test_garbage_raises_only_the_protocol_error(data: bytes) -> None:
                 assert isinstance(e, HaTransfer | HaHeartbeat | int)
         except ProtocolError:
             pass
+
+
+# -- the handshake (ACL on) -------------------------------------------------------------------------
+NONCE = bytes(range(16))
+
+
+def test_handshake_layout() -> None:
+    assert HA_CHALLENGE.size == 20 and HA_HELLO_HEADER.size == 18
+    assert encode_challenge(NONCE) == b"TXHA" + NONCE
+    assert decode_challenge(b"TXHA" + NONCE) == NONCE
+    hello = encode_hello("broker-a", 1, "repl", "sk", NONCE)
+    assert hello[:4] == b"TXHA" and hello[4:12] == (1).to_bytes(8, "big")
+    assert hello[12:18] == bytes([0, 8, 0, 4, 0, 28]) and hello[18:30] == b"broker-arepl"
+
+
+@given(st.text(max_size=40), st.integers(-(2**63), 2**63 - 1), st.text(min_size=1, max_size=40),
+       st.text(max_size=40), st.binary(min_size=16, max_size=16),
+       st.lists(st.integers(0, 400), max_size=6))
+def test_hello_round_trips_and_its_signature_is_the_remoting_one(
+        name: str, broker_id: int, ak: str, sk: str, nonce: bytes, cuts: list[int]) -> None:
+    wire = encode_hello(name, broker_id, ak, sk, nonce) + encode_report(7)
+    dec, got, parts = HelloDecoder(), None, _chunks(wire, cuts)
+    while got is None:
+        got = dec.feed(parts.pop(0))
+    assert (got.broker_name, got.broker_id, got.access_key) == (name, broker_id, ak)
+    assert dec.rest + b"".join(parts) == encode_report(7)  # the first report, sent at once
+    fields = ha_hello_fields(got, nonce)
+    assert fields[SIGNATURE] == remoting_signature(remoting_content(fields, b""), sk)
+    other = ha_hello_fields(got, bytes(16) if nonce != bytes(16) else b"\1" * 16)
+    assert other[SIGNATURE] != remoting_signature(remoting_content(other, b""), sk)
+
+
+def test_bad_handshake_frames_are_refused() -> None:
+    with pytest.raises(HaProtocolError, match="did not send a hello"):
+        HelloDecoder().feed(encode_report(0))  # a slave without credentials
+    with pytest.raises(HaProtocolError, match="longer than"):
+        HelloDecoder().feed(HA_HELLO_HEADER.pack(b"TXHA", 1, 256, 0, 0))
+    with pytest.raises(HaProtocolError, match="UTF-8"):
+        HelloDecoder().feed(HA_HELLO_HEADER.pack(b"TXHA", 1, 1, 0, 0) + b"\xff")
+    with pytest.raises(HaProtocolError, match="longer than"):
+        encode_hello("n" * 256, 1, "a", "s", NONCE)
+    with pytest.raises(HaProtocolError):
+        decode_challenge(b"RMQX" + NONCE)
+    with pytest.raises(HaProtocolError):
+        encode_challenge(b"short")
+    assert HelloDecoder().feed(b"TXH") is None  # a prefix of the magic waits for more
+    with pytest.raises(HaProtocolError, match="challenge"):  # a slave without credentials
+        TransferDecoder(0).feed(encode_challenge(NONCE))
+
+
+@given(st.binary(max_size=600))
+def test_hello_garbage_raises_only_the_protocol_error(data: bytes) -> None:
+    for payload in (data, b"TXHA" + data):
+        with contextlib.suppress(HaProtocolError):
+            HelloDecoder().feed(payload)

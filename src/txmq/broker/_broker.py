@@ -65,6 +65,7 @@ from txmq.protocol import (
     GetMaxOffsetRequestHeader,
     GetMinOffsetRequestHeader,
     GetRouteInfoRequestHeader,
+    HaRuntimeInfo,
     HeartbeatData,
     MessageExt,
     NotifyConsumerIdsChangedRequestHeader,
@@ -123,6 +124,9 @@ class Broker:
         self.config = config
         self.master_addr = ""
         """A SLAVE's master's remoting address, once the shell learned it (docs/replication.md)."""
+        self.ha_status: Callable[[int], HaRuntimeInfo] | None = None
+        """The replication state at ``now_ms`` (set by the shell's ``txmq.broker.ha.Replication``);
+        None: no replication runs (GET_BROKER_HA_STATUS answers the role and end only)."""
         self.store = store
         self.clients = ClientRegistry()
         self._touched: set[tuple[str, int]] = set()
@@ -175,6 +179,7 @@ class Broker:
             RequestCode.VIEW_MESSAGE_BY_ID: self._view_message,
             RequestCode.VIEW_MESSAGE_BY_UNIQ_KEY: self._view_by_uniq_key,
             RequestCode.GET_BROKER_RUNTIME_INFO: self._runtime_info,
+            RequestCode.GET_BROKER_HA_STATUS: self._ha_status,
         }
 
     # -- storage helpers --------------------------------------------------------------------------
@@ -393,6 +398,13 @@ class Broker:
 
     def _runtime_info(self, conn: int, cmd: Command, now: int) -> list[Action]:
         return ok_reply(conn, cmd, body=self.runtime_info(now).encode())
+
+    def _ha_status(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        c = self.config
+        info = (self.ha_status(now) if self.ha_status is not None else HaRuntimeInfo(
+            master=c.broker_role != "SLAVE", master_commit_log_max_offset=self.store.write_offset,
+            broker_name=c.broker_name, broker_id=c.broker_id, broker_role=c.broker_role))
+        return ok_reply(conn, cmd, body=info.encode())
 
     # -- topics -----------------------------------------------------------------------------------
     def queue_nums(self, topic: str) -> int:

@@ -76,6 +76,12 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     RocketMQ's BrokerStartup sets it (a free port when ``port`` is 0); -1: no HA listener."""
     ha_master_address: str = ""
     """``host:port`` of the master's HA listener, for a SLAVE (RocketMQ ``haMasterAddress``)."""
+    ha_access_key: str = ""
+    """A SLAVE's ACL account for its master's HA handshake (a user of the master's ``acl_file``
+    allowed All on ``Cluster:<broker_cluster_name>``); needed when the master has ACL on, and
+    must be empty when it has not (docs/replication.md)."""
+    ha_secret_key: str = ""
+    """The secret key of ``ha_access_key``."""
     total_replicas: int = 2
     """Copies of the commit log in the group, the master included (RocketMQ ``totalReplicas``,
     default 1; txmq assumes one slave, the smallest group that replicates)."""
@@ -141,6 +147,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 parse_address(self.ha_master_address)
             except ConfigError as exc:
                 raise ConfigError(f"ha_master_address: {exc}") from exc
+        if bool(self.ha_access_key) != bool(self.ha_secret_key):
+            raise ConfigError("ha_access_key and ha_secret_key go together")
         if self.total_replicas < 1 or not 0 <= self.in_sync_replicas <= self.total_replicas:
             raise ConfigError("need 1 <= total_replicas and 0 <= in_sync_replicas <= total_replicas")
         if self.sync_flush_timeout_ms <= 0 or self.ha_max_gap_not_in_sync <= 0:

@@ -287,6 +287,38 @@ def _health_metrics(broker: Broker, now_ms: int) -> Iterator[Metric]:
         yield c
 
 
+def _ha_metrics(broker: Broker, now_ms: int) -> Iterator[Metric]:
+    """Replication (docs/replication.md): RocketMQ has no HA metric in its OpenTelemetry set, so
+    these are ``txmq_ha_…``, named after RocketMQ's runtime info (``slaveFallBehindMuch``,
+    ``HARuntimeInfo.inSyncSlaveNums``, ``slaveAckOffset``, ``HAClientRuntimeInfo.isActivated``)."""
+    if broker.ha_status is None:
+        return
+    ha = broker.ha_status(now_ms)
+    labels = ["slave", "broker_id"]
+    behind = GaugeMetricFamily("txmq_ha_slave_fall_behind_bytes",
+                               "Commit log bytes a connected slave has not acknowledged",
+                               labels=labels)
+    lag = GaugeMetricFamily("txmq_ha_slave_lag_seconds",
+                            "Time since a connected slave's acknowledgement last reached the "
+                            "master's end (0: caught up)", labels=labels)
+    ack = GaugeMetricFamily("txmq_ha_slave_ack_offset_bytes",
+                            "Commit log offset a connected slave last acknowledged", labels=labels)
+    for c in ha.ha_connection_info:
+        key = [c.addr, str(c.broker_id)]
+        behind.add_metric(key, c.diff)
+        lag.add_metric(key, c.lag_ms / 1000)
+        ack.add_metric(key, c.slave_ack_offset)
+    yield from (behind, lag, ack)
+    if ha.master:
+        yield GaugeMetricFamily("txmq_ha_in_sync_slaves", "Connected slaves within "
+                                "ha_max_gap_not_in_sync bytes", value=ha.in_sync_slave_nums)
+        yield GaugeMetricFamily("txmq_ha_connected_slaves", "Slaves connected to the HA listener",
+                                value=len(ha.ha_connection_info))
+    else:
+        yield GaugeMetricFamily("txmq_ha_master_connected", "1 while the slave's HA link to its "
+                                "master is up", value=int(ha.ha_client_runtime_info.activated))
+
+
 def broker_metrics(broker: Broker, now_ms: int) -> list[Metric]:
     """Every metric family of ``broker`` at ``now_ms``. Call it on the broker's event loop (it
     reads the store). A part that fails is logged and left out; the others are still returned."""
@@ -294,7 +326,8 @@ def broker_metrics(broker: Broker, now_ms: int) -> list[Metric]:
     parts: list[Callable[[], Iterator[Metric]]] = [
         partial(_traffic_metrics, broker), partial(_rpc_metrics, broker),
         partial(_lag_metrics, broker, now_ms), partial(_storage_metrics, broker, now_ms),
-        partial(_transaction_metrics, broker, now_ms), partial(_health_metrics, broker, now_ms)]
+        partial(_transaction_metrics, broker, now_ms), partial(_health_metrics, broker, now_ms),
+        partial(_ha_metrics, broker, now_ms)]
     for part in parts:
         try:
             out += list(part())

@@ -244,8 +244,8 @@ class BrokerServer:
         """The ACL check of both doors (docs/security.md); None when ``acl_enable`` is off."""
         self._acl_refused = 0
         self._register_retention_hooks()
-        self._repl = Replication(config, self.store, self._deliver,
-                                 lambda: asyncio.to_thread(self.store.flush), self._kick)
+        self._repl = Replication(config, self.broker, self._deliver,
+                                 lambda: asyncio.to_thread(self.store.flush), self._kick, self.acl)
         """Master-slave replication for the broker's role (txmq.broker.ha, docs/replication.md)."""
 
     async def start(self) -> None:

@@ -19,6 +19,9 @@ _KEYS = ("brokers", "orders_stored_per_broker", "outbox_transport", "rollback_to
          "revenue_matches_oracle", "spark_skipped", "spark_master", "spark_stage_s", "elapsed_s")
 
 
+_REPLICA_KEYS = ("replicas", "slave_lag_bytes_at_end", "slave_log_bytes", "slave_log_identical")
+
+
 def demo(
     sf: Annotated[float, typer.Option(help="TPC-H scale factor (0.01 = 15,000 orders).")] = 0.01,
     broker: Annotated[str | None, typer.Option(help="Use this broker (host:port) instead of "
@@ -28,6 +31,9 @@ def demo(
     brokers: Annotated[int, typer.Option(
         min=1, max=26, help="Brokers to start: 2 or more start a name server and that many "
                             "brokers (broker-a, broker-b, …), every topic on each.")] = 1,
+    replicas: Annotated[int, typer.Option(
+        min=0, max=1, help="1: the broker the demo starts is a SYNC_MASTER with one slave; the "
+                           "report says whether the slave's log ended byte-identical.")] = 0,
     report: Annotated[Path | None, typer.Option(help="Where to write report.json.")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Working directory of the run.")] = None,
     producers: Annotated[int, typer.Option(min=3, help="Order service processes.")] = 3,
@@ -52,7 +58,7 @@ def demo(
 
     console = Console()
     opts = DemoOptions(sf=sf, broker=broker, namesrv_addr=namesrv_addr, brokers=brokers,
-                       report=report,
+                       replicas=replicas, report=report,
                        producers=producers,
                        producer_threads=threads, outbox_transport=outbox_transport,
                        outbox_url=outbox_url, spark=spark, spark_master=spark_master,
@@ -66,7 +72,7 @@ def demo(
         raise typer.Exit(1) from exc
     table = Table("measure", "value",
                   title=f"txmq demo, TPC-H SF {sf}, ROLLBACK events over {rep['outbox_transport']}")
-    for k in _KEYS:
+    for k in _KEYS + (_REPLICA_KEYS if rep.get("replicas") else ()):
         table.add_row(k, str(rep[k]))
     for k, v in rep["stages"].items():
         table.add_row(f"stage {k} (s)", str(v))

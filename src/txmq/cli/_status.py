@@ -23,6 +23,8 @@ from txmq.protocol import (
     PROPERTY_TXMQ_PARK_REASON,
     PROPERTY_TXMQ_PARK_SOURCE,
     BrokerRuntimeInfo,
+    HaMember,
+    HaRuntimeInfo,
     MessageExt,
     park_source_kind,
 )
@@ -69,6 +71,19 @@ def store_row(info: BrokerRuntimeInfo) -> dict[str, Any]:
             "disk_ratio": round(info.commit_log_disk_ratio, 4)}
 
 
+def _print_ha(ha: HaRuntimeInfo, rows: list[HaMember]) -> None:
+    table = Table("member", "role", "id", "address", "offset", "lag (bytes)", "lag (s)", "in sync",
+                  title=f"broker group {ha.broker_name} ({ha.in_sync_slave_nums} slave(s) in sync)")
+    for r in rows:
+        table.add_row(r.member, r.role, str(r.broker_id), r.address,
+                      *("" if v is None else str(v) for v in (r.offset, r.lag_bytes, r.lag_s)),
+                      "yes" if r.in_sync else "[red]no[/red]")
+    _out.print(table)
+    client = ha.ha_client_runtime_info
+    if not ha.master and client.last_read_timestamp:
+        _out.print(f"last bytes from the master: {_time(client.last_read_timestamp)}")
+
+
 @with_credentials
 def status(
     endpoints: BrokerAddr = "127.0.0.1:10911",
@@ -79,15 +94,19 @@ def status(
     as_json: AsJson = False,
 ) -> None:
     """Each timer's last tick (stale ones flagged), task restarts, parked messages, pending
-    transactions, and the store: commit log bounds, size, disk ratio. Exits 1 when a timer is
+    transactions, the store (commit log bounds, size, disk ratio) and the broker group
+    (replication: members, roles, offsets, lag in bytes and seconds). Exits 1 when a timer is
     stale."""
     addr = "" if namesrv_addr and endpoints == "127.0.0.1:10911" else endpoints
-    info: BrokerRuntimeInfo = _admin_call(addr, lambda a: a.runtime_info(), namesrv_addr)
+    info, ha = _admin_call(addr, lambda a: (a.runtime_info(), a.ha_status()), namesrv_addr)
     rows = timer_rows(info, stale_ms)
     stale = [r["timer"] for r in rows if r["stale"]]
+    group = ha.members(endpoints)
     if as_json:
         print(json.dumps({**msgspec.to_builtins(info), "store": store_row(info), "timer_rows": rows,
-                          "stale": stale}, indent=2))
+                          "stale": stale, "ha": msgspec.to_builtins(ha),
+                          "group": msgspec.to_builtins(group)},
+                         indent=2))
     else:
         table = Table("timer", "last tick", "age (s)", "errors", "stale",
                       title=f"broker {endpoints} (up {(info.now_ms - info.boot_ms) / 1000:.0f} s)")
@@ -108,6 +127,7 @@ def status(
         _out.print(f"store: {st['store_size_bytes']} bytes of commit log (offsets "
                    f"{st['commit_log_min_offset']}..{st['commit_log_max_offset']}), disk "
                    f"{st['disk_ratio']:.1%} used")
+        _print_ha(ha, group)
     if stale:
         _err.print(f"[red]stale timers (no tick for > {stale_ms} ms): {', '.join(stale)}[/red]")
         raise typer.Exit(1)

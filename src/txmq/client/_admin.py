@@ -34,6 +34,7 @@ from txmq.protocol import (
     EndTransactionResponseHeader,
     GetRouteInfoRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    HaRuntimeInfo,
     Message,
     MessageExt,
     PendingTransactionsRequestHeader,
@@ -352,6 +353,17 @@ class AsyncAdmin(TransactionAdmin):
         """
         r = check_response(await self.call(RequestCode.GET_BROKER_RUNTIME_INFO))
         return BrokerRuntimeInfo.decode(r.body)
+
+    async def ha_status(self) -> HaRuntimeInfo:
+        """The broker's replication state: its role, commit log end, and for a master each
+        connected slave's acknowledged offset and lag in bytes and ms, for a slave its link to
+        the master (RocketMQ GET_BROKER_HA_STATUS, ``mqadmin haStatus``).
+
+        Raises:
+            MalformedFrame: the answer is not an ``HARuntimeInfo``.
+        """
+        r = check_response(await self.call(RequestCode.GET_BROKER_HA_STATUS))
+        return HaRuntimeInfo.decode(r.body)
 
     async def parked_messages(self, limit: int = 100_000) -> list[MessageExt]:
         """Messages the broker's schedulers parked (oldest first per topic, at most ``limit``):

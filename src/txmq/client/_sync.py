@@ -44,6 +44,7 @@ from txmq.protocol import (
     Command,
     ConsumerGroupInfo,
     EndTransactionResponseHeader,
+    HaRuntimeInfo,
     Message,
     MessageExt,
     MessageQueue,
@@ -542,6 +543,10 @@ class Admin(_SyncQueues):
     def runtime_info(self) -> BrokerRuntimeInfo:
         """See :meth:`AsyncAdmin.runtime_info`."""
         return self._run(self._a.runtime_info())
+
+    def ha_status(self) -> HaRuntimeInfo:
+        """See :meth:`AsyncAdmin.ha_status`."""
+        return self._run(self._a.ha_status())
 
     def parked_messages(self, limit: int = 100_000) -> list[MessageExt]:
         """See :meth:`AsyncAdmin.parked_messages`."""

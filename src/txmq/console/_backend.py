@@ -46,6 +46,7 @@ from txmq.console._models import (
     ParkedTransaction,
     PendingPage,
     PendingTransaction,
+    ReplicaMember,
     ResendPage,
     ResendResultModel,
     ResetOffsetResult,
@@ -364,6 +365,7 @@ class Backend:
         """Brokers, current rates and backlogs, and the History."""
         infos = await self.each(self._broker_info)
         tx_counts = await self.each(lambda b: b.admin.transaction_stats())
+        groups = await self.each(self._replication)
         last = self.history.latest()
         return Overview(brokers=[i for i, _ in infos],
                         in_per_s=last.in_per_s if last else 0.0,
@@ -371,7 +373,14 @@ class Backend:
                         half_backlog=sum(r.pending_transactions for _, r in infos),
                         discarded=sum(c.get("PARKED", 0) for c in tx_counts),
                         parked=sum(r.parked_stored for _, r in infos),
-                        history=self.history.snapshot())
+                        history=self.history.snapshot(),
+                        replication=[m for g in groups for m in g])
+
+    async def _replication(self, b: BrokerClients) -> list[ReplicaMember]:
+        """The broker group as broker ``b`` sees it (GET_BROKER_HA_STATUS)."""
+        ha = await b.admin.ha_status()
+        return [ReplicaMember(group=ha.broker_name, seen_by=b.addr,
+                              **msgspec.structs.asdict(m)) for m in ha.members(b.addr)]
 
     async def _broker_info(self, b: BrokerClients) -> tuple[BrokerInfo, BrokerRuntimeInfo]:
         r = await b.admin.call(RequestCode.GET_BROKER_RUNTIME_INFO)

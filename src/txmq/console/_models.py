@@ -12,14 +12,50 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 __all__ = [
-    "AuditEntry", "AuditPage", "BrokerInfo", "ConsumerMember", "DlqMessage", "DlqPage",
-    "DlqSummary", "EndTransactionBody", "EndTransactionResult", "GroupDetail", "GroupQueue",
-    "GroupSummary", "History", "LagHistory", "MessageDetail", "MessageList", "MessageSummary",
-    "MessageTrace", "OutboxInbox", "OutboxLease", "OutboxStatus", "OutboxSummary", "Overview",
-    "ParkedPage", "ParkedTransaction", "PendingPage", "PendingTransaction", "ResendBody",
-    "ResendPage", "ResendResultModel", "ResetOffsetBody", "ResetOffsetResult", "ResetQueue",
-    "ResumeResult", "Subscription", "TopicCreateBody", "TopicDeleted", "TopicDetail", "TopicQueue",
-    "TopicQueues", "TopicSummary", "TopicUpdateBody", "TraceEvent",
+    "AuditEntry",
+    "AuditPage",
+    "BrokerInfo",
+    "ConsumerMember",
+    "DlqMessage",
+    "DlqPage",
+    "DlqSummary",
+    "EndTransactionBody",
+    "EndTransactionResult",
+    "GroupDetail",
+    "GroupQueue",
+    "GroupSummary",
+    "History",
+    "LagHistory",
+    "MessageDetail",
+    "MessageList",
+    "MessageSummary",
+    "MessageTrace",
+    "OutboxInbox",
+    "OutboxLease",
+    "OutboxStatus",
+    "OutboxSummary",
+    "Overview",
+    "ParkedPage",
+    "ParkedTransaction",
+    "PendingPage",
+    "PendingTransaction",
+    "ReplicaMember",
+    "ResendBody",
+    "ResendPage",
+    "ResendResultModel",
+    "ResetOffsetBody",
+    "ResetOffsetResult",
+    "ResetQueue",
+    "ResumeResult",
+    "Subscription",
+    "TopicCreateBody",
+    "TopicDeleted",
+    "TopicDetail",
+    "TopicQueue",
+    "TopicQueues",
+    "TopicSummary",
+    "TopicUpdateBody",
+    "TraceEvent",
 ]
 
 
@@ -58,6 +94,26 @@ class Overview(BaseModel):
     discarded: int
     parked: int
     history: History
+    replication: list[ReplicaMember] = Field(default_factory=list)
+    """Each broker group's members as its brokers see them (GET_BROKER_HA_STATUS)."""
+
+
+class ReplicaMember(BaseModel):
+    """A member of a broker group, as broker ``seen_by`` reports it: its role and id, address,
+    commit log offset (its end, or what a slave acknowledged), and how far it lags its master
+    in bytes and seconds (None: unknown, a slave's master); ``in_sync``: a slave within
+    ``ha_max_gap_not_in_sync``, or a slave's link to its master is up."""
+
+    group: str
+    seen_by: str
+    member: str
+    role: str
+    broker_id: int
+    address: str
+    offset: int | None
+    lag_bytes: int | None
+    lag_s: float | None
+    in_sync: bool
 
 
 class TopicSummary(BaseModel):

@@ -81,6 +81,9 @@ class DemoOptions:
     namesrv_addr: str | None = None
     """Name servers to find the broker through (RocketMQ ``namesrvAddr``), instead of ``broker``."""
     brokers: int = 1
+    replicas: int = 0
+    """1: the broker the demo starts is a SYNC_MASTER with one slave; the report says whether the
+    slave's commit log is byte-identical to the master's at the end (``slave_log_identical``)."""
     """Brokers to start (neither ``broker`` nor ``namesrv_addr`` given): 1, or a cluster of a name
     server and this many brokers (``broker-a``, ``broker-b``, …), every topic on each."""
     report: Path | None = None
@@ -202,7 +205,7 @@ def _start_broker(opts: DemoOptions) -> Brokers:
     route to, or ``opts.brokers`` started here (see :func:`txmq.demo._brokers.start_brokers`)."""
     return start_brokers(
         opts.brokers, opts.run_dir, {TOPIC: TOPIC_QUEUES, ROLLBACK_TOPIC: ROLLBACK_TOPIC_QUEUES},
-        opts.broker, opts.namesrv_addr,
+        opts.broker, opts.namesrv_addr, opts.replicas,
         transaction_timeout_ms=opts.transaction_timeout_ms,
         transaction_check_interval_ms=opts.transaction_check_interval_ms,
         message_delay_level=opts.message_delay_level,
@@ -464,13 +467,15 @@ def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
                 with _spark_master(opts, stage, console), stage("spark"):
                     spark = _spark_stage(opts, brokers, order_db, progress,
                                          with_rollbacks=side.kind == "txmq")
+        replica = brokers.replica_report()
     finally:
         for p in [*producers, *ledgers, compensator]:
             p.terminate()
         brokers.stop()
     comp = {"rejected": rejected, "cancelled": cancelled, **ledger.ledger_rejected(ledger_db)}
     report = _report(opts, orders, prog, stats, crashes, committed, received, dups, spark, comp,
-                     stage.seconds, time.monotonic() - t0, side, _cluster_report(brokers, stored))
+                     stage.seconds, time.monotonic() - t0, side,
+                     {**_cluster_report(brokers, stored), **replica})
     return report
 
 
@@ -498,10 +503,12 @@ def _compensation_report(committed: set[int], received: set[int],
 
 
 def _consistent(report: dict[str, Any], live: int) -> bool:
-    """The verdict: nothing lost or phantom, every planned rejection compensated once, and (unless
-    skipped) Spark's orders and aggregates equal to the ``live`` orders and the oracles."""
+    """The verdict: nothing lost or phantom, every planned rejection compensated once, (unless
+    skipped) Spark's orders and aggregates equal to the ``live`` orders and the oracles, and with a
+    slave its commit log byte-identical to the master's."""
     return bool(
         report["committed"] > 0
+        and (not report.get("replicas") or report["slave_log_identical"])
         and report["lost"] == 0
         and report["phantom"] == 0
         and report["ledger_rejected"] == report["compensated"] == report["rejects_planned"]

@@ -9,6 +9,8 @@ from txmq.protocol._consume import *  # noqa: F403
 from txmq.protocol._consume import __all__ as _consume_all
 from txmq.protocol._ha import *  # noqa: F403
 from txmq.protocol._ha import __all__ as _ha_all
+from txmq.protocol._ha_status import *  # noqa: F403
+from txmq.protocol._ha_status import __all__ as _ha_status_all
 from txmq.protocol._headers import *  # noqa: F403
 from txmq.protocol._headers import __all__ as _headers_all
 from txmq.protocol._message import *  # noqa: F403
@@ -39,6 +41,7 @@ __all__ = [
     *_codes_all,
     *_consume_all,
     *_ha_all,
+    *_ha_status_all,
     *_headers_all,
     *_message_all,
     *_message_bulk_all,

@@ -62,6 +62,9 @@ class RequestCode(IntEnum):
     SEND_BATCH_MESSAGE = 320
     RESUME_CHECK_HALF_MESSAGE = 323
     BROKER_HEARTBEAT = 904
+    GET_BROKER_HA_STATUS = 907
+    """A broker's replication state (``mqadmin haStatus``); body: RocketMQ ``HARuntimeInfo`` JSON,
+    :class:`~txmq.protocol.HaRuntimeInfo`."""
     # txmq extensions
     GET_TRANSACTION_STATS = 9001
     """Counts of the transaction state index (pending, committed, rolled back, discarded, checks)."""

@@ -17,6 +17,30 @@ are big-endian (``java.nio.ByteBuffer``'s default). Layout of RocketMQ 4.9.7 ``H
       0                                       8                 12            12 + bodySize
     raw commit-log bytes [phyOffset, phyOffset + bodySize); bodySize 0 is a heartbeat.
 
+When ACL is on (txmq's improvement: RocketMQ's link has no handshake, so any TCP peer can report a
+fake offset and make a SYNC_MASTER acknowledge early, RocketMQ issue #3015), the connection opens
+with a handshake before the first report; with ACL off the stream above is byte for byte
+RocketMQ's::
+
+    master -> slave: challenge (HA_CHALLENGE, 20 bytes)        struct ">4s16s"
+    +------------------+----------------------------------------------------+
+    | magic "TXHA"     | nonce  16 random bytes, new for every connection   |
+    +------------------+----------------------------------------------------+
+      0                  4                                                   20
+
+    slave -> master: hello (HA_HELLO_HEADER, 18 bytes + the three fields)  struct ">4sqHHH"
+    +--------------+-------------+----------+--------+---------+------------+-----------+-----------+
+    | magic "TXHA" | brokerId i64| nameLen  | akLen  | sigLen  | brokerName | accessKey | Signature |
+    |              |             | u16      | u16    | u16     | UTF-8      | UTF-8     | ASCII     |
+    +--------------+-------------+----------+--------+---------+------------+-----------+-----------+
+      0              4             12         14       16        18
+    Signature = base64(HmacSHA1(secret key, content)): the remoting door's ACL signature
+    (:func:`~txmq.protocol.sign_remoting`) over the fields brokerId, brokerName, haNonce (the
+    nonce in lower-case hex) and AccessKey, as if they were a request's ext fields with no body.
+
+The master checks the hello (:meth:`txmq.broker.acl.AclGuard.check_fields`); a bad or missing one
+closes the connection before any report counts. Then the slave reports as above.
+
 The master sends at most ``limits.HA_TRANSFER_BATCH_BYTES`` (RocketMQ ``haTransferBatchSize``)
 per frame, contiguous from the slave's reported offset. A frame's bytes need not end on a record
 boundary: the slave joins them (:class:`txmq.broker.ha.SlaveCore`).
@@ -35,17 +59,29 @@ import msgspec
 
 from txmq import limits
 from txmq.errors import HaProtocolError
+from txmq.protocol._acl_sign import SIGNATURE, sign_remoting
 
 __all__ = [
+    "HA_CHALLENGE",
+    "HA_HELLO_FIELD_MAX_BYTES",
+    "HA_HELLO_HEADER",
+    "HA_MAGIC",
+    "HA_NONCE_BYTES",
     "HA_REPORT",
     "HA_TRANSFER_HEADER",
     "HaHeartbeat",
+    "HaHello",
     "HaTransfer",
+    "HelloDecoder",
     "ReportDecoder",
     "TransferDecoder",
+    "decode_challenge",
+    "encode_challenge",
     "encode_heartbeat",
+    "encode_hello",
     "encode_report",
     "encode_transfer",
+    "ha_hello_fields",
 ]
 
 HA_REPORT = struct.Struct(">q")
@@ -54,7 +90,25 @@ HA_REPORT = struct.Struct(">q")
 HA_TRANSFER_HEADER = struct.Struct(">qi")
 """A transfer frame's header: physical offset, body size (RocketMQ ``TRANSFER_HEADER_SIZE`` = 12)."""
 
+HA_MAGIC = b"TXHA"
+"""First bytes of the handshake frames (txmq's; as the high half of a transfer's phyOffset they
+would put it beyond 6 EiB, so a slave without credentials recognises a challenge)."""
+
+HA_NONCE_BYTES = 16
+"""Random bytes of a challenge (128 bits: a nonce never repeats, so a recorded hello is useless)."""
+
+HA_CHALLENGE = struct.Struct(">4s16s")
+"""The master's challenge: magic, nonce."""
+
+HA_HELLO_HEADER = struct.Struct(">4sqHHH")
+"""The slave's hello before its three fields: magic, brokerId, and the fields' byte lengths."""
+
+HA_HELLO_FIELD_MAX_BYTES = 255
+"""Longest brokerName, accessKey or Signature of a hello (txmq; a broker name is at most 127
+characters, RocketMQ ``Validators.CHARACTER_MAX_LENGTH`` for names, and a signature 28)."""
+
 _OFFSET_MAX = 2**63 - 1
+_F_NAME, _F_ID, _F_NONCE, _F_AK = "brokerName", "brokerId", "haNonce", "AccessKey"
 
 
 class HaTransfer(msgspec.Struct, frozen=True):
@@ -182,12 +236,8 @@ class TransferDecoder:
         out: list[HaTransfer | HaHeartbeat] = []
         while b.available >= HA_TRANSFER_HEADER.size:
             offset, size = HA_TRANSFER_HEADER.unpack_from(b.buf, b.pos)
-            if not 0 <= size <= limits.HA_TRANSFER_BATCH_BYTES:
-                raise HaProtocolError(f"HA transfer size {size} not in "
-                                      f"0..{limits.HA_TRANSFER_BATCH_BYTES}")
-            if offset != self.expected:
-                raise HaProtocolError(f"master pushed offset {offset}, the slave expects "
-                                      f"{self.expected}")
+            if offset != self.expected or not 0 <= size <= limits.HA_TRANSFER_BATCH_BYTES:
+                raise self._refusal(b, offset, size)
             end = b.pos + HA_TRANSFER_HEADER.size + size
             if len(b.buf) < end:
                 break
@@ -198,3 +248,112 @@ class TransferDecoder:
                 out.append(HaHeartbeat(offset))
             b.pos = end
         return out
+
+    def _refusal(self, b: _Buffer, offset: int, size: int) -> HaProtocolError:
+        """Why a frame header at ``b.pos`` is refused (a challenge: the master has ACL on)."""
+        if b.buf[b.pos : b.pos + len(HA_MAGIC)] == HA_MAGIC:
+            return HaProtocolError("the master sent an HA challenge: ACL is on there, set "
+                                   "ha_access_key and ha_secret_key on this slave")
+        if not 0 <= size <= limits.HA_TRANSFER_BATCH_BYTES:
+            return HaProtocolError(f"HA transfer size {size} not in "
+                                   f"0..{limits.HA_TRANSFER_BATCH_BYTES}")
+        return HaProtocolError(f"master pushed offset {offset}, the slave expects {self.expected}")
+
+
+# -- the handshake (ACL on) -----------------------------------------------------------------------
+class HaHello(msgspec.Struct, frozen=True):
+    """A slave's hello: who it is, the account it signs with, and the signature (base64)."""
+
+    broker_name: str
+    broker_id: int
+    access_key: str
+    signature: str
+
+
+def encode_challenge(nonce: bytes) -> bytes:
+    """The master's 20-byte challenge. Raises HaProtocolError unless ``nonce`` has
+    ``HA_NONCE_BYTES`` bytes."""
+    if len(nonce) != HA_NONCE_BYTES:
+        raise HaProtocolError(f"HA nonce of {len(nonce)} bytes, not {HA_NONCE_BYTES}")
+    return HA_CHALLENGE.pack(HA_MAGIC, nonce)
+
+
+def decode_challenge(data: bytes) -> bytes:
+    """The nonce of a 20-byte challenge. Raises HaProtocolError: not a challenge (the master
+    may have ACL off: it sends no challenge, the slave waits in vain)."""
+    if len(data) != HA_CHALLENGE.size:
+        raise HaProtocolError(f"HA challenge of {len(data)} bytes, not {HA_CHALLENGE.size}")
+    magic, nonce = HA_CHALLENGE.unpack(data)
+    if magic != HA_MAGIC:
+        raise HaProtocolError(f"HA challenge starts {magic!r}, not {HA_MAGIC!r}")
+    return bytes(nonce)
+
+
+def _signed_fields(broker_name: str, broker_id: int, access_key: str, nonce: bytes) -> dict[str, str]:
+    return {_F_NAME: broker_name, _F_ID: str(broker_id), _F_NONCE: nonce.hex(), _F_AK: access_key}
+
+
+def ha_hello_fields(hello: HaHello, nonce: bytes) -> dict[str, str]:
+    """The hello as the ext fields of a signed remoting request (``AccessKey``, ``Signature``
+    and the signed fields), for the ACL's signature check against the connection's ``nonce``."""
+    fields = _signed_fields(hello.broker_name, hello.broker_id, hello.access_key, nonce)
+    fields[SIGNATURE] = hello.signature
+    return fields
+
+
+def encode_hello(broker_name: str, broker_id: int, access_key: str, secret_key: str,
+                 nonce: bytes) -> bytes:
+    """A slave's hello answering the challenge ``nonce``, signed with ``secret_key`` as the
+    remoting door signs a request (RocketMQ ``AclClientRPCHook``).
+
+    Raises:
+        HaProtocolError: a field longer than ``HA_HELLO_FIELD_MAX_BYTES``, or a broker id
+            outside i64.
+    """
+    fields = sign_remoting(_signed_fields(broker_name, broker_id, "", nonce), b"", access_key,
+                           secret_key)
+    parts = [broker_name.encode(), access_key.encode(), fields[SIGNATURE].encode()]
+    if any(len(p) > HA_HELLO_FIELD_MAX_BYTES for p in parts):
+        raise HaProtocolError(f"HA hello field longer than {HA_HELLO_FIELD_MAX_BYTES} bytes")
+    if not -_OFFSET_MAX - 1 <= broker_id <= _OFFSET_MAX:
+        raise HaProtocolError(f"broker id {broker_id} does not fit an i64")
+    return HA_HELLO_HEADER.pack(HA_MAGIC, broker_id, *map(len, parts)) + b"".join(parts)
+
+
+class HelloDecoder:
+    """The master's side of the handshake: bytes from the slave in, its :class:`HaHello` out.
+    Bytes after the hello (the first report, sent at once) stay in :attr:`rest`."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self.rest = b""
+
+    def feed(self, data: bytes | memoryview) -> HaHello | None:
+        """The hello once complete (None: more bytes needed).
+
+        Raises:
+            HaProtocolError: not a hello (a slave without credentials sends its 8-byte report
+                first), a field longer than ``HA_HELLO_FIELD_MAX_BYTES`` or not UTF-8.
+        """
+        self._buf += data
+        buf = self._buf
+        if len(buf) >= len(HA_MAGIC) and buf[: len(HA_MAGIC)] != HA_MAGIC:
+            raise HaProtocolError("no HA handshake: ACL is on and the peer did not send a hello "
+                                  "(a slave needs ha_access_key and ha_secret_key)")
+        if len(buf) < HA_HELLO_HEADER.size:
+            return None
+        _, broker_id, *lens = HA_HELLO_HEADER.unpack_from(buf)
+        if any(n > HA_HELLO_FIELD_MAX_BYTES for n in lens):
+            raise HaProtocolError(f"HA hello field longer than {HA_HELLO_FIELD_MAX_BYTES} bytes")
+        end = HA_HELLO_HEADER.size + sum(lens)
+        if len(buf) < end:
+            return None
+        at, texts = HA_HELLO_HEADER.size, []
+        try:
+            for n in lens:
+                texts.append(bytes(buf[at : at + n]).decode())
+                at += n
+        except UnicodeDecodeError as exc:
+            raise HaProtocolError(f"HA hello field is not UTF-8: {exc}") from exc
+        self.rest = bytes(buf[end:])
+        return HaHello(texts[0], broker_id, texts[1], texts[2])

@@ -406,8 +406,9 @@ def _targets() -> Iterator[Target]:
                  "batch bodies, inner batches, properties strings, offset msg ids and UNIQ_KEYs: "
                  "every input decodes or raises a ProtocolError; round trips")
     yield Target("ha", ha_target, (HaProtocolError,), ha_seeds,
-                 "RocketMQ's HA stream (replication): TransferDecoder, ReportDecoder and SlaveCore "
-                 "on raw bytes in chunks; decoded frames re-encode to the input")
+                 "RocketMQ's HA stream (replication): TransferDecoder, ReportDecoder, SlaveCore and "
+                 "the ACL handshake (HelloDecoder, challenge) on raw bytes in chunks; decoded "
+                 "frames re-encode to the input")
     yield Target("broker", broker_target, (), broker_seeds,
                  "a request program through the wire codec (JSON or ROCKETMQ headers, corrupted "
                  "fields) and Broker.handle/tick on a MemoryStore, then a reopen that must recover "

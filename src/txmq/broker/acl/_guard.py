@@ -100,15 +100,30 @@ class AclGuard:
         return self._authorize(user, rule.needs, cmd, source_ip)
 
     def _remoting_user(self, cmd: Command) -> User | Refusal:
-        ak = cmd.ext.get(ACCESS_KEY, "")
-        sig = cmd.ext.get(SIGNATURE, "")
+        return self._signed_user(cmd.ext, cmd.body, cmd.version)
+
+    def check_fields(self, fields: dict[str, str], source_ip: str,
+                     needs: list[Need]) -> Refusal | None:
+        """None if ``fields``, signed as a remoting request's ext fields with no body (``AccessKey``
+        and ``Signature`` among them), carry a good signature of a user allowed ``needs`` from
+        ``source_ip``; else the :class:`Refusal`. The HA handshake's check
+        (:func:`~txmq.protocol.ha_hello_fields`)."""
+        user = self._signed_user(fields, b"", None)
+        if isinstance(user, Refusal):
+            return user
+        why = self.accounts.decide(user, needs, source_ip)
+        return None if why is None else Refusal(True, why)
+
+    def _signed_user(self, ext: dict[str, str], body: bytes, version: int | None) -> User | Refusal:
+        ak = ext.get(ACCESS_KEY, "")
+        sig = ext.get(SIGNATURE, "")
         if not ak or not sig:
             return Refusal(False, "no credentials: ACL is on and the request has no AccessKey and "
                                   "Signature")
         user = self.accounts.users.get(ak)
         if user is None:
             return Refusal(False, f"unknown access key {ak!r}")
-        want = remoting_signature(remoting_content(cmd.ext, cmd.body, cmd.version), user.secret_key)
+        want = remoting_signature(remoting_content(ext, body, version), user.secret_key)
         if not hmac.compare_digest(want.encode(), sig.encode()):
             return Refusal(False, f"signature check failed for access key {ak!r}")
         return user

@@ -201,6 +201,7 @@ REMOTING_RULES: dict[int, Rule] = {
                                      _field_topic("topic", A.CREATE, A.UPDATE)),
     R.GET_ALL_TOPIC_CONFIG: _rule("List on Cluster", _on_cluster(A.LIST)),
     R.GET_BROKER_RUNTIME_INFO: _rule("Get on Cluster", _on_cluster(A.GET)),
+    R.GET_BROKER_HA_STATUS: _rule("Get on Cluster", _on_cluster(A.GET)),
     R.SEARCH_OFFSET_BY_TIMESTAMP: _rule("Sub or Get on Topic:`topic` (RocketMQ: Get)",
                                         _field_topic("topic", *SUB_GET)),
     R.GET_MAX_OFFSET: _rule("Sub or Get on Topic:`topic` (RocketMQ: Get)",

@@ -82,16 +82,31 @@ class SlaveCore:
 
 class AckTable:
     """The master's view of its slaves: the offset each connected one acknowledged (its last
-    report), keyed by connection id."""
+    report), keyed by connection id, and when each last caught up with the master's end."""
 
     def __init__(self) -> None:
         self.acks: dict[int, int] = {}
+        self.caught_up_ms: dict[int, int] = {}
+        """Link → when its report last reached the master's end (or when it connected)."""
 
-    def report(self, link: int, offset: int) -> None:
+    def report(self, link: int, offset: int, end: int = -1, now_ms: int = 0) -> None:
+        """The slave on ``link`` acknowledged ``offset`` while the master's log ended at ``end``
+        (RocketMQ 5 ``AutoSwitchHAConnection``: ``lastCatchUpTimeMs`` moves when the slave's ack
+        reaches the master's max offset)."""
+        if link not in self.acks or offset >= end:
+            self.caught_up_ms[link] = now_ms
         self.acks[link] = offset
 
     def gone(self, link: int) -> None:
         self.acks.pop(link, None)
+        self.caught_up_ms.pop(link, None)
+
+    def lag_ms(self, link: int, end: int, now_ms: int) -> int:
+        """How long the slave on ``link`` has lacked bytes of a log ending at ``end``: 0 when its
+        last report reached ``end``, else the time since it last caught up (or connected)."""
+        if self.acks.get(link, -1) >= end:
+            return 0
+        return max(0, now_ms - self.caught_up_ms.get(link, now_ms))
 
     def acked_by(self, count: int) -> int:
         """The highest offset that at least ``count`` slaves acknowledged (-1 if fewer connected;

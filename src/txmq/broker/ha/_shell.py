@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from itertools import count
@@ -27,19 +28,32 @@ import msgspec
 
 from txmq import limits
 from txmq.broker._actions import Reply
+from txmq.broker._broker import Broker
 from txmq.broker._config import BrokerConfig
+from txmq.broker.acl import AclGuard, Action, Need, Resource, ResourceType
 from txmq.broker.ha._core import AckTable, ReplicaWait, SlaveCore
-from txmq.errors import ProtocolError, ResponseCode, StoreError
+from txmq.errors import HaProtocolError, ProtocolError, ResponseCode, StoreError
 from txmq.protocol import (
+    HA_CHALLENGE,
+    HA_NONCE_BYTES,
+    HaClientRuntimeInfo,
+    HaConnectionRuntimeInfo,
+    HaHello,
+    HaRuntimeInfo,
+    HelloDecoder,
     RegisterBrokerResponseHeader,
     ReportDecoder,
+    decode_challenge,
+    encode_challenge,
     encode_heartbeat,
+    encode_hello,
     encode_transfer,
+    ha_hello_fields,
     parse_address,
 )
 from txmq.store import Store
 
-__all__ = ["HaMaster", "HaSlave", "Replication", "SyncWait"]
+__all__ = ["Authenticate", "HaCredentials", "HaMaster", "HaSlave", "Replication", "SyncWait"]
 
 log = logging.getLogger("txmq.broker.ha")
 
@@ -47,8 +61,37 @@ _READ_BYTES = 1024 * 1024
 """Bytes one socket read of the HA stream takes (RocketMQ's master reads reports into 1 MiB)."""
 
 
+HA_HANDSHAKE_TIMEOUT_MS = 3_000
+"""Longest either side waits for the other's handshake frame (txmq's: RocketMQ has no handshake;
+the connect timeout's order of magnitude, ``limits.CONNECT_TIMEOUT_MS``)."""
+
+Authenticate = Callable[[HaHello, bytes, str], "str | None"]
+"""A master's check of a slave's hello: (hello, the connection's nonce, the peer's IP) → None to
+admit it, or why it is refused."""
+
+
+class HaCredentials(msgspec.Struct, frozen=True):
+    """What a slave signs its HA hello with: its group and id, an ACL account of the master."""
+
+    broker_name: str
+    broker_id: int
+    access_key: str
+    secret_key: str
+
+
 def _mono_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _addr(peer: object) -> str:
+    """``host:port`` of a socket's peername (a tuple), or its text."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)
 
 
 class HaMaster:
@@ -57,12 +100,17 @@ class HaMaster:
     Args:
         store: the commit log to ship (its flushed part).
         on_ack: called after a slave's acknowledged offset moved or a slave left.
+        authenticate: with ACL on, the check of each slave's hello (the connection opens with the
+            handshake of :mod:`txmq.protocol._ha`); None: RocketMQ's plain protocol.
     """
 
-    def __init__(self, store: Store, host: str, port: int, on_ack: Callable[[], None]) -> None:
+    def __init__(self, store: Store, host: str, port: int, on_ack: Callable[[], None],
+                 authenticate: Authenticate | None = None) -> None:
         self.store, self.host, self.port = store, host, port
         self.acks = AckTable()
-        self._on_ack = on_ack
+        self.links: dict[int, HaConnectionRuntimeInfo] = {}
+        """Connected slaves that passed the handshake: address, hello, where shipping began."""
+        self._on_ack, self._authenticate = on_ack, authenticate
         self._ids = count(1)
         self._wake: dict[int, asyncio.Event] = {}
         self._writers: dict[int, asyncio.StreamWriter] = {}
@@ -100,8 +148,13 @@ class HaMaster:
         decoder = ReportDecoder()
         tasks: set[asyncio.Task[None]] = set()
         try:
+            hello = await self._handshake(reader, writer, decoder, peer)
             start = await self._first_report(reader, decoder)
             log.info("HA: slave %s connected, reports offset %d", peer, start)
+            self.links[link] = HaConnectionRuntimeInfo(
+                addr=_addr(peer), slave_ack_offset=start, diff=0, in_sync=False,
+                transfer_from_where=start, broker_name=hello.broker_name if hello else "",
+                broker_id=hello.broker_id if hello else -1)
             self._ack(link, start)
             tasks = {asyncio.create_task(self._read_reports(link, reader, decoder)),
                      asyncio.create_task(self._transfer(link, writer, start))}
@@ -115,9 +168,35 @@ class HaMaster:
                 t.cancel()
             self._wake.pop(link, None)
             self._writers.pop(link, None)
+            self.links.pop(link, None)
             self.acks.gone(link)
             self._on_ack()
             writer.close()
+
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         decoder: ReportDecoder, peer: object) -> HaHello | None:
+        """With ACL on: challenge the peer, read and check its hello (bytes after it go to
+        ``decoder``). Raises ProtocolError when it is missing, malformed or refused, so no report
+        of that peer ever counts (RocketMQ issue #3015). Without ACL: None, nothing on the wire."""
+        if self._authenticate is None:
+            return None
+        nonce = secrets.token_bytes(HA_NONCE_BYTES)
+        writer.write(encode_challenge(nonce))
+        hello_dec, hello = HelloDecoder(), None
+        async with asyncio.timeout(HA_HANDSHAKE_TIMEOUT_MS / 1000):
+            await writer.drain()
+            while hello is None:
+                data = await reader.read(_READ_BYTES)
+                if not data:
+                    raise ConnectionError("closed during the HA handshake")
+                hello = hello_dec.feed(data)
+        ip = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        why = self._authenticate(hello, nonce, ip)
+        if why is not None:
+            raise HaProtocolError(f"HA handshake refused ({hello.broker_name}/{hello.broker_id}, "
+                                  f"access key {hello.access_key!r}): {why}")
+        decoder.feed(hello_dec.rest)
+        return hello
 
     async def _first_report(self, reader: asyncio.StreamReader, decoder: ReportDecoder) -> int:
         """The slave's first report: where to ship from. Raises StoreError when this log cannot
@@ -138,8 +217,19 @@ class HaMaster:
         return start
 
     def _ack(self, link: int, offset: int) -> None:
-        self.acks.report(link, offset)
+        self.acks.report(link, offset, self.store.write_offset, _mono_ms())
         self._on_ack()
+
+    def connections(self, max_gap: int) -> list[HaConnectionRuntimeInfo]:
+        """Each connected slave now: its ack, the bytes and time it lags (``max_gap``:
+        ``ha_max_gap_not_in_sync``, the in-sync bound)."""
+        end, now, out = self.store.write_offset, _mono_ms(), []
+        for link, info in self.links.items():
+            ack = self.acks.acks.get(link, info.transfer_from_where)
+            out.append(msgspec.structs.replace(
+                info, slave_ack_offset=ack, diff=end - ack, in_sync=end - ack < max_gap,
+                lag_ms=self.acks.lag_ms(link, end, now)))
+        return out
 
     async def _read_reports(self, link: int, reader: asyncio.StreamReader,
                             decoder: ReportDecoder) -> None:
@@ -182,14 +272,29 @@ class HaSlave:
         flush: fsyncs the store (the server's flusher thread); returns the flushed offset.
         on_append: called after each append with the ``(topic, queue id)`` s it appended to (the
             server wakes the pulls held on them once the bytes are flushed).
+        credentials: what it answers a master's challenge with (ACL on at the master); None:
+            RocketMQ's plain protocol.
     """
 
     def __init__(self, store: Store, master: str, flush: Callable[[], Awaitable[int]],
-                 on_append: Callable[[set[tuple[str, int]]], None]) -> None:
+                 on_append: Callable[[set[tuple[str, int]]], None],
+                 credentials: HaCredentials | None = None) -> None:
         self.store, self.master = store, master
         self._flush, self._on_append = flush, on_append
+        self.credentials = credentials
         self.connected = False
         self._last_report = 0
+        self.last_read_ms = 0
+        """Wall clock (ms since the epoch) of the last bytes from the master; 0: never."""
+        self.last_write_ms = 0
+        """Wall clock of the last report sent; 0: never."""
+
+    def runtime_info(self) -> HaClientRuntimeInfo:
+        """The link now (RocketMQ ``HAClientRuntimeInfo``)."""
+        return HaClientRuntimeInfo(master_addr=self.master, max_offset=self.store.write_offset,
+                                   last_read_timestamp=self.last_read_ms,
+                                   last_write_timestamp=self.last_write_ms,
+                                   activated=self.connected)
 
     async def run(self) -> None:
         """Replicate for ever: connect, follow, reconnect after a failure with back-off."""
@@ -227,9 +332,11 @@ class HaSlave:
         """Follow the master on one connection. Appends go on while an fsync runs (group commit:
         one fsync covers whatever arrived during the previous one); a report names only durable
         bytes, sent as each fsync ends (:meth:`_flush_and_report`)."""
+        if self.credentials is not None:
+            await self._answer_challenge(reader, writer, self.credentials)
         core = SlaveCore(self.store.write_offset)
         writer.write(core.hello())
-        self.connected, self._last_report = True, _mono_ms()
+        self.connected, self._last_report, self.last_write_ms = True, _mono_ms(), _wall_ms()
         log.info("HA: following master %s from offset %d", self.master, self.store.write_offset)
         flushing: asyncio.Task[None] | None = None
         try:
@@ -238,7 +345,7 @@ class HaSlave:
                                               limits.HA_HOUSEKEEPING_INTERVAL_MS / 1000)
                 if not data:
                     raise ConnectionError("master closed the HA connection")
-                got[0] = True
+                got[0], self.last_read_ms = True, _wall_ms()
                 pieces = core.feed(data)
                 touched: set[tuple[str, int]] = set()
                 for offset, chunk in pieces:
@@ -252,7 +359,7 @@ class HaSlave:
                         flushing = asyncio.create_task(self._flush_and_report(writer, core))
                 elif _mono_ms() - self._last_report >= limits.HA_REPORT_INTERVAL_MS:
                     writer.write(core.report(self.store.flushed_offset))
-                    self._last_report = _mono_ms()
+                    self._last_report, self.last_write_ms = _mono_ms(), _wall_ms()
                     await writer.drain()
         finally:
             if flushing is not None:
@@ -264,9 +371,25 @@ class HaSlave:
         while True:
             end = await self._flush()
             writer.write(core.report(end))
-            self._last_report = _mono_ms()
+            self._last_report, self.last_write_ms = _mono_ms(), _wall_ms()
             if self.store.write_offset <= end:
                 return
+
+    @staticmethod
+    async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                cred: HaCredentials) -> None:
+        """Read the master's challenge and send the signed hello. Raises HaProtocolError /
+        TimeoutError when no challenge comes (the master has ACL off: drop the credentials)."""
+        try:
+            async with asyncio.timeout(HA_HANDSHAKE_TIMEOUT_MS / 1000):
+                nonce = decode_challenge(await reader.readexactly(HA_CHALLENGE.size))
+        except TimeoutError as exc:
+            raise HaProtocolError("the master sent no HA challenge: is ACL off there? (this "
+                                  "slave has ha_access_key set)") from exc
+        except asyncio.IncompleteReadError as exc:
+            raise ConnectionError("master closed the HA connection before its challenge") from exc
+        writer.write(encode_hello(cred.broker_name, cred.broker_id, cred.access_key,
+                                  cred.secret_key, nonce))
 
 
 class SyncWait:
@@ -321,18 +444,23 @@ class Replication:
     master, the HA client on a slave (docs/replication.md).
 
     Args:
-        config: the broker's (role, ports, replicas, timeouts).
-        store: the broker's store.
+        config: the broker's (role, ports, replicas, timeouts, ``ha_access_key``).
+        broker: the broker core; its ``ha_status`` is set to :meth:`runtime_info`.
         deliver: writes a held reply and accounts for it (the server's).
         flush: fsyncs the store on the flusher's thread; returns the flushed offset.
         on_append: called after a slave appended replicated bytes, with the queues appended to.
+        acl: the broker's ACL check (None: ACL off). With it, a master's HA listener admits only
+            slaves whose hello is signed by a user allowed All on ``Cluster:<cluster name>``
+            (a Super user, or a policy entry, which may name the slaves' source IPs).
     """
 
-    def __init__(self, config: BrokerConfig, store: Store,
+    def __init__(self, config: BrokerConfig, broker: Broker,
                  deliver: Callable[[Reply, int, float], None],
                  flush: Callable[[], Awaitable[int]],
-                 on_append: Callable[[set[tuple[str, int]]], None]) -> None:
-        self.config, self.store = config, store
+                 on_append: Callable[[set[tuple[str, int]]], None],
+                 acl: AclGuard | None = None) -> None:
+        self.config, self.store, self.acl = config, broker.store, acl
+        broker.ha_status = self.runtime_info
         self.master: HaMaster | None = None
         self.slave: HaSlave | None = None
         self.sync: SyncWait | None = None
@@ -353,12 +481,16 @@ class Replication:
                 log.warning("SLAVE %s/%d has neither ha_master_address nor namesrv_addr: it does "
                             "not replicate", c.broker_name, c.broker_id)
                 return []
-            self.slave = HaSlave(self.store, c.ha_master_address, self._flush, self._on_append)
+            cred = (HaCredentials(c.broker_name, c.broker_id, c.ha_access_key, c.ha_secret_key)
+                    if c.ha_access_key else None)
+            self.slave = HaSlave(self.store, c.ha_master_address, self._flush, self._on_append,
+                                 cred)
             return [("ha-slave", self.slave.run)]
         if c.ha_listen_port < 0:
             return []
         port = c.ha_listen_port or (broker_port + 1 if c.port else 0)
-        master = HaMaster(self.store, c.host, port, self._acked)
+        master = HaMaster(self.store, c.host, port, self._acked,
+                          None if self.acl is None else self.authenticate)
         try:
             await master.start()
         except OSError as exc:  # the broker still serves; a SYNC_MASTER answers SLAVE_NOT_AVAILABLE
@@ -385,6 +517,32 @@ class Replication:
             log.info("HA: the name server names master %s (HA %s)", answer.master_addr,
                      answer.ha_server_addr)
             self.slave.master = answer.ha_server_addr
+
+    def authenticate(self, hello: HaHello, nonce: bytes, peer_ip: str) -> str | None:
+        """Why a slave's hello is refused, or None: it must name this group and a slave id, and
+        be signed by a user allowed All on ``Cluster:<cluster name>``."""
+        c = self.config
+        if hello.broker_name != c.broker_name:
+            return f"broker name {hello.broker_name!r} is not this group's {c.broker_name!r}"
+        if hello.broker_id <= 0:
+            return f"broker id {hello.broker_id} is not a slave's (> 0)"
+        assert self.acl is not None
+        need = Need(Resource(ResourceType.CLUSTER, c.broker_cluster_name), (Action.ALL,))
+        refusal = self.acl.check_fields(ha_hello_fields(hello, nonce), peer_ip, [need])
+        return None if refusal is None else refusal.reason
+
+    def runtime_info(self, now_ms: int) -> HaRuntimeInfo:
+        """The broker's replication state (GET_BROKER_HA_STATUS; ``now_ms`` is unused: lags are
+        measured on the monotonic clock)."""
+        c = self.config
+        conns = (self.master.connections(c.ha_max_gap_not_in_sync)
+                 if self.master is not None else [])
+        return HaRuntimeInfo(
+            master=c.broker_role != "SLAVE", master_commit_log_max_offset=self.store.write_offset,
+            in_sync_slave_nums=sum(x.in_sync for x in conns), ha_connection_info=conns,
+            ha_client_runtime_info=(self.slave.runtime_info() if self.slave is not None
+                                    else HaClientRuntimeInfo()),
+            broker_name=c.broker_name, broker_id=c.broker_id, broker_role=c.broker_role)
 
     def _acked(self) -> None:
         if self.sync is not None:

@@ -115,6 +115,7 @@ class HaMaster:
         self._wake: dict[int, asyncio.Event] = {}
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[object]] = set()
 
     async def start(self) -> None:
         """Listen. Raises OSError when the port cannot be bound."""
@@ -128,10 +129,15 @@ class HaMaster:
             ev.set()
 
     async def close(self) -> None:
+        """Stop listening and end every slave's connection (its handler and tasks finish here,
+        not after the event loop is gone)."""
         if self._server is not None:
             self._server.close()
             for w in list(self._writers.values()):
                 w.close()
+            if self._handlers:  # (closed sockets end them; a cancelled handler would be
+                # reported by asyncio's own client_connected_cb callback on Python 3.11)
+                await asyncio.wait(list(self._handlers), timeout=limits.HA_IDLE_WAIT_MS / 1000)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), limits.HA_IDLE_WAIT_MS / 1000)
 
@@ -145,6 +151,10 @@ class HaMaster:
             return
         self._wake[link] = asyncio.Event()
         self._writers[link] = writer
+        me = asyncio.current_task()
+        if me is not None:
+            self._handlers.add(me)
+            me.add_done_callback(self._handlers.discard)
         decoder = ReportDecoder()
         tasks: set[asyncio.Task[None]] = set()
         try:
@@ -166,6 +176,9 @@ class HaMaster:
         finally:
             for t in tasks:
                 t.cancel()
+            # (retrieves every task's end: no "exception was never retrieved" / "destroyed but
+            # pending" when both ended, or when close() cancelled this handler)
+            await asyncio.gather(*tasks, return_exceptions=True)
             self._wake.pop(link, None)
             self._writers.pop(link, None)
             self.links.pop(link, None)

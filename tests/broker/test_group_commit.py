@@ -1,5 +1,6 @@
-"""Group commit's flusher thread (broker/_committer.py): one flush per group of kicks, the next
-flush started without the event loop, results and failures delivered on the loop."""
+"""Group commit's flusher thread (broker/_committer.py): one flush per group of kicks, handed over
+at the end of the loop turn, the next flush started without the event loop, results and failures
+delivered on the loop."""
 
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ async def _test_kicks_during_a_flush_share_the_next_one_which_starts_without_the
         for n in (20, 30, 40):  # three appends during that fsync: one kick
             store.written = n
             gc.kick()
+        await asyncio.sleep(0)  # the turn ends: the hand-over
         store.gate.set()
         # the loop is blocked here (no await): the second flush must start anyway
         assert store.entered.wait(WAIT_S)
@@ -71,6 +73,30 @@ async def _test_kicks_during_a_flush_share_the_next_one_which_starts_without_the
     finally:
         gc.stop()
     assert not gc.alive
+
+
+def test_kicks_are_handed_over_at_the_end_of_the_loop_turn() -> None:
+    asyncio.run(_test_kicks_are_handed_over_at_the_end_of_the_loop_turn())
+
+
+async def _test_kicks_are_handed_over_at_the_end_of_the_loop_turn() -> None:
+    loop = asyncio.get_running_loop()
+    store, seen = _Store(), []
+    gc = GroupCommitter(loop, store.flush, seen.append, lambda e: None)
+    gc.start()
+    try:
+        await asyncio.sleep(0.05)  # (the thread waits for its first kick)
+        store.entered.clear()
+        store.written = 10
+        gc.kick()
+        # the loop is still in this turn: nothing reaches the thread yet
+        assert not store.entered.wait(0.2)
+        store.written = 20  # a later append of the same turn joins the same flush
+        gc.kick()
+        await _until(lambda: 20 in seen, "the flush after the turn")
+        assert store.flushes == [20]
+    finally:
+        gc.stop()
 
 
 def test_a_failed_flush_is_reported_on_the_loop_and_the_thread_goes_on() -> None:

@@ -5,7 +5,7 @@ handling them one by one."""
 
 from __future__ import annotations
 
-from txmq.broker.server import _runs
+from txmq.broker._server_setup import request_runs
 from txmq.broker.transaction import Outcome
 from txmq.errors import ResponseCode
 from txmq.protocol import (
@@ -113,7 +113,7 @@ def test_the_shell_groups_ends_and_sends_but_never_responses() -> None:
     other = Command(RequestCode.HEART_BEAT, 3)
     response = Command(RequestCode.END_TRANSACTION, 4, FLAG_RESPONSE)
     two_way = Command(RequestCode.END_TRANSACTION, 5)
-    runs = _runs([end, send, end, send, end, other, two_way, two_way, end, response, send, end])
+    runs = request_runs([end, send, end, send, end, other, two_way, two_way, end, response, send, end])
     assert [[c.opaque for c in r] for r in runs] == [
         [2, 2], [3], [5, 5], [4], [2], [1, 1, 1, 1, 1]]
 

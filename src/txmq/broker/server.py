@@ -43,9 +43,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import resource
-import socket
 import sys
 import time
 from collections import deque
@@ -65,6 +62,7 @@ from txmq.broker._budget import BufferBudget
 from txmq.broker._committer import GroupCommitter
 from txmq.broker._config import BrokerConfig
 from txmq.broker._registrar import Registrar
+from txmq.broker._server_setup import END, ip_of, max_connections, now_ms, request_runs, store_config
 from txmq.broker._tls import TlsListener
 from txmq.broker.acl import AccountsWatcher, AclGuard, source_ip
 from txmq.broker.ha import Replication
@@ -75,64 +73,14 @@ from txmq.protocol import (
     Command,
     FrameDecoder,
     RegisterBrokerResponseHeader,
-    RequestCode,
     encode_command,
 )
-from txmq.store import FileStore, Store, StoreConfig, is_delete_hour
+from txmq.store import FileStore, Store, is_delete_hour
 
 __all__ = ["BrokerServer", "run_server", "store_config"]
 
 log = logging.getLogger("txmq.broker.server")
 _READ_BYTES = 256 * 1024
-
-
-# Test hook (txmq.testing.chaos): a file named by this variable holds a clock offset in ms that
-# the chaos nemesis writes to jump the broker's clock forward or back; read at most every
-# CHAOS_CLOCK_POLL_MS. Unset (always, outside chaos runs) it costs one test per call.
-_CLOCK_FILE = os.environ.get("TXMQ_TEST_CLOCK_OFFSET_FILE", "")
-_clock_skew = [0, 0]  # [offset ms, next read at (monotonic ms)]
-
-
-def _now_ms() -> int:
-    now = time.time_ns() // 1_000_000
-    if _CLOCK_FILE:
-        mono = time.monotonic_ns() // 1_000_000
-        if mono >= _clock_skew[1]:
-            with contextlib.suppress(OSError, ValueError), open(_CLOCK_FILE) as f:
-                _clock_skew[0] = int(f.read() or 0)
-            _clock_skew[1] = mono + limits.CHAOS_CLOCK_POLL_MS
-        now += _clock_skew[0]
-    return now
-
-
-_END = RequestCode.END_TRANSACTION
-_RUN_KIND: dict[int, int] = {RequestCode.SEND_MESSAGE: 1, RequestCode.SEND_MESSAGE_V2: 1, _END: 2}
-"""Request codes handled in runs (:func:`_runs`): 1 sends, 2 ends of transactions."""
-
-
-def _runs(cmds: list[Command]) -> list[list[Command]]:
-    """The requests of one read in runs, each handled at once: consecutive requests of one run
-    kind grouped together (SEND_MESSAGE / SEND_MESSAGE_V2; two-way END_TRANSACTION), every other
-    command on its own, in order; the one-way END_TRANSACTION requests (RocketMQ producers send
-    one per transaction) all in one last run, so sends between them still form one run. Nothing
-    can depend on a one-way end being handled before a later request of the same read: it has
-    no answer, and the half it names was stored by an earlier read (the producer had its
-    answer). Responses never join a run."""
-    out: list[list[Command]] = []
-    oneway_ends: list[Command] = []
-    kind = 0  # the run kind of out[-1] (0: none)
-    for cmd in cmds:
-        k = 0 if cmd.is_response else _RUN_KIND.get(cmd.code, 0)
-        if k == 2 and cmd.is_oneway:
-            oneway_ends.append(cmd)
-        elif k and k == kind:
-            out[-1].append(cmd)
-        else:
-            out.append([cmd])
-            kind = k
-    if oneway_ends:
-        out.append(oneway_ends)
-    return out
 
 
 def _yield_gil() -> None:
@@ -144,38 +92,6 @@ def _yield_gil() -> None:
 def _held_since(h: Hold, now_ms: int) -> tuple[int, float, bool]:
     """``_apply``'s timing arguments for a held (long-polling) pull answered at ``now_ms``."""
     return h.request.code, time.perf_counter() - max(0, now_ms - h.held_at_ms) / 1000, True
-
-
-def store_config(config: BrokerConfig) -> StoreConfig:
-    """The store settings of a broker: its ``[store]`` table, with the top-level
-    ``file_reserved_time_ms`` and, unless the table sets one, the listen address as store host."""
-    host = config.store.store_host or f"{ip_of(config.host)}:{config.port}"
-    return msgspec.structs.replace(config.store, file_reserved_time_ms=config.file_reserved_time_ms,
-                                   store_host=host).validate()
-
-
-def ip_of(host: str) -> str:
-    """The IP literal a store host (and every offset message id) names for listen address
-    ``host``: a name is resolved once, at start; the wildcard ``0.0.0.0`` / ``::`` becomes the
-    loopback address (RocketMQ takes ``brokerIP1``, the first local address, instead)."""
-    if host in ("0.0.0.0", "", "::"):
-        return "127.0.0.1"
-    try:
-        return socket.gethostbyname(host)
-    except OSError:
-        return host
-
-
-def _max_connections(config: BrokerConfig) -> int:
-    """``config.max_connections``, or when 0 the file-descriptor limit (``RLIMIT_NOFILE``, read
-    now) less ``limits.CONNECTION_FD_RESERVE`` (half the limit when it is small), at most
-    ``limits.CONNECTIONS_MAX``."""
-    if config.max_connections:
-        return config.max_connections
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return limits.CONNECTIONS_MAX
-    return max(1, min(limits.CONNECTIONS_MAX, soft - min(limits.CONNECTION_FD_RESERVE, soft // 2)))
 
 
 class _Conn:
@@ -203,7 +119,7 @@ class BrokerServer:
         self.config = config
         t0 = time.monotonic()
         self.store = store if store is not None else FileStore(config.data_dir, store_config(config))
-        self.broker = Broker(config, self.store, _now_ms())
+        self.broker = Broker(config, self.store, now_ms())
         log.info("store and broker state recovered in %.0f ms", (time.monotonic() - t0) * 1000)
         self._sync = config.flush_disk_type == "SYNC_FLUSH" or config.broker_role == "SYNC_MASTER"
         self._writers: dict[int, asyncio.StreamWriter] = {}
@@ -276,14 +192,14 @@ class BrokerServer:
                                      ha_server_addr=self._repl.ha_addr,
                                      auto_create_topic_enable=c.auto_create_topic_enable)
             self._registrar = Registrar(c.namesrv_addr, reg, self.broker.topics.snapshot,
-                                        _now_ms, self._registered)
+                                        now_ms, self._registered)
             timers.append(("registrar", self._registrar.run))
         self._tasks = [asyncio.create_task(self._supervised(name, body)) for name, body in timers]
         if self.config.grpc_port:  # the gRPC door (issue 13): same broker, its own port
             from txmq.broker.grpc import GrpcDoor
 
             self._grpc = GrpcDoor(self.broker, self.config.host, self.config.grpc_port,
-                                  ip_of(self.config.host), self._apply, _now_ms, acl=self.acl,
+                                  ip_of(self.config.host), self._apply, now_ms, acl=self.acl,
                                   tls=self.config.tls)
             await self._grpc.start()
         if self.config.metrics_port:
@@ -294,7 +210,7 @@ class BrokerServer:
                  self.port, self.config.data_dir, self.config.flush_disk_type,
                  self.config.tls.server_mode)
         self._warn_open_without_acl()
-        fd_cap = _max_connections(msgspec.structs.replace(self.config, max_connections=0))
+        fd_cap = max_connections(msgspec.structs.replace(self.config, max_connections=0))
         if self.config.max_connections > fd_cap:
             log.warning("max_connections %d is above %d, the file-descriptor limit less the "
                         "store's reserve: at the limit new connections are reset and writes that "
@@ -363,7 +279,7 @@ class BrokerServer:
 
     # -- connections ------------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._writers) >= (cap := _max_connections(self.config)):
+        if len(self._writers) >= (cap := max_connections(self.config)):
             await self._refuse(reader, writer, cap)
             return
         conn = next(self._ids)
@@ -386,17 +302,17 @@ class BrokerServer:
                                   remark=str(exc))
                     writer.write(encode_command(bad))
                     break
-                for run in _runs(cmds):
+                for run in request_runs(cmds):
                     # checked just before it is handled (an end of a transaction is authorized
                     # against its half message, which an earlier request may have stored)
                     if self.acl is not None and not (run := self._admit(conn, run)):
                         continue
-                    if run[0].code == _END and not run[0].is_response:  # ends that came together
-                        self._apply(self.broker.handle_ends(conn, run, _now_ms()), _END, t0)
+                    if run[0].code == END and not run[0].is_response:  # ends that came together
+                        self._apply(self.broker.handle_ends(conn, run, now_ms()), END, t0)
                     elif len(run) > 1:  # SEND_MESSAGE requests that came together: one append
-                        self._apply(self.broker.handle_sends(conn, run, _now_ms()), run[0].code, t0)
+                        self._apply(self.broker.handle_sends(conn, run, now_ms()), run[0].code, t0)
                     elif not run[0].is_response:
-                        self._apply(self.broker.handle(conn, run[0], _now_ms()), run[0].code, t0)
+                        self._apply(self.broker.handle(conn, run[0], now_ms()), run[0].code, t0)
                         if self._out_bytes.get(conn, 0) > limits.WRITE_BUFFER_HIGH_BYTES:
                             self._send_out()  # a chunk of requests with big replies (pulls)
                             await writer.drain()
@@ -504,7 +420,7 @@ class BrokerServer:
             self._budget.grant()
             if idle_s:
                 self._close_idle(now - idle_s)
-            self.broker.health.ok("reaper", _now_ms())
+            self.broker.health.ok("reaper", now_ms())
 
     def _close_idle(self, before_s: float) -> None:
         stale = [c for c, st in self._conns.items() if st.seen < before_s and not st.waiting
@@ -637,14 +553,14 @@ class BrokerServer:
         if keys and self.store.write_offset > flushed:
             touched.append((self.store.write_offset, keys))
         self._wake(wake)
-        self.broker.health.ok("flusher", _now_ms())
+        self.broker.health.ok("flusher", now_ms())
 
     def _flush_failed(self, exc: Exception) -> None:
         """On the loop: the flush raised; after a failed fsync (StoreError) nothing waiting is
         durable, so every waiting request gets an error."""
         if self._committer is None or self._committer.stopped:
             return
-        self.broker.health.failed("flusher", _now_ms(), exc)
+        self.broker.health.failed("flusher", now_ms(), exc)
         if isinstance(exc, StoreError):
             self._fail_waiting(str(exc))
             self._touched.clear()
@@ -716,7 +632,7 @@ class BrokerServer:
     def _wake(self, keys: set[tuple[str, int]]) -> None:
         if self._grpc is not None:
             self._grpc.wake(keys)
-        now = _now_ms()
+        now = now_ms()
         for key in keys:
             for h in self._holds.pop(key, []):
                 if h.conn in self._writers:
@@ -728,10 +644,10 @@ class BrokerServer:
         each part guarded in :meth:`Broker.tick`), held pulls past their deadline, and every
         ``CONSUMER_OFFSET_FLUSH_INTERVAL_MS`` the consumer offsets, each guarded on its own."""
         health = self.broker.health
-        last_persist = last_acl = _now_ms()
+        last_persist = last_acl = now_ms()
         while True:
             await asyncio.sleep(limits.SCHEDULE_TICK_MS / 1000)
-            now = _now_ms()
+            now = now_ms()
             if self._acl_watch is not None and now - last_acl >= limits.ACL_RELOAD_POLL_MS:
                 last_acl = now
                 try:
@@ -755,27 +671,27 @@ class BrokerServer:
             step = self.broker.prepare_persist(pause=_yield_gil)
             await loop.run_in_executor(self._meta_pool, step)
         except Exception as exc:  # (the step logs its own failures and never raises)
-            self.broker.health.failed("offsets", _now_ms(), exc)
+            self.broker.health.failed("offsets", now_ms(), exc)
         else:
-            self.broker.health.ok("offsets", _now_ms())
+            self.broker.health.ok("offsets", now_ms())
 
     async def _upkeep(self) -> None:
         """Checkpoints, disk checks and retention, each on its own period, each guarded."""
         loop = asyncio.get_running_loop()
         health = self.broker.health
         step_ms = min(limits.FLUSH_INTERVAL_CONSUME_QUEUE_MS, limits.DISK_CHECK_INTERVAL_MS)
-        last_clean = _now_ms()
+        last_clean = now_ms()
         while True:
             await asyncio.sleep(step_ms / 1000)
-            now = _now_ms()
+            now = now_ms()
             health.run("disk", now, self.store.check_disk)
             try:
                 await loop.run_in_executor(self._checkpoint_pool, self.store.checkpoint())
             except Exception as exc:  # retried next step
-                health.failed("checkpoint", _now_ms(), exc)
+                health.failed("checkpoint", now_ms(), exc)
             else:
-                health.ok("checkpoint", _now_ms())
-            now = _now_ms()
+                health.ok("checkpoint", now_ms())
+            now = now_ms()
             if now - last_clean >= limits.CLEAN_RESOURCE_INTERVAL_MS:
                 last_clean = now
                 hour = time.localtime(now / 1000).tm_hour

@@ -99,6 +99,26 @@ def test_conversion_does_not_import_pandas() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_planning_does_not_import_the_decoders() -> None:
+    # Spark imports the source's module in two fresh Python processes per streaming query that
+    # only plan (its source runner, the worker planning the read): the decoding modules load
+    # where ``read`` runs, and the names re-exported from txmq.spark._arrow on first access
+    code = (
+        "import sys\n"
+        "from txmq.spark import _source\n"
+        "ds = _source.TxmqDataSource({'endpoints': '127.0.0.1:1', 'topic': 't'})\n"
+        "reader = ds.streamReader(ds.schema())\n"
+        "print(sorted(m for m in ('msgspec', 'txmq.protocol', 'txmq.spark._arrow', 'txmq.client')"
+        " if m in sys.modules))\n"
+        "print(_source.ARROW_SCHEMA.names[0], _source.messages_to_record_batch.__module__)\n"
+        "print('txmq.spark._arrow' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["[]", "key txmq.spark._arrow", "True"]
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _source.nope  # noqa: B018
+
+
 # --- reading a range with a pull kept in flight --------------------------------------------------
 
 

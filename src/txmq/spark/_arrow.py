@@ -20,9 +20,10 @@ the row-by-row decoder it replaces and 3.5-4.4 µs for decoding messages then co
 (``benchmarks/decode_pull.py``); the per-message path (:func:`messages_to_record_batch` of
 ``decode_message_exts``) stays the specification and the fallback for uncommon replies.
 
-``pyarrow.compute`` is imported by the functions that use it, not with the module: Spark starts a
-Python process for every streaming query (its source runner) that imports ``txmq.spark._source``
-only to plan, and this import cost it about 0.05-0.1 s of CPU per query (issue #24).
+``pyarrow.compute`` is imported by the functions that use it, not with the module, and
+``txmq.spark._source`` imports this module only where ``read`` runs: Spark starts Python processes
+for every streaming query (its source runner, the worker planning the read) that import
+``txmq.spark._source`` only to plan (issue #24; ``pyarrow.compute`` alone was 0.05-0.1 s of CPU).
 
 None of it may call ``pa.array``, ``pa.scalar`` or ``Array.to_numpy`` (all import pandas, see
 above): scalars are sliced from arrays built from buffers, masks read from Arrow's bitmaps.

@@ -99,7 +99,7 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -128,13 +128,6 @@ from pyspark.sql.types import (
 
 from txmq import limits
 from txmq.errors import ConfigError
-from txmq.protocol import MessageExt
-from txmq.spark._arrow import (
-    ARROW_SCHEMA,
-    PullBatch,
-    messages_to_record_batch,
-    pull_body_to_record_batch,
-)
 from txmq.spark._offsets import (
     EARLIEST,
     LATEST,
@@ -153,6 +146,10 @@ from txmq.spark._offsets import (
 )
 from txmq.spark._options import DEFAULT_CONSUMER_GROUP, SourceOptions, fault
 from txmq.spark._source_broker import Broker, PullConsumerShape, at_broker
+
+if TYPE_CHECKING:
+    from txmq.protocol import MessageExt
+    from txmq.spark._arrow import ARROW_SCHEMA, PullBatch, messages_to_record_batch
 
 __all__ = [
     "ARROW_BATCH_BYTES_MAX",
@@ -183,6 +180,21 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+_ARROW_NAMES = frozenset({"ARROW_SCHEMA", "messages_to_record_batch"})
+"""Names of :mod:`txmq.spark._arrow` this module exports, imported on first access: Spark imports
+this module in two fresh Python processes per streaming query (its source runner, and the worker
+that plans the read), which only plan; the decoding modules (``txmq.protocol``, msgspec,
+``txmq.spark._arrow``) are only needed where ``read`` runs (issue #24)."""
+
+
+def __getattr__(name: str) -> Any:
+    """The :data:`_ARROW_NAMES`, from :mod:`txmq.spark._arrow` (PEP 562)."""
+    if name in _ARROW_NAMES:
+        from txmq.spark import _arrow
+
+        return getattr(_arrow, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 ROWS_PER_ARROW_BATCH = 4096
 """Most rows in one ``pyarrow.RecordBatch`` yielded by ``read``."""
@@ -377,6 +389,8 @@ class _Reply:
         """The rows (decoded here, on the caller's thread), or None when it found nothing."""
         if self.status != "FOUND" or not (self.raw or self.messages):
             return None
+        from txmq.spark._arrow import PullBatch, messages_to_record_batch, pull_body_to_record_batch
+
         if self.raw:
             return pull_body_to_record_batch(self.raw)
         ms = self.messages

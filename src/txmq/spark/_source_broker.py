@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from txmq.errors import BrokerUnavailable, ConfigError, RequestTimeout, TxmqError
-from txmq.protocol import MessageExt
 from txmq.spark._offsets import OffsetSpec, QueueKey
 from txmq.spark._options import SourceOptions
+
+if TYPE_CHECKING:  # not imported at run time: this module plans, the decoders are not needed
+    from txmq.protocol import MessageExt
 
 __all__ = ["Broker", "PullConsumerShape", "at_broker", "queue_keys"]
 

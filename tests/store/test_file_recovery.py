@@ -69,7 +69,10 @@ def test_a_damaged_tail_is_cut_and_every_record_before_it_survives(tmp_path: Pat
                                                                     close: bool) -> None:
     offsets = fill(tmp_path, 6, close=close)
     path = segments(tmp_path)[-1]
-    size = path.stat().st_size
+    # the log's end: a crashed store's file goes on with the zeros written ahead of it (a record
+    # ends with its properties' separator \x02, never with a zero byte)
+    size = len(path.read_bytes().rstrip(b"\0"))
+    assert (path.stat().st_size > size) is not close  # zeros ahead unless closed
     with open(path, "r+b") as f:
         if damage == "truncate":
             f.truncate(size - 5)
@@ -79,8 +82,9 @@ def test_a_damaged_tail_is_cut_and_every_record_before_it_survives(tmp_path: Pat
             f.seek(size - 30)
             f.write(bytes([b[0] ^ 0xFF]))
         else:
-            f.seek(0, os.SEEK_END)
+            f.seek(size)
             f.write(b"\0" * 4096)
+    damaged_size = path.stat().st_size
     repaired = close and damage != "zeros"
     if repaired:  # the checkpoint covered the damaged record: acknowledged, so not a torn tail
         with pytest.raises(CommitLogDamaged, match="txmq store repair"):
@@ -89,8 +93,10 @@ def test_a_damaged_tail_is_cut_and_every_record_before_it_survives(tmp_path: Pat
     s = FileStore(tmp_path)
     survivors = 6 if damage == "zeros" else 5
     assert path.stat().st_size == (size if damage == "zeros" else offsets[5])
-    assert s.truncated_bytes == (0 if repaired else 4096 if damage == "zeros" else
-                                 size - offsets[5] - (5 if damage == "truncate" else 0))
+    # zeros after the last record are what the store writes ahead of its end (dropped, not a
+    # torn tail); a cut counts every byte it removed, zeros written ahead included
+    assert s.truncated_bytes == (0 if repaired or damage == "zeros" else
+                                 damaged_size - offsets[5])
     assert bodies(s, 0) + bodies(s, 1) == [f"m{i}".encode() * 10 for i in range(0, 6, 2)] + [
         f"m{i}".encode() * 10 for i in range(1, survivors, 2)]
     nxt = s.append([Record(topic="t", queue_id=1, body=b"again")])[0]
@@ -113,8 +119,8 @@ def test_a_torn_tail_after_a_segment_roll(tmp_path: Path) -> None:
     s.flush()
     segs = segments(tmp_path)
     assert len(segs) >= 3
-    with open(segs[-1], "r+b") as f:
-        f.truncate(segs[-1].stat().st_size - 7)
+    with open(segs[-1], "r+b") as f:  # (the log's end, not the file's: zeros are written ahead)
+        f.truncate(s.write_offset - int(segs[-1].name) - 7)
     s2 = FileStore(tmp_path, SMALL)
     assert s2.recovery.truncated_bytes > 0
     assert bodies(s2, 0) == [f"m{i}".encode() * 10 for i in range(0, 1029, 2)]
@@ -213,3 +219,60 @@ def test_a_log_of_another_format_is_refused_not_truncated(tmp_path: Path) -> Non
     with pytest.raises(StoreError, match="does not hold a txmq commit log"):
         FileStore(tmp_path)
     assert old.stat().st_size == 24
+
+
+def test_zeros_are_written_ahead_of_the_end_and_a_crash_recovers_exactly_the_records(
+        tmp_path: Path) -> None:
+    """The last segment keeps zeros written ahead of its end (appends then overwrite allocated
+    blocks of a file whose size does not change); after a crash recovery drops them without
+    calling them a torn tail, and a clean close leaves the file at the log's end."""
+    offsets = fill(tmp_path, 6, close=False)
+    path = segments(tmp_path)[-1]
+    end = len(path.read_bytes().rstrip(b"\0"))
+    assert path.stat().st_size - end >= 1 << 20  # (PREFILL_LOW_BYTES, 2 MiB, at least)
+    s = FileStore(tmp_path)
+    assert s.write_offset == end and s.truncated_bytes == 0 and path.stat().st_size == end
+    assert bodies(s, 0) + bodies(s, 1) == [f"m{i}".encode() * 10 for i in (0, 2, 4, 1, 3, 5)]
+    nxt = s.append([Record(topic="t", queue_id=0, body=b"after")])[0]
+    assert nxt.commit_log_offset == end and offsets[-1] < end
+    s.flush()
+    s.close()
+    assert path.stat().st_size == nxt.commit_log_offset + nxt.size
+    s = FileStore(tmp_path)
+    assert s.recovery.checkpoint_trusted and bodies(s, 0)[-1] == b"after"
+    s.close()
+
+
+def test_a_rolled_segment_is_cut_to_its_records_before_the_next_one_starts(tmp_path: Path) -> None:
+    s = FileStore(tmp_path, SMALL)
+    for i in range(1000):
+        s.append([rec(i)])
+    s.flush()
+    segs = segments(tmp_path)
+    assert len(segs) >= 3
+    for a, b in zip(segs, segs[1:], strict=False):  # contiguous files: no zeros inside the log
+        assert int(a.name) + a.stat().st_size == int(b.name)
+    assert segs[-1].stat().st_size > s.write_offset - int(segs[-1].name)  # zeros ahead
+    s2 = FileStore(tmp_path, SMALL)  # (a crash: s was never closed)
+    assert s2.write_offset == s.write_offset and s2.truncated_bytes == 0
+    assert len(bodies(s2, 0)) == 500
+    s2.close()
+
+
+def test_zeros_at_a_record_boundary_of_an_older_segment_are_a_cut_not_the_end(
+        tmp_path: Path) -> None:
+    """Only the last segment's zeros are ones written ahead: zeros where a record of an older
+    segment starts are a lost tail there, cut and reported with everything after it."""
+    s = FileStore(tmp_path, SMALL)
+    offsets = [s.append([rec(i)])[0].commit_log_offset for i in range(1000)]
+    s.flush()  # then a crash
+    segs = segments(tmp_path)
+    second = int(segs[1].name)
+    last_of_first = max(o for o in offsets if o < second)
+    with open(segs[0], "r+b") as f:  # the first segment's last record reads as zeros
+        f.seek(last_of_first)
+        f.write(b"\0" * (second - last_of_first))
+    s2 = FileStore(tmp_path, SMALL)
+    assert s2.recovery.truncated_at == last_of_first and s2.truncated_bytes > second - last_of_first
+    assert s2.write_offset == last_of_first
+    s2.close()

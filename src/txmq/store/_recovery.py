@@ -407,6 +407,9 @@ def recover(clog: CommitLog, cq_root: Path, make: Callable[[str, int], ConsumeQu
                            or clog.next_good(clog.scan_end) is not None):
             raise damaged_error(clog, clog.scan_end, clog.scan_error, -1)
         _cut(clog, clog.scan_end, clog.scan_error, report, quarantine)
+    if dropped := clog.drop_prefill():  # (zeros written ahead of the end, never a record)
+        log.info("commit log %s: %d bytes of zeros written ahead of offset %d dropped", clog.dir,
+                 dropped, clog.end)
     log.info("store %s recovered: checkpoint %d (%s), scanned %d records from %d, log ends at %d%s",
              clog.dir.parent, report.checkpoint_offset,
              "verified" if report.checkpoint_trusted else "not used", report.records, start,

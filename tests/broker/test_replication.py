@@ -32,7 +32,7 @@ from txmq.protocol import (
     from_ext,
     to_ext,
 )
-from txmq.store import FileStore, Record, StoreConfig
+from txmq.store import FileStore, Record, StoreConfig, read_commit_log
 from txmq.testing import BrokerProcess, NamesrvProcess, free_port, wait_until
 
 TOPIC = "rep"
@@ -51,8 +51,7 @@ def pair(tmp_path: Path, role: str = "SYNC_MASTER", **master_cfg: Any) -> tuple[
 
 
 def log_bytes(bp: BrokerProcess) -> bytes:
-    d = bp.data_dir / "store" / "commitlog"
-    return b"".join(p.read_bytes() for p in sorted(d.iterdir())) if d.exists() else b""
+    return read_commit_log(bp.data_dir / "store")
 
 
 async def _send(addr: str, bodies: dict[str, bytes], *, half: bool = False,

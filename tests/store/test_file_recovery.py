@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import itertools
 import shutil
 from pathlib import Path
 
@@ -250,7 +250,7 @@ def test_a_rolled_segment_is_cut_to_its_records_before_the_next_one_starts(tmp_p
     s.flush()
     segs = segments(tmp_path)
     assert len(segs) >= 3
-    for a, b in zip(segs, segs[1:], strict=False):  # contiguous files: no zeros inside the log
+    for a, b in itertools.pairwise(segs):  # contiguous files: no zeros inside the log
         assert int(a.name) + a.stat().st_size == int(b.name)
     assert segs[-1].stat().st_size > s.write_offset - int(segs[-1].name)  # zeros ahead
     s2 = FileStore(tmp_path, SMALL)  # (a crash: s was never closed)

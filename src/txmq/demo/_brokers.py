@@ -21,6 +21,7 @@ from typing import Any
 
 from txmq.client import Admin, AsyncPullConsumer, PullConsumer
 from txmq.errors import BrokerUnavailable, ConfigError
+from txmq.store import read_commit_log
 
 __all__ = ["DEMO_BROKERS_MAX", "DEMO_REPLICA_WAIT_S", "Brokers", "start_brokers"]
 
@@ -154,9 +155,8 @@ def _master_and_slave(run_dir: Path, topics: dict[str, int], **config: Any) -> B
 
 
 def _log(data_dir: Path, end: int) -> bytes:
-    """The first ``end`` bytes of the commit log under ``data_dir`` (segments in order)."""
-    d = data_dir / "store" / "commitlog"
-    return b"".join(p.read_bytes() for p in sorted(d.iterdir()))[:end]
+    """The first ``end`` bytes of the commit log under ``data_dir`` (its records in order)."""
+    return read_commit_log(data_dir / "store")[:end]
 
 
 def start_brokers(n: int, run_dir: Path, topics: dict[str, int], broker: str | None = None,

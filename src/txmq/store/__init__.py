@@ -15,6 +15,7 @@ from txmq.store._base import (
 )
 from txmq.store._check import StoreCheck, check_store, repair_store
 from txmq.store._codec import tag_hash
+from txmq.store._commitlog import read_commit_log
 from txmq.store._config import StoreConfig, is_delete_hour
 from txmq.store._file import FileStore
 from txmq.store._memory import MemoryStore
@@ -41,6 +42,7 @@ __all__ = [
     "is_delete_hour",
     "migrate_store",
     "needs_migration",
+    "read_commit_log",
     "repair_store",
     "tag_hash",
 ]

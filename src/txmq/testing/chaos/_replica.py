@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from txmq.client import Admin, Message, Producer
+from txmq.store import read_commit_log
 from txmq.testing._broker import BrokerProcess
 from txmq.testing._ports import free_port
 from txmq.testing.chaos._procs import BrokerTarget
@@ -49,11 +50,10 @@ FLUSH_SLAVE_TIMEOUT before the client gives up (with the default 3 s every such 
 
 
 def log_bytes(store_dir: Path) -> bytes:
-    """A store's commit log: its segment files joined in offset order (their names), b"" if
-    none. Segments grow as they are written (not preallocated), so the join of a slave's log is a
-    prefix of its master's when the two logs are byte-identical up to the slave's end."""
-    d = store_dir / "commitlog"
-    return b"".join(p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()) if d.is_dir() else b""
+    """A store's commit log records (:func:`txmq.store.read_commit_log`: segment files joined in
+    offset order, without the zeros written ahead), b"" if none: a slave's is a prefix of its
+    master's when the two logs are byte-identical up to the slave's end."""
+    return read_commit_log(store_dir)
 
 
 class Replica:

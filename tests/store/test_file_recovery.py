@@ -12,6 +12,9 @@ from txmq.errors import CommitLogDamaged, CorruptRecord, StoreError
 from txmq.store import FileStore, Record, StoreConfig, repair_store
 
 SMALL = StoreConfig(mapped_file_size_commit_log=64 * 1024)
+WARM = StoreConfig(warm_mapped_file_enable=True)
+"""Zeros written ahead of the commit log's end (docs/storage.md)."""
+SMALL_WARM = StoreConfig(mapped_file_size_commit_log=64 * 1024, warm_mapped_file_enable=True)
 
 
 def rec(i: int, qid: int | None = None) -> Record:
@@ -67,7 +70,7 @@ def test_a_crash_redispatches_only_what_the_checkpoint_did_not_cover(tmp_path: P
 @pytest.mark.parametrize("damage", ["truncate", "flip", "zeros"])
 def test_a_damaged_tail_is_cut_and_every_record_before_it_survives(tmp_path: Path, damage: str,
                                                                     close: bool) -> None:
-    offsets = fill(tmp_path, 6, close=close)
+    offsets = fill(tmp_path, 6, WARM, close=close)
     path = segments(tmp_path)[-1]
     # the log's end: a crashed store's file goes on with the zeros written ahead of it (a record
     # ends with its properties' separator \x02, never with a zero byte)
@@ -226,11 +229,11 @@ def test_zeros_are_written_ahead_of_the_end_and_a_crash_recovers_exactly_the_rec
     """The last segment keeps zeros written ahead of its end (appends then overwrite allocated
     blocks of a file whose size does not change); after a crash recovery drops them without
     calling them a torn tail, and a clean close leaves the file at the log's end."""
-    offsets = fill(tmp_path, 6, close=False)
+    offsets = fill(tmp_path, 6, WARM, close=False)
     path = segments(tmp_path)[-1]
     end = len(path.read_bytes().rstrip(b"\0"))
     assert path.stat().st_size - end >= 1 << 20  # (PREFILL_LOW_BYTES, 2 MiB, at least)
-    s = FileStore(tmp_path)
+    s = FileStore(tmp_path, WARM)
     assert s.write_offset == end and s.truncated_bytes == 0 and path.stat().st_size == end
     assert bodies(s, 0) + bodies(s, 1) == [f"m{i}".encode() * 10 for i in (0, 2, 4, 1, 3, 5)]
     nxt = s.append([Record(topic="t", queue_id=0, body=b"after")])[0]
@@ -244,7 +247,7 @@ def test_zeros_are_written_ahead_of_the_end_and_a_crash_recovers_exactly_the_rec
 
 
 def test_a_rolled_segment_is_cut_to_its_records_before_the_next_one_starts(tmp_path: Path) -> None:
-    s = FileStore(tmp_path, SMALL)
+    s = FileStore(tmp_path, SMALL_WARM)
     for i in range(1000):
         s.append([rec(i)])
     s.flush()
@@ -253,7 +256,7 @@ def test_a_rolled_segment_is_cut_to_its_records_before_the_next_one_starts(tmp_p
     for a, b in itertools.pairwise(segs):  # contiguous files: no zeros inside the log
         assert int(a.name) + a.stat().st_size == int(b.name)
     assert segs[-1].stat().st_size > s.write_offset - int(segs[-1].name)  # zeros ahead
-    s2 = FileStore(tmp_path, SMALL)  # (a crash: s was never closed)
+    s2 = FileStore(tmp_path, SMALL_WARM)  # (a crash: s was never closed)
     assert s2.write_offset == s.write_offset and s2.truncated_bytes == 0
     assert len(bodies(s2, 0)) == 500
     s2.close()
@@ -276,3 +279,10 @@ def test_zeros_at_a_record_boundary_of_an_older_segment_are_a_cut_not_the_end(
     assert s2.recovery.truncated_at == last_of_first and s2.truncated_bytes > second - last_of_first
     assert s2.write_offset == last_of_first
     s2.close()
+
+
+def test_by_default_no_zeros_are_written_ahead(tmp_path: Path) -> None:
+    offsets = fill(tmp_path, 6, close=False)
+    path = segments(tmp_path)[-1]
+    assert path.read_bytes()[-1:] == b"\x02" and path.stat().st_size > offsets[-1]
+

@@ -86,7 +86,8 @@ class CommitLog:
         directory: where the segments live (created if missing).
         segment_bytes: nominal segment size (``mapped_file_size_commit_log``).
         lock: held while the segment list changes or is copied (the flusher thread reads it).
-        prefill: keep zeros written ahead of the end (:data:`PREFILL_BYTES`).
+        prefill: keep zeros written ahead of the end (:data:`PREFILL_BYTES`; the store's
+            ``warm_mapped_file_enable``).
 
     Raises:
         StoreError: the directory or a segment cannot be opened, or a file name is not a
@@ -94,12 +95,12 @@ class CommitLog:
     """
 
     def __init__(self, directory: Path, segment_bytes: int, lock: threading.Lock, *,
-                 prefill: bool = True) -> None:
+                 prefill: bool = False) -> None:
         self.dir = directory
         self._lock = lock
         self.segment_bytes = segment_bytes
         self.prefill = prefill
-        """Write zeros ahead of the end (:meth:`_prefill`); off for read-only tools."""
+        """Write zeros ahead of the end (:meth:`_prefill`)."""
         self.scan_end, self.scan_error, self.scan_prefill = 0, "", False
         self.segments: list[Segment] = []
         try:

@@ -127,7 +127,8 @@ class FileStore(Store):
             (self.root / "meta").mkdir(parents=True, exist_ok=True)
             sweep_commit_log_dir(self.root / "commitlog", self.quarantine)
             self._log = log_ = CommitLog(self.root / "commitlog",
-                                         self.config.mapped_file_size_commit_log, self._lock)
+                                         self.config.mapped_file_size_commit_log, self._lock,
+                                         prefill=self.config.warm_mapped_file_enable)
             self._index = Index(self.root / "index", self.config.max_hash_slot_num,
                                 self.config.max_index_num) if self.config.message_index_enable else None
             self._queues, self.recovery = recover(self._log, self.root / "consumequeue",

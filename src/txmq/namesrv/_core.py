@@ -102,6 +102,11 @@ class NameServerCore:
         self.cluster_addr: dict[str, dict[str, None]] = {}  # an ordered set of broker names
         self.broker_live: dict[_BrokerKey, _Live] = {}
         self.filter_server: dict[_BrokerKey, list[str]] = {}
+        self.master_epoch: dict[str, tuple[int, str]] = {}
+        """brokerName → (master epoch, address) of the newest master registered with an epoch
+        (txmq, controller mode); kept after the master leaves, so a stale master that comes back
+        with an older epoch is still refused id 0."""
+        self._stale_logged: set[tuple[str, str, int]] = set()
         self._delete_topics = delete_topic_with_broker_registration
         self._all_topic_list = enable_all_topic_list
         self._handlers: dict[int, Callable[[Command, int, Hashable | None], Command]] = {
@@ -201,6 +206,14 @@ class NameServerCore:
         old_version_broker = header.enable_acting_master is None
         data.enable_acting_master = not old_version_broker and bool(header.enable_acting_master)
         addrs = data.broker_addrs
+        if broker_id == MASTER_ID and header.master_epoch is not None:
+            stale = self._epoch_gate(cluster, name, addr, header.master_epoch, addrs)
+            if stale is not None:
+                if not addrs:  # leave no empty broker behind in the cluster info
+                    self._forget_name(cluster, name)
+                return stale
+        elif broker_id == MASTER_ID and self.master_epoch.get(name, (0, addr))[1] != addr:
+            del self.master_epoch[name]  # a classic master took the group over: classic rules
         for other_id in [i for i, a in addrs.items() if a == addr and i != broker_id]:
             del addrs[other_id]  # one address, one id: a slave turned master
         old_addr = addrs.get(broker_id)
@@ -231,6 +244,34 @@ class NameServerCore:
         else:
             self.filter_server.pop(key, None)
         return self._master_of(data, cluster, broker_id)
+
+    def _epoch_gate(self, cluster: str, name: str, addr: str, epoch: int,
+                    addrs: dict[int, str]) -> RegisterBrokerResponseHeader | None:
+        """Master epochs (txmq, controller mode): a registration as id 0 of an epoch older than the
+        group's known master is a stale master (isolated, or not yet told it lost its role): it is
+        answered with the current master's address and does not take id 0 (logged once per
+        address and epoch). One of a newer epoch takes id 0 at once: the previous master's address
+        leaves the group (it registers again as a slave with its own id), so the next route lookup
+        names the new master. None: go on registering."""
+        known = self.master_epoch.get(name)
+        if known is not None and epoch < known[0] and known[1] != addr:
+            if (name, addr, epoch) not in self._stale_logged:
+                self._stale_logged.add((name, addr, epoch))
+                log.warning("stale master of %s refused id 0: %s epoch %d < %s epoch %d",
+                            name, addr, epoch, known[1], known[0])
+            live = self.broker_live.get((cluster, known[1]))
+            return RegisterBrokerResponseHeader(
+                ha_server_addr=live.ha_server_addr if live else None,
+                master_addr=known[1] if addrs.get(MASTER_ID) == known[1] else None)
+        old = addrs.get(MASTER_ID)
+        if old is not None and old != addr and (known is None or epoch > known[0]):
+            log.info("new master of %s: %s epoch %d replaces %s", name, addr, epoch, old)
+            del addrs[MASTER_ID]
+            self.broker_live.pop((cluster, old), None)
+            self.filter_server.pop((cluster, old), None)
+        if known is None or epoch >= known[0]:
+            self.master_epoch[name] = (epoch, addr)
+        return None
 
     def _register_topics(self, cluster: str, name: str, addr: str, table: dict[str, TopicConfig],
                          version: DataVersion, register_first: bool, wipe_write: bool) -> None:

@@ -59,6 +59,11 @@ class BrokerRegistration:
         perm: permission of every topic (RocketMQ ``brokerPermission``, read | write).
         compressed: send RocketMQ's compressed body (``compressedRegister``, off by default).
         serialize_type: header codec of the requests.
+
+    Attributes:
+        master_epoch: None for a classic broker; in controller mode the broker's master epoch,
+            sent as ``masterEpoch`` (txmq extension) so the name server keeps the newest master of
+            the group at id 0. The broker sets it (with ``broker_id``) on every role change.
     """
 
     def __init__(self, broker_name: str, broker_addr: str, *, cluster: str = DEFAULT_CLUSTER_NAME,
@@ -69,6 +74,7 @@ class BrokerRegistration:
                  period_ms: int = REGISTER_NAME_SERVER_PERIOD_MS, ha_server_addr: str = "") -> None:
         self.broker_name, self.broker_addr, self.cluster = broker_name, broker_addr, cluster
         self.broker_id, self.ha_server_addr = broker_id, ha_server_addr
+        self.master_epoch: int | None = None
         self._auto_create = auto_create_topic_enable
         self._default_queues = default_topic_queue_nums
         self._perm, self._compressed, self._serialize = perm, compressed, serialize_type
@@ -110,7 +116,8 @@ class BrokerRegistration:
         header = RegisterBrokerRequestHeader(
             broker_name=self.broker_name, broker_addr=self.broker_addr, cluster_name=self.cluster,
             ha_server_addr=self.ha_server_addr, broker_id=self.broker_id, enable_acting_master=False,
-            compressed=self._compressed, body_crc32=zlib.crc32(body) & 0x7FFFFFFF)
+            compressed=self._compressed, body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
+            master_epoch=self.master_epoch)
         return Command(RequestCode.REGISTER_BROKER, opaque, ext=to_ext(header), body=body,
                        serialize_type=self._serialize)
 

@@ -204,7 +204,8 @@ class GetRouteInfoRequestHeader(msgspec.Struct, kw_only=True):
 
 class RegisterBrokerRequestHeader(msgspec.Struct, kw_only=True):
     """REGISTER_BROKER (RocketMQ ``namesrv.RegisterBrokerRequestHeader``). ``bodyCrc32`` is
-    ``CRC32(body) & 0x7FFFFFFF`` (UtilAll.crc32), 0 for "not checked"."""
+    ``CRC32(body) & 0x7FFFFFFF`` (UtilAll.crc32), 0 for "not checked"; ``masterEpoch`` is a txmq
+    extension."""
 
     broker_name: str = msgspec.field(name="brokerName")
     broker_addr: str = msgspec.field(name="brokerAddr")
@@ -215,6 +216,10 @@ class RegisterBrokerRequestHeader(msgspec.Struct, kw_only=True):
     enable_acting_master: bool | None = msgspec.field(default=None, name="enableActingMaster")
     compressed: bool = False
     body_crc32: int = msgspec.field(default=0, name="bodyCrc32")
+    master_epoch: int | None = msgspec.field(default=None, name="masterEpoch")
+    """txmq extension: the master epoch of a broker in controller mode (RocketMQ
+    ``ReplicasManager.masterEpoch``); None for a classic broker. The name server keeps, per broker
+    group, the id-0 entry of the highest epoch (docs/replication.md)."""
 
 
 class RegisterBrokerResponseHeader(msgspec.Struct, kw_only=True):

@@ -386,10 +386,10 @@ def test_failed_sync_constructor_and_start_leak_nothing() -> None:
         closed.close()
 
 
-def test_a_group_without_a_master_is_looked_up_once_a_second_not_per_request() -> None:
+def test_a_group_without_a_master_is_looked_up_at_most_once_per_interval_not_per_request() -> None:
     """A route whose broker group has only a slave: each request to its master fails with
     BrokerUnavailable, and the route is fetched again at most once per
-    ROUTE_REFRESH_MIN_INTERVAL_MS (not once per request, which hammered the name server)."""
+    NAMESRV_REFRESH_MIN_INTERVAL_MS (not once per request, which hammered the name server)."""
     def namesrv(cmd: Command) -> Command | None:
         if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
             return cmd.response(0, body=encode_route(TopicRouteData(

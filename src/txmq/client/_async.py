@@ -28,7 +28,12 @@ from txmq.client._core import (
     send_result,
     set_delay_level,
 )
-from txmq.client._route import FaultStrategy, QueueSelector, TopicRoute
+from txmq.client._route import (
+    FaultStrategy,
+    QueueSelector,
+    TopicRoute,
+    master_may_have_moved,
+)
 from txmq.client._transaction import (
     LOCAL_RAISED,
     UNCONFIRMED_END,
@@ -254,7 +259,7 @@ class AsyncProducer(ClientBase):
                 return result
             if half and at.ambiguous_mq is not None and mq is not at.ambiguous_mq:
                 break  # a half that may be stored on one broker never goes to another
-            if isinstance(at.error, TransportError) or (
+            if master_may_have_moved(at.error) or (
                     isinstance(at.error, RemoteError)
                     and at.error.response_code == ResponseCode.TOPIC_NOT_EXIST):
                 route = await self._refreshed(route)
@@ -276,8 +281,9 @@ class AsyncProducer(ClientBase):
         return route
 
     async def _refreshed(self, route: TopicRoute) -> TopicRoute:
-        """``route`` fetched again after TOPIC_NOT_EXIST or a broker that could not be reached (a
-        route that lost or gained a broker), rate-limited by :meth:`_refresh_route_soon`; the old
+        """``route`` fetched again after TOPIC_NOT_EXIST, a broker that could not be reached or
+        one that says it is not the master (a route that lost or gained a broker, or whose group
+        has a new master), rate-limited by :meth:`_refresh_route_soon`; the old
         route if the lookup fails or was done just now."""
         return await self._refresh_route_soon(route.topic) or route
 
@@ -303,10 +309,16 @@ class AsyncProducer(ClientBase):
         if resp.code in SEND_STATUS_OF_CODE:
             return send_result(mq.topic, msg_id, resp, mq.broker_name)
         exc_r = RemoteError.of(resp.code, resp.remark or "")
-        if resp.code not in SEND_RETRY_CODES:
+        if resp.code not in SEND_RETRY_CODES and not master_may_have_moved(exc_r):
             raise exc_r
         self._failed(mq, exc_r, at)
         return None
+
+    def _master_moved(self, broker_name: str, old: str, new: str) -> None:
+        """The group's failures were the old master's: its new master starts with a clean record
+        in the fault strategy (else the group would be avoided for up to 10 s after a failover)."""
+        super()._master_moved(broker_name, old, new)
+        self.faults.forget(broker_name)
 
     def _failed(self, mq: MessageQueue, exc: Exception, at: _Attempt) -> None:
         at.error = exc
@@ -407,22 +419,46 @@ class AsyncTransactionProducer(AsyncProducer):
         outcome ("COMMIT", "ROLLBACK", "PENDING" for UNKNOWN), "SENT" with ``oneway_end`` or against
         a broker without batch ends (RocketMQ ``endTransactionOneway``: no answer awaited), or
         ``"UNKNOWN_END"`` when the request failed in any way (logged, counted in
-        ``end_failures``; check-back will settle it). Never raises."""
+        ``end_failures``; check-back will settle it). Never raises.
+
+        The request carries the half's ``masterEpoch`` (txmq, controller mode). When it fails in a
+        way that says the group's master may have moved (:func:`master_may_have_moved`: the
+        connection failed, or a slave or a fenced or old master refused it), the route is fetched
+        again and the same request (the same outcome: an end never goes out with two) is sent
+        once more, to the group's current master; if that fails too, check-back settles it."""
         h = self._tx.end_request(half, state)
         try:
-            addr = await self.master_address(half.broker_name, half.topic)
-            batcher = self._batchers.setdefault(addr, EndBatcher())
-            if self.oneway_end or batcher.mode is EndMode.ONEWAY:
-                (await self.connection(addr)).oneway(RequestCode.END_TRANSACTION, to_ext(h))
-                return "SENT"
-            item = await self._batched_end(addr, batcher, h)
-            if item.code != ResponseCode.SUCCESS:
-                raise RemoteError.of(item.code, item.remark)
+            return await self._end_once(half, h)
         except Exception as exc:
-            self.end_failures += 1
-            log.warning("end transaction of %s (%s) not confirmed: %s; check-back will settle it",
-                        half.msg_id, state.name, exc)
-            return UNCONFIRMED_END
+            failure: Exception = exc
+        if master_may_have_moved(failure):
+            log.info("end transaction of %s (%s) failed (%s); the master of %s may have moved: "
+                     "trying its current master once", half.msg_id, state.name, failure,
+                     half.broker_name or self.endpoints)
+            await self._refresh_route_soon(half.topic)
+            try:
+                return await self._end_once(half, h)
+            except Exception as exc:
+                self.end_failures += 1
+                log.info("end transaction of %s (%s) not confirmed by the current master either: "
+                         "%s; the broker will ask (check-back)", half.msg_id, state.name, exc)
+                return UNCONFIRMED_END
+        self.end_failures += 1
+        log.warning("end transaction of %s (%s) not confirmed: %s; check-back will settle it",
+                    half.msg_id, state.name, failure)
+        return UNCONFIRMED_END
+
+    async def _end_once(self, half: SendResult, h: EndTransactionRequestHeader) -> str:
+        """One end request to the current master of the half's group; its outcome. Raises
+        TransportError, RemoteError (the end refused), ProtocolError."""
+        addr = await self.master_address(half.broker_name, half.topic)
+        batcher = self._batchers.setdefault(addr, EndBatcher())
+        if self.oneway_end or batcher.mode is EndMode.ONEWAY:
+            (await self.connection(addr)).oneway(RequestCode.END_TRANSACTION, to_ext(h))
+            return "SENT"
+        item = await self._batched_end(addr, batcher, h)
+        if item.code != ResponseCode.SUCCESS:
+            raise RemoteError.of(item.code, item.remark)
         return item.outcome
 
     async def _batched_end(self, addr: str, batcher: EndBatcher,

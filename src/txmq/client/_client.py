@@ -22,7 +22,7 @@ from typing import Any
 from txmq import limits
 from txmq.client._connection import AsyncConnection, parse_endpoint, tls_client_context
 from txmq.client._core import MessageIdGenerator, check_response
-from txmq.client._route import TopicRoute, decode_topic_route
+from txmq.client._route import RouteRefreshGate, TopicRoute, decode_topic_route
 from txmq.errors import (
     BrokerUnavailable,
     ConfigError,
@@ -46,11 +46,6 @@ from txmq.protocol import (
 __all__ = ["ClientBase", "supervised"]
 
 log = logging.getLogger("txmq.client")
-
-ROUTE_REFRESH_MIN_INTERVAL_MS = 1_000
-"""Least time between two route lookups of one topic triggered by failures (a send that cannot
-reach its broker, a group with no master; txmq: RocketMQ refreshes only on its 30 s timer, so a
-new or returned broker waits that long)."""
 
 _UNREGISTER_TIMEOUT_S = 2.0
 """How long shutdown waits for each broker's UNREGISTER_CLIENT answer (txmq)."""
@@ -108,7 +103,8 @@ class ClientBase:
         connect_timeout_ms: give up a connect after this (RocketMQ ``connectTimeoutMillis``, 3 s).
         poll_name_server_interval_ms: refresh routes this often (RocketMQ
             ``pollNameServerInterval``, 30 s); also at once after TOPIC_NOT_EXIST, an unknown
-            queue, or a broker that cannot be reached.
+            queue, a broker that cannot be reached, or a refusal saying the master moved
+            (:func:`~txmq.client._route.master_may_have_moved`).
 
     Raises:
         ConfigError: a bad address, half the credentials, ``tls_*`` without ``tls``, an unreadable
@@ -151,7 +147,8 @@ class ClientBase:
         self._routes: dict[str, TopicRoute] = {}
         self._brokers: dict[str, dict[int, str]] = {}
         """Broker name → {broker id → address}, merged from every route and the cluster info."""
-        self._route_refreshed_at: dict[str, float] = {}  # topic -> monotonic s of the last lookup
+        self._refresh_gate = RouteRefreshGate()
+        self._refreshing: dict[str, asyncio.Future[None]] = {}  # topic -> its lookup under way
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
         self._loops_spawned = False  # the heartbeat and route-refresh loops are spawned
@@ -238,10 +235,17 @@ class ClientBase:
             self._routes[topic] = new
             for name, addrs in new.brokers.items():
                 known = self._brokers.setdefault(name, {})
+                old_master, new_master = known.get(MASTER_ID), addrs.get(MASTER_ID)
                 known.clear()
                 known.update(addrs)
+                if old_master and new_master and old_master != new_master:
+                    self._master_moved(name, old_master, new_master)
             return new
         return cached
+
+    def _master_moved(self, broker_name: str, old: str, new: str) -> None:
+        """A route names a new master for ``broker_name`` (a failover, or a broker moved)."""
+        log.info("master of broker group %s moved from %s to %s", broker_name, old, new)
 
     async def _refresh_routes(self) -> None:
         """Refresh every cached route (RocketMQ ``updateTopicRouteInfoFromNameServer``). A topic
@@ -253,19 +257,27 @@ class ClientBase:
                 log.warning("route of %s not refreshed: %s", topic, exc)
 
     async def _refresh_route_soon(self, topic: str) -> TopicRoute | None:
-        """Fetch ``topic``'s route again after a failure, at most once per
-        ``ROUTE_REFRESH_MIN_INTERVAL_MS`` per topic, so concurrent failures ask the name server once.
-        Returns the route then cached (None if there is none); a failed lookup is logged, not
-        raised."""
-        now = time.monotonic()
-        if now - self._route_refreshed_at.get(topic, -1e9) < ROUTE_REFRESH_MIN_INTERVAL_MS / 1000:
+        """Fetch ``topic``'s route again after a failure that says its master may have moved, as
+        :class:`~txmq.client._route.RouteRefreshGate` allows: a caller that finds a lookup under
+        way waits for it; otherwise at most one lookup per ``NAMESRV_REFRESH_MIN_INTERVAL_MS``
+        per topic. Returns the route then cached (None if there is none); a failed lookup is
+        logged, not raised."""
+        pending = self._refreshing.get(topic)
+        if pending is not None:
+            await asyncio.shield(pending)
             return self._routes.get(topic)
-        self._route_refreshed_at[topic] = now
+        if not self._refresh_gate.begin(topic, time.monotonic_ns() // 1_000_000):
+            return self._routes.get(topic)
+        done = self._refreshing[topic] = asyncio.get_running_loop().create_future()
         try:
-            return await self.route(topic, refresh=True)
+            await self.route(topic, refresh=True)
         except (TransportError, RemoteError) as exc:
             log.warning("route of %s not refreshed: %s", topic, exc)
-            return self._routes.get(topic)
+        finally:
+            self._refresh_gate.end(topic)
+            del self._refreshing[topic]
+            done.set_result(None)
+        return self._routes.get(topic)
 
     async def queue_nums(self, topic: str, refresh: bool = False) -> int:
         """How many queues a send to ``topic`` can choose from (over every broker group).

@@ -175,6 +175,8 @@ class SendResult(msgspec.Struct, frozen=True):
             (:class:`SendStatus`).
         broker_name: the broker group that stored it ("" when the broker did not say and the
             client was given only its address).
+        master_epoch: the master epoch of the broker that stored it (txmq ``masterEpoch``, a
+            broker in controller mode); None from a classic broker.
     """
 
     msg_id: str
@@ -185,6 +187,7 @@ class SendResult(msgspec.Struct, frozen=True):
     status: SendStatus = SendStatus.SEND_OK
     offset_msg_id: str = ""
     broker_name: str = ""
+    master_epoch: int | None = None
 
     @property
     def message_queue(self) -> MessageQueue:
@@ -325,7 +328,7 @@ def send_result(topic: str, msg_id: str, cmd: Command, broker_name: str = "") ->
     _, offset = decode_offset_msg_id(first)
     return SendResult(msg_id, topic, h.queue_id, h.queue_offset, offset,
                       SEND_STATUS_OF_CODE[ResponseCode(cmd.code)], offset_msg_id=first,
-                      broker_name=broker_name)
+                      broker_name=broker_name, master_epoch=h.master_epoch)
 
 
 class RouteInfo(msgspec.Struct, frozen=True):

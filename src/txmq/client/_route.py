@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from txmq.errors import MalformedHeader
+from txmq.errors import MalformedHeader, RemoteError, ResponseCode, TransportError
 from txmq.protocol import (
     MASTER_ID,
     PERM_READ,
@@ -30,11 +30,16 @@ __all__ = [
     "FAULT_ISOLATION_LATENCY_MS",
     "FAULT_LATENCY_MAX_MS",
     "FAULT_NOT_AVAILABLE_DURATION_MS",
+    "MASTER_MOVED_CODES",
+    "MASTER_MOVED_REMARKS",
+    "NAMESRV_REFRESH_MIN_INTERVAL_MS",
     "FaultStrategy",
     "QueueSelector",
+    "RouteRefreshGate",
     "TopicRoute",
     "build_route",
     "decode_topic_route",
+    "master_may_have_moved",
 ]
 
 FAULT_LATENCY_MAX_MS = (50, 100, 550, 1800, 3000, 5000, 15000)
@@ -47,6 +52,27 @@ FAULT_ISOLATION_LATENCY_MS = 10_000
 10 000 ms), so a broker that cannot be reached is avoided for 10 s."""
 
 assert len(FAULT_LATENCY_MAX_MS) == len(FAULT_NOT_AVAILABLE_DURATION_MS)
+
+NAMESRV_REFRESH_MIN_INTERVAL_MS = 200
+"""Least time between two route lookups of one topic triggered by failures (txmq; RocketMQ looks
+only on its 30 s ``pollNameServerInterval`` timer). Short enough that a client sees a new master
+well within a second of the name server's route changing (a failover's election takes seconds),
+long enough that a burst of failing sends asks the name server a few times a second, not once per
+request."""
+
+MASTER_MOVED_CODES = frozenset({ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SLAVE_NOT_AVAILABLE})
+"""Refusals that mean "not the master (any more)": SERVICE_NOT_AVAILABLE, what a slave answers a
+send (RocketMQ ``SendMessageProcessor`` for ``PutMessageStatus.SERVICE_NOT_AVAILABLE``), and
+SLAVE_NOT_AVAILABLE, what a slave answers an end request (RocketMQ
+``EndTransactionProcessor``: "Message store is slave mode, so end transaction is forbidden")."""
+
+MASTER_MOVED_REMARKS = ("slave", "not master", "fenced", "in-sync replicas",
+                        "in_sync_replicas_not_enough", "epoch")
+"""Words of a refusal's remark (any code) that say the broker is not, or no longer, the master
+its group can write to: a slave, a master fenced after losing its controller lease, a master
+whose SyncStateSet shrank below ``minInSyncReplicas`` (RocketMQ answers
+``PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH`` with SYSTEM_ERROR), an end of another epoch.
+Matched lower-case."""
 
 
 class TopicRoute(msgspec.Struct, frozen=True):
@@ -111,6 +137,51 @@ def decode_topic_route(data: bytes, topic: str) -> TopicRoute:
     return build_route(decode_route(data), topic)
 
 
+def master_may_have_moved(exc: BaseException | None) -> bool:
+    """Whether a failed request says its broker group's master may have moved, so the route is
+    worth fetching again at once: the connection failed (refused, reset, closed, timed out:
+    TransportError), or the broker refused with one of :data:`MASTER_MOVED_CODES` or a remark
+    with one of :data:`MASTER_MOVED_REMARKS` (txmq; RocketMQ waits for its 30 s route timer)."""
+    if isinstance(exc, TransportError):
+        return True
+    if not isinstance(exc, RemoteError):
+        return False
+    remark = exc.remark.lower()
+    return exc.response_code in MASTER_MOVED_CODES or any(w in remark for w in MASTER_MOVED_REMARKS)
+
+
+class RouteRefreshGate:
+    """When a failure may look a topic's route up again: one lookup in flight per topic (others
+    wait for it), at most one started per ``min_interval_ms``. Times are monotonic ms.
+
+    Args:
+        min_interval_ms: least time between two starts (:data:`NAMESRV_REFRESH_MIN_INTERVAL_MS`).
+    """
+
+    def __init__(self, min_interval_ms: int = NAMESRV_REFRESH_MIN_INTERVAL_MS) -> None:
+        self._min_ms = min_interval_ms
+        self._started: dict[str, int] = {}
+        self._in_flight: set[str] = set()
+
+    def begin(self, topic: str, now_ms: int) -> bool:
+        """True: start a lookup of ``topic`` now (call :meth:`end` when it is over); False: one is
+        in flight, or one started less than ``min_interval_ms`` ago."""
+        last = self._started.get(topic)
+        if topic in self._in_flight or (last is not None and now_ms - last < self._min_ms):
+            return False
+        self._started[topic] = now_ms
+        self._in_flight.add(topic)
+        return True
+
+    def end(self, topic: str) -> None:
+        """The lookup of ``topic`` is over (answered or failed)."""
+        self._in_flight.discard(topic)
+
+    def in_flight(self, topic: str) -> bool:
+        """Whether a lookup of ``topic`` is under way."""
+        return topic in self._in_flight
+
+
 class _FaultItem(msgspec.Struct):
     latency_ms: int
     available_from_ms: int
@@ -149,6 +220,11 @@ class FaultStrategy:
         latency = FAULT_ISOLATION_LATENCY_MS if failed else latency_ms
         self._items[broker] = _FaultItem(latency, now_ms + self.not_available_ms(latency),
                                          reachable=not failed)
+
+    def forget(self, broker: str) -> None:
+        """Drop what is known of ``broker``: its group has a new master, whose address the past
+        failures were not about."""
+        self._items.pop(broker, None)
 
     def available(self, broker: str, now_ms: int) -> bool:
         """Whether ``broker`` may be chosen now."""

@@ -191,11 +191,13 @@ class TransactionCore:
         """END_TRANSACTION for a half this producer sent (RocketMQ
         ``DefaultMQProducerImpl.endTransaction``: the queue offset as ``tranStateTableOffset``,
         the commit log offset from the offset message id, ``bname`` the half's broker group; the
-        shell sends it to that group's current master)."""
+        shell sends it to that group's current master). It carries the half's ``masterEpoch``
+        (txmq, controller mode) when its send answer had one."""
         return EndTransactionRequestHeader(
             producer_group=self.group, tran_state_table_offset=half.queue_offset,
             commit_log_offset=half.commit_log_offset, commit_or_rollback=_END_TYPE[state],
-            msg_id=half.msg_id, transaction_id=half.msg_id, topic=half.topic)
+            msg_id=half.msg_id, transaction_id=half.msg_id, topic=half.topic,
+            master_epoch=half.master_epoch)
 
     @staticmethod
     def check_back(cmd: Command) -> CheckBack | None:

@@ -230,6 +230,9 @@ class SendMessageResponseHeader(_Header, kw_only=True):
     queue_offset: JLong
     transaction_id: str | None = None
     batch_uniq_id: str | None = None
+    master_epoch: JLong | None = None
+    """txmq extension: the master epoch of the broker that stored it (controller mode); the
+    producer puts it on the half's END_TRANSACTION."""
 
 
 # --- pull and offsets -------------------------------------------------------------------------
@@ -342,6 +345,10 @@ class EndTransactionRequestHeader(_Header, kw_only=True):
     from_transaction_check: bool = False
     msg_id: str
     transaction_id: str | None = None
+    master_epoch: JLong | None = None
+    """txmq extension: the master epoch the half was stored under (its send answer's); a broker
+    refuses an end whose epoch is not its own where that could act on another message
+    (docs/replication.md)."""
 
 
 class EndTransactionResponseHeader(_Header, kw_only=True):

@@ -1,0 +1,235 @@
+"""Clients across a failover (issue #26 items 4 and 5, client half): the route is fetched again on
+the first failure that says the master moved, the send and the end request go to the new master,
+ends carry the half's master epoch. Sans-IO pieces directly; the producer against fake name
+servers and brokers on real sockets (tests/client/test_cluster_defects.py's FakeServer)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from test_cluster_defects import Committing, FakeServer, route_body, serve
+
+from txmq.client import AsyncTransactionProducer, LocalTransactionState, Message
+from txmq.client._core import send_result
+from txmq.client._route import RouteRefreshGate, master_may_have_moved
+from txmq.client._transaction import TransactionCore
+from txmq.errors import (
+    BrokerUnavailable,
+    ConnectTimeout,
+    RemoteError,
+    RequestTimeout,
+    ResponseCode,
+)
+from txmq.protocol import (
+    TRANSACTION_COMMIT_TYPE,
+    Command,
+    RequestCode,
+    decode_body,
+    encode_body,
+    offset_msg_id,
+)
+
+
+# -- sans-IO ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("exc", "moved"), [
+    (BrokerUnavailable("connection refused"), True),
+    (ConnectTimeout("connect timed out"), True),
+    (RequestTimeout("no answer"), True),
+    (RemoteError.of(ResponseCode.SERVICE_NOT_AVAILABLE, "messages are put to the slave"), True),
+    (RemoteError.of(ResponseCode.SLAVE_NOT_AVAILABLE, "store is slave mode"), True),
+    (RemoteError.of(ResponseCode.SYSTEM_ERROR, "[IN_SYNC_REPLICAS_NOT_ENOUGH] 1 < 2"), True),
+    (RemoteError.of(ResponseCode.SYSTEM_BUSY, "broker fenced: controller lease expired"), True),
+    (RemoteError.of(ResponseCode.SYSTEM_ERROR, "not master"), True),
+    (RemoteError.of(ResponseCode.SYSTEM_ERROR, "end of master epoch 3 refused at epoch 4"), True),
+    (RemoteError.of(ResponseCode.SYSTEM_BUSY, "[PC_SYNCHRONIZED] broker busy, please retry"), False),
+    (RemoteError.of(ResponseCode.MESSAGE_ILLEGAL, "body too large"), False),
+    (RemoteError.of(ResponseCode.TRANSACTION_NOT_FOUND, "no half"), False),
+    (ValueError("x"), False),
+    (None, False),
+])
+def test_which_failures_say_the_master_may_have_moved(exc: BaseException | None,
+                                                      moved: bool) -> None:
+    assert master_may_have_moved(exc) is moved
+
+
+def test_the_refresh_gate_allows_one_lookup_in_flight_and_one_per_interval() -> None:
+    gate = RouteRefreshGate(200)
+    assert gate.begin("t", 1_000)
+    assert gate.in_flight("t") and not gate.begin("t", 1_000), "one in flight"
+    assert gate.begin("u", 1_000), "per topic"
+    gate.end("t")
+    assert not gate.begin("t", 1_199), "at most one per 200 ms"
+    assert gate.begin("t", 1_200)
+
+
+def test_the_send_answer_s_master_epoch_goes_on_the_end_request() -> None:
+    resp = Command(ResponseCode.SUCCESS, 1, ext={
+        "msgId": offset_msg_id("127.0.0.1:10911", 4096), "queueId": "1", "queueOffset": "7",
+        "masterEpoch": "3"})
+    half = send_result("t", "ID", resp, "g")
+    assert half.master_epoch == 3 and half.commit_log_offset == 4096
+    core = TransactionCore("pg", None)  # type: ignore[arg-type]
+    h = core.end_request(half, LocalTransactionState.COMMIT_MESSAGE)
+    assert h.master_epoch == 3
+    classic = send_result("t", "ID", Command(0, 1, ext={k: v for k, v in resp.ext.items()
+                                                        if k != "masterEpoch"}), "g")
+    assert classic.master_epoch is None
+    assert core.end_request(classic, LocalTransactionState.COMMIT_MESSAGE).master_epoch is None
+
+
+# -- the producer against fakes --------------------------------------------------------------------
+class Group:
+    """A name server whose route of broker group "g" names ``master`` (moved by the test), and two
+    fake brokers: each answers sends (with ``masterEpoch``) or refuses them, and batch ends."""
+
+    def __init__(self, a: FakeServer, b: FakeServer, ns: FakeServer) -> None:
+        self.a, self.b, self.ns = a, b, ns
+        self.master = a.addr
+        self.refuse: set[str] = set()  # addresses that answer as a slave
+        self.ends: dict[str, list[dict[str, str]]] = {a.addr: [], b.addr: []}
+        self.sends: dict[str, int] = {a.addr: 0, b.addr: 0}
+
+    def namesrv(self, cmd: Command) -> Command | None:
+        if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+            return cmd.response(0, body=route_body([("g", self.master, 2)]))
+        return cmd.response(0)
+
+    def broker(self, addr: str, epoch: int) -> Callable[[Command], Command | None]:
+        def handle(cmd: Command) -> Command | None:
+            if cmd.code == RequestCode.SEND_MESSAGE_V2:
+                self.sends[addr] += 1
+                if addr in self.refuse:
+                    return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                        "service not available now: messages are put to the slave")
+                return cmd.response(0, ext={
+                    "msgId": offset_msg_id(addr, 100 * self.sends[addr]), "queueId": "0",
+                    "queueOffset": str(self.sends[addr]), "masterEpoch": str(epoch)})
+            if cmd.code == RequestCode.END_TRANSACTION_BATCH:
+                items = decode_body(cmd.body, list[dict[str, str]])
+                self.ends[addr].extend(items)
+                code = ResponseCode.SLAVE_NOT_AVAILABLE if addr in self.refuse else 0
+                return cmd.response(0, body=encode_body(
+                    [{"code": int(code), "remark": "store is slave mode", "outcome": "COMMIT"}
+                     for _ in items]))
+            return cmd.response(0)
+        return handle
+
+
+def with_group(body: Callable[[Group], None]) -> None:
+    holder: list[Group] = []
+    with serve(lambda c: holder[0].broker(holder[0].a.addr, 1)(c)) as a, \
+            serve(lambda c: holder[0].broker(holder[0].b.addr, 2)(c)) as b, \
+            serve(lambda c: holder[0].namesrv(c)) as ns:
+        holder.append(Group(a, b, ns))
+        body(holder[0])
+
+
+def producer(g: Group) -> AsyncTransactionProducer:
+    return AsyncTransactionProducer("pg", "", Committing(), namesrv_addr=g.ns.addr,
+                                    timeout_ms=3_000, poll_name_server_interval_ms=600_000)
+
+
+def test_a_send_refused_by_a_slave_refreshes_the_route_and_reaches_the_new_master() -> None:
+    def body(g: Group) -> None:
+        async def main() -> None:
+            p = producer(g)
+            try:
+                assert (await p.send(Message(topic="t", body=b"1"))).master_epoch == 1
+                g.refuse.add(g.a.addr)  # the old master became a slave...
+                g.master = g.b.addr     # ...and the name server names the new one
+                r = await p.send(Message(topic="t", body=b"2"))
+                assert r.master_epoch == 2 and r.broker_name == "g"
+                assert g.sends == {g.a.addr: 2, g.b.addr: 1}, "one failed attempt, then the new master"
+                now = time.time_ns() // 1_000_000
+                p.faults.update("g", 0, now, failed=True)  # as a connection to the old master
+                g.master = g.a.addr
+                await p.route("t", refresh=True)  # moves back: a new master for "g"
+                assert p.faults.available("g", now) and p.faults.reachable("g"), \
+                    "a new master is not avoided for its predecessor's failures"
+            finally:
+                await p.shutdown()
+        asyncio.run(main())
+    with_group(body)
+
+
+def test_a_send_to_a_dead_master_refreshes_at_once_and_lookups_are_rate_limited() -> None:
+    def body(g: Group) -> None:
+        async def main() -> None:
+            p = producer(g)
+            try:
+                await p.send(Message(topic="t", body=b"1"))
+                lookups = g.ns.codes().count(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+                g.a.close()  # SIGKILL: connections reset, connects refused
+                g.master = g.b.addr
+                results = await asyncio.gather(*(p.send(Message(topic="t", body=b"x"))
+                                                 for _ in range(20)))
+                assert {r.master_epoch for r in results} == {2}
+                more = g.ns.codes().count(RequestCode.GET_ROUTEINFO_BY_TOPIC) - lookups
+                assert 1 <= more <= 2, f"{more} lookups for 20 concurrent failures"
+            finally:
+                await p.shutdown()
+        asyncio.run(main())
+    with_group(body)
+
+
+def test_an_end_refused_by_the_old_master_is_retried_once_at_the_new_master() -> None:
+    def body(g: Group) -> None:
+        async def main() -> None:
+            p = producer(g)
+            try:
+                half = await p.send_half(Message(topic="t", body=b"h"))
+                assert half.master_epoch == 1
+                g.refuse.add(g.a.addr)
+                g.master = g.b.addr
+                outcome = await p.end_transaction(half, LocalTransactionState.COMMIT_MESSAGE)
+                assert outcome == "COMMIT" and p.end_failures == 0
+                (first,), (retry,) = g.ends[g.a.addr], g.ends[g.b.addr]
+                assert first == retry, "the same request: one outcome, the half's epoch"
+                assert first["masterEpoch"] == "1"
+                assert int(first["commitOrRollback"]) == TRANSACTION_COMMIT_TYPE
+            finally:
+                await p.shutdown()
+        asyncio.run(main())
+    with_group(body)
+
+
+def test_an_end_that_fails_twice_is_left_to_check_back(caplog: pytest.LogCaptureFixture) -> None:
+    def body(g: Group) -> None:
+        async def main() -> None:
+            p = producer(g)
+            try:
+                half = await p.send_half(Message(topic="t", body=b"h"))
+                g.refuse.update({g.a.addr, g.b.addr})  # no master took over yet
+                g.master = g.b.addr
+                with caplog.at_level("INFO", "txmq.client"):
+                    outcome = await p.end_transaction(half, LocalTransactionState.ROLLBACK_MESSAGE)
+                assert outcome == "UNKNOWN_END" and p.end_failures == 1
+                assert len(g.ends[g.a.addr]) == 1 and len(g.ends[g.b.addr]) == 1, "retried once"
+                assert any("check-back" in r.message for r in caplog.records)
+            finally:
+                await p.shutdown()
+        asyncio.run(main())
+    with_group(body)
+
+
+def test_an_end_refused_for_another_reason_is_not_retried() -> None:
+    def body(g: Group) -> None:
+        async def main() -> None:
+            p = producer(g)
+            try:
+                half = await p.send_half(Message(topic="t", body=b"h"))
+                g.a.handler = lambda c: c.response(0, body=encode_body([{
+                    "code": int(ResponseCode.TRANSACTION_NOT_FOUND), "remark": "no half",
+                    "outcome": ""}])) if c.code == RequestCode.END_TRANSACTION_BATCH else \
+                    c.response(0)
+                outcome = await p.end_transaction(half, LocalTransactionState.COMMIT_MESSAGE)
+                assert outcome == "UNKNOWN_END"
+                assert g.a.codes().count(RequestCode.END_TRANSACTION_BATCH) == 1
+                assert g.ends[g.b.addr] == []
+            finally:
+                await p.shutdown()
+        asyncio.run(main())
+    with_group(body)

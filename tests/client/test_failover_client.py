@@ -25,10 +25,14 @@ from txmq.errors import (
 )
 from txmq.protocol import (
     TRANSACTION_COMMIT_TYPE,
+    BrokerData,
     Command,
+    QueueData,
     RequestCode,
+    TopicRouteData,
     decode_body,
     encode_body,
+    encode_route,
     offset_msg_id,
 )
 
@@ -229,6 +233,43 @@ def test_an_end_refused_for_another_reason_is_not_retried() -> None:
                 assert outcome == "UNKNOWN_END"
                 assert g.a.codes().count(RequestCode.END_TRANSACTION_BATCH) == 1
                 assert g.ends[g.b.addr] == []
+            finally:
+                await p.shutdown()
+        asyncio.run(main())
+    with_group(body)
+
+
+def test_sends_while_the_group_has_no_master_ask_the_name_server_a_few_times_a_second() -> None:
+    """Between the old master's departure and the new one's registration the route names a slave
+    only: sends fail with BrokerUnavailable, looking the route up at most once per
+    NAMESRV_REFRESH_MIN_INTERVAL_MS, and the first send after the new master registers goes
+    there."""
+    def body(g: Group) -> None:
+        def namesrv(cmd: Command) -> Command | None:
+            if cmd.code != RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                return cmd.response(0)
+            return cmd.response(0, body=encode_route(TopicRouteData(
+                queue_datas=[QueueData(broker_name="g", read_queue_nums=2, write_queue_nums=2,
+                                       perm=6)],
+                broker_datas=[BrokerData(cluster="c", broker_name="g",
+                                         broker_addrs={0: g.master} if g.master else
+                                         {1: g.b.addr})])))
+        g.ns.handler = namesrv
+
+        async def main() -> None:
+            p = producer(g)
+            try:
+                await p.send(Message(topic="t", body=b"1"))
+                g.master = ""
+                await p.route("t", refresh=True)
+                lookups = g.ns.codes().count(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+                for _ in range(20):
+                    with pytest.raises(BrokerUnavailable, match="no writable queue"):
+                        await p.send(Message(topic="t", body=b"x"))
+                assert g.ns.codes().count(RequestCode.GET_ROUTEINFO_BY_TOPIC) - lookups <= 1
+                g.master = g.b.addr
+                await asyncio.sleep(0.25)  # NAMESRV_REFRESH_MIN_INTERVAL_MS
+                assert (await p.send(Message(topic="t", body=b"y"))).master_epoch == 2
             finally:
                 await p.shutdown()
         asyncio.run(main())

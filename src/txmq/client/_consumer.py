@@ -46,6 +46,7 @@ from txmq.client._pull import (
     validate_group,
     wall_ms,
 )
+from txmq.client._route import master_may_have_moved
 from txmq.errors import ConfigError, RemoteError, ResponseCode, TransportError
 from txmq.protocol import (
     MASTER_ID,
@@ -460,6 +461,8 @@ class AsyncPushConsumer(PullMixin):
                                  broker_name=mq.broker_name)
         except _NETWORK_ERRORS as exc:
             log.warning("pull %s failed: %s", _name(mq), exc)
+            if master_may_have_moved(exc):  # a failover: the next pull goes to the new master
+                await self._refresh_route_soon(mq.topic)
             await self._pause(w, _PULL_RETRY_AFTER_ERROR_S)
             return
         if commit >= 0 and to_master:

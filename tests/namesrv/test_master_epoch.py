@@ -115,3 +115,16 @@ def test_a_classic_master_replacing_an_epoch_master_resets_the_epochs() -> None:
     assert addrs(core) == {0: B} and "g" not in core.master_epoch
     register(core, reg(A, 1))  # a fresh controller-mode group starts over from epoch 1
     assert addrs(core) == {0: A}
+
+
+def test_a_role_change_makes_the_next_registration_due_at_once_with_the_new_id_and_epoch() -> None:
+    r = reg(A, 1, broker_id=1)
+    r.register({"t": 1}, 0)
+    assert not r.due(1_000)
+    r.set_role(1, 1)
+    assert not r.due(1_000), "the same role: nothing to tell"
+    r.set_role(0, 2)
+    assert r.due(1_000)
+    ext = r.register({"t": 1}, 1_000).ext
+    assert (ext["brokerId"], ext["masterEpoch"]) == ("0", "2")
+    assert not r.due(1_001)

@@ -83,6 +83,15 @@ class BrokerRegistration:
         self.data_version = DataVersion()
         self._next_ms: int | None = None
 
+    def set_role(self, broker_id: int, master_epoch: int | None) -> None:
+        """A role change (controller mode: the controller named this broker master or slave of
+        ``master_epoch``): the next registration carries the new id and epoch and is due at once,
+        so the name server's route moves within the registrar's next check
+        (``NAMESRV_REGISTER_CHECK_MS``), not at the next periodic registration (30 s)."""
+        if (broker_id, master_epoch) != (self.broker_id, self.master_epoch):
+            self.broker_id, self.master_epoch = broker_id, master_epoch
+            self._next_ms = None
+
     def due(self, now_ms: int) -> bool:
         """True when the next periodic registration should go out."""
         return self._next_ms is None or now_ms >= self._next_ms

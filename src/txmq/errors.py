@@ -80,6 +80,7 @@ __all__ = [
     "MalformedMessage",
     "MessageIllegal",
     "MessageTooLarge",
+    "NetnsUnavailable",
     "NoPermission",
     "OutboxError",
     "ProtocolError",
@@ -255,6 +256,13 @@ class OutboxError(LocalError):
     a row that cannot be relayed. Database errors themselves stay SQLAlchemy's (``sqlalchemy.exc``)."""
 
     code = "OUTBOX_ERROR"
+
+
+class NetnsUnavailable(LocalError):
+    """The test bed's network namespaces cannot be made here: not root, no ``ip`` (iproute2), or the
+    kernel refuses (txmq.testing's hosts, ``txmq chaos --cluster``)."""
+
+    code = "NETNS_UNAVAILABLE"
 
 
 class StoreError(LocalError):

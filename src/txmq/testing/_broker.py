@@ -22,22 +22,27 @@ def _toml_value(v: Any) -> str:
 
 
 class BrokerProcess(ServerProcess):
-    """A broker subprocess. ``endpoints`` is ``127.0.0.1:<port>``; the port survives restarts.
+    """A broker subprocess. ``endpoints`` is ``<host>:<port>``; the port survives restarts.
 
     Args:
         data_dir: the broker's data directory (kept across :meth:`kill` / :meth:`start`).
-        config: extra BrokerConfig keys (e.g. ``transaction_timeout_ms=1000``).
+        config: extra BrokerConfig keys (e.g. ``transaction_timeout_ms=1000``); ``host`` (default
+            127.0.0.1) is where it listens and the address it registers with a name server.
         log_path: where the broker's stderr goes.
         env: extra environment variables of the process (e.g. the chaos clock hook's).
+        netns: a network namespace to run it in (a :class:`txmq.testing.Hosts` host's, with
+            ``config["host"]`` that host's address).
     """
 
     def __init__(self, data_dir: Path, config: dict[str, Any] | None = None,
-                 log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
+                 log_path: Path | None = None, env: dict[str, str] | None = None,
+                 netns: str | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config = dict(config or {})
         super().__init__("broker", log_path or self.data_dir / "broker.log",
-                         int(self.config.pop("port", 0)), {**os.environ, **env} if env else None)
+                         int(self.config.pop("port", 0)), {**os.environ, **env} if env else None,
+                         str(self.config.pop("host", "127.0.0.1")), netns)
 
     @property
     def endpoints(self) -> str:

@@ -23,13 +23,15 @@ _REGISTERED_TIMEOUT_S = 30.0
 
 
 class NamesrvProcess(ServerProcess):
-    """A ``txmq namesrv`` subprocess; ``addr`` is ``127.0.0.1:<port>`` (the port survives
-    restarts)."""
+    """A ``txmq namesrv`` subprocess; ``addr`` is ``<host>:<port>`` (the port survives
+    restarts). ``host`` and ``netns`` as for :class:`txmq.testing.BrokerProcess`."""
 
-    def __init__(self, work_dir: Path, log_path: Path | None = None) -> None:
+    def __init__(self, work_dir: Path, log_path: Path | None = None, host: str = "127.0.0.1",
+                 netns: str | None = None) -> None:
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        super().__init__("name server", log_path or self.work_dir / "namesrv.log")
+        super().__init__("name server", log_path or self.work_dir / "namesrv.log", host=host,
+                         netns=netns)
 
     def start(self) -> None:
         """Start the process and wait until it listens. Raises BrokerUnavailable."""

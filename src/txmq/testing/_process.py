@@ -22,35 +22,42 @@ _POLL_S = 0.02
 
 
 class ServerProcess:
-    """One ``python -m txmq <args> --port P --port-file F`` subprocess; ``addr`` is
-    ``127.0.0.1:<port>`` and the port survives restarts (port 0 picks a free one at the first
-    start).
+    """One ``python -m txmq <args> --host H --port P --port-file F`` subprocess; ``addr`` is
+    ``<host>:<port>`` and the port survives restarts (port 0 picks a free one at the first start).
 
     Args:
         what: how errors name it ("broker", "name server").
         log_path: where its stderr goes (appended).
         port: the port to listen on; 0 for a free one.
         env: the whole environment of the process; None inherits this one's.
+        host: the address it listens on, and so advertises (a broker registers
+            ``<host>:<port>``, as RocketMQ's ``brokerIP1``).
+        netns: a network namespace to run it in (``ip netns exec``; a test host of
+            :class:`txmq.testing.Hosts`, whose address ``host`` then is); None: this one.
     """
 
     def __init__(self, what: str, log_path: Path, port: int = 0,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, host: str = "127.0.0.1",
+                 netns: str | None = None) -> None:
         self.what, self.log_path, self.port, self.env = what, log_path, port, env
+        self.host, self.netns = host, netns
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def _launch(self, args: list[str], port_file: Path) -> None:
-        """Run ``python -m txmq *args --port P --port-file port_file`` and wait until it listens.
+        """Run ``python -m txmq *args --host H --port P --port-file port_file`` (in the namespace
+        ``netns`` if set; ``--host`` unless ``args`` name one) and wait until it listens.
 
         Raises:
             BrokerUnavailable: it exited, or did not listen within ``START_TIMEOUT_S``.
         """
         port_file.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "txmq", *args, "--port", str(self.port), "--port-file",
-               str(port_file)]
+        host = [] if "--host" in args else ["--host", self.host]
+        cmd = [*(["ip", "netns", "exec", self.netns] if self.netns else []), sys.executable, "-m",
+               "txmq", *args, *host, "--port", str(self.port), "--port-file", str(port_file)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
                                          start_new_session=True, env=self.env)

@@ -39,6 +39,27 @@ from txmq.testing.chaos._check import (
     Violation,
     check,
 )
+from txmq.testing.chaos._failover import (
+    FAILOVER_KINDS,
+    ClusterSpec,
+    NoTarget,
+    Plan,
+    Step,
+    Topology,
+    View,
+    failover_schedule,
+    plan,
+    topology,
+)
+from txmq.testing.chaos._failover_check import (
+    FailoverTime,
+    MasterKill,
+    WindowDowntime,
+    downtime_per_fault,
+    failover_summary,
+    failover_times,
+    failover_violations,
+)
 from txmq.testing.chaos._history import HistoryWriter, read_histories
 from txmq.testing.chaos._nemesis import CLUSTER_KINDS, KINDS, REPLICA_KINDS, Fault, schedule
 from txmq.testing.chaos._procs import BrokerTarget
@@ -48,23 +69,40 @@ from txmq.testing.chaos._run import ChaosConfig, ChaosResult, run_chaos
 
 __all__ = [
     "CLUSTER_KINDS",
+    "FAILOVER_KINDS",
     "KINDS",
     "REPLICA_KINDS",
     "BrokerTarget",
     "ChaosConfig",
     "ChaosResult",
+    "ClusterSpec",
+    "FailoverTime",
     "Fault",
     "FaultProxy",
     "HistoryWriter",
+    "MasterKill",
+    "NoTarget",
     "Observation",
     "OffsetSample",
+    "Plan",
     "ReplicaSnapshot",
+    "Step",
     "Stored",
+    "Topology",
+    "View",
     "Violation",
+    "WindowDowntime",
     "check",
+    "downtime_per_fault",
+    "failover_schedule",
+    "failover_summary",
+    "failover_times",
+    "failover_violations",
+    "plan",
     "read_histories",
     "render_markdown",
     "run_chaos",
     "schedule",
+    "topology",
     "write_reports",
 ]

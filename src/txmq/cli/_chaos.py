@@ -24,6 +24,11 @@ def chaos(
         min=0, max=1, help="1: a replicated run (the broker a SYNC_MASTER with a slave behind a "
                            "fault proxy on the HA link; the nemesis kills and pauses either and "
                            "cuts, delays and half-opens the link). One broker only.")] = 0,
+    cluster: Annotated[bool, typer.Option(
+        "--cluster", help="A failover run (issue 26): 3 controllers, 2 groups of 2 controller-mode "
+                          "brokers, a name server and clients, each in its own network namespace "
+                          "(root); the nemesis kills, pauses, partitions and clock-jumps masters "
+                          "and controllers. Refused when this txmq has no `txmq controller`.")] = False,
     report: Annotated[Path | None, typer.Option(help="Write the Markdown report here.")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Keep histories, databases and logs here "
@@ -34,6 +39,9 @@ def chaos(
     a SYNC_MASTER and its slave and cutting the link between them); exit 1 on any violation."""
     from txmq.testing.chaos import ChaosConfig, run_chaos, write_reports
 
+    if cluster:
+        _failover(seed, faults, duration_s, report, json_path, run_dir)
+        return
     if replicas and brokers > 1:
         raise typer.BadParameter("a replicated run has one broker group: drop --brokers",
                                  param_hint="--replicas")
@@ -55,6 +63,31 @@ def chaos(
     _console.print(t)
     for kind, why in res.skipped_kinds.items():
         _console.print(f"[yellow]skipped {kind}:[/yellow] {why}")
+    for v in res.violations:
+        _console.print(f"[red]{v.kind}[/red] {v.key}: {v.detail}")
+    if res.violations:
+        raise typer.Exit(1)
+
+
+def _failover(seed: int, faults: int, duration_s: float, report: Path | None,
+              json_path: Path | None, run_dir: Path | None) -> None:
+    from txmq.testing.chaos import FailoverConfig, run_failover_chaos, write_reports
+    from txmq.testing.chaos._failover_run import refusal
+
+    if why := refusal():
+        _console.print(f"[red]txmq chaos --cluster cannot run here:[/red] {why}")
+        raise typer.Exit(2)
+    with tempfile.TemporaryDirectory(prefix="txmq-chaos-") as tmp:
+        where = run_dir or Path(tmp)
+        res = run_failover_chaos(where, FailoverConfig(seed=seed, faults=faults,
+                                                       duration_s=duration_s))
+    write_reports(res, report, json_path)
+    s = res.failover_summary
+    t = Table("measure", "value", title=f"failover chaos seed {seed}")
+    t.add_row("faults injected", str(sum(1 for f in res.schedule if f.started_ms)))
+    t.add_row("failover median / max (ms)", f"{s['median_ms']} / {s['max_ms']}")
+    t.add_row("violations", str(len(res.violations)))
+    _console.print(t)
     for v in res.violations:
         _console.print(f"[red]{v.kind}[/red] {v.key}: {v.detail}")
     if res.violations:

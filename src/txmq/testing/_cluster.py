@@ -15,7 +15,7 @@ from txmq.errors import BrokerUnavailable
 from txmq.testing._broker import BrokerProcess
 from txmq.testing._process import ServerProcess
 
-__all__ = ["ClusterProcess", "NamesrvProcess", "run_cluster"]
+__all__ = ["ClusterProcess", "NamesrvProcess", "master_addrs", "run_cluster"]
 
 CLUSTER_BROKERS_MAX = 26
 """Broker names run from ``broker-a`` to ``broker-z``."""
@@ -99,6 +99,9 @@ class _Probe:
         self._opaque = 0
 
     def masters(self) -> set[str]:
+        return set(self.master_addrs())
+
+    def master_addrs(self) -> dict[str, str]:
         from txmq.protocol import (
             Command,
             FrameDecoder,
@@ -118,12 +121,20 @@ class _Probe:
             for cmd in decoder.feed(data):
                 if cmd.is_response and cmd.opaque == self._opaque:
                     if cmd.code != 0 or not cmd.body:
-                        return set()
+                        return {}
                     info = decode_cluster_info(cmd.body)
-                    return {n for n, bd in info.broker_addr_table.items() if 0 in bd.broker_addrs}
+                    return {n: bd.broker_addrs[0] for n, bd in info.broker_addr_table.items()
+                            if 0 in bd.broker_addrs}
 
     def close(self) -> None:
         self._sock.close()
+
+
+def master_addrs(namesrv_addr: str) -> dict[str, str]:
+    """Broker name → its master's address (broker id 0), as name server ``namesrv_addr``
+    (``host:port``) lists them now (GET_BROKER_CLUSTER_INFO). Raises OSError, BrokerUnavailable."""
+    with contextlib.closing(_Probe(namesrv_addr)) as probe:
+        return probe.master_addrs()
 
 
 @contextlib.contextmanager

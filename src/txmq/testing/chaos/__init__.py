@@ -24,6 +24,13 @@ SIGKILLs and SIGSTOPs the master and the slave and cuts, delays and half-opens t
 acknowledged SUCCESS is on the slave byte for byte (scanned while the master is down, and at the
 end), no rolled-back transaction is, and the slave's commit log is a prefix of the master's.
 
+A failover run (``txmq chaos --cluster``, :func:`run_failover_chaos`, issue 26) puts 3
+controllers, broker groups of 2 controller-mode brokers, a name server and the client processes
+each in its own network namespace (:class:`txmq.testing.Hosts`), and its nemesis kills, pauses,
+partitions and clock-jumps by role (the master, the controller leader…; :mod:`._failover`); besides
+:func:`check` it checks one master per group per epoch and no write taken by a deposed master, and
+reports downtime per fault window and failover times (:mod:`._failover_check`).
+
 After the last fault every fault is healed, the producers stop, and the run waits until every
 transaction is settled, the outbox is sent and both groups have everything; then :func:`check` reads
 the histories, a scan of the broker, the transaction states, the databases and the offset samples,
@@ -31,6 +38,7 @@ and lists violations (see :mod:`._check`). The report (:func:`render_markdown`, 
 schedule, the counts, each violation with its history excerpt, and the seed that replays it.
 """
 
+from txmq.testing.chaos._bed import FailoverBed, controller_unavailable
 from txmq.testing.chaos._check import (
     Observation,
     OffsetSample,
@@ -60,11 +68,12 @@ from txmq.testing.chaos._failover_check import (
     failover_times,
     failover_violations,
 )
+from txmq.testing.chaos._failover_run import FailoverConfig, FailoverResult, run_failover_chaos
 from txmq.testing.chaos._history import HistoryWriter, read_histories
 from txmq.testing.chaos._nemesis import CLUSTER_KINDS, KINDS, REPLICA_KINDS, Fault, schedule
 from txmq.testing.chaos._procs import BrokerTarget
 from txmq.testing.chaos._proxy import FaultProxy
-from txmq.testing.chaos._report import render_markdown, write_reports
+from txmq.testing.chaos._report import render_failover_markdown, render_markdown, write_reports
 from txmq.testing.chaos._run import ChaosConfig, ChaosResult, run_chaos
 
 __all__ = [
@@ -76,6 +85,9 @@ __all__ = [
     "ChaosConfig",
     "ChaosResult",
     "ClusterSpec",
+    "FailoverBed",
+    "FailoverConfig",
+    "FailoverResult",
     "FailoverTime",
     "Fault",
     "FaultProxy",
@@ -93,6 +105,7 @@ __all__ = [
     "Violation",
     "WindowDowntime",
     "check",
+    "controller_unavailable",
     "downtime_per_fault",
     "failover_schedule",
     "failover_summary",
@@ -100,8 +113,10 @@ __all__ = [
     "failover_violations",
     "plan",
     "read_histories",
+    "render_failover_markdown",
     "render_markdown",
     "run_chaos",
+    "run_failover_chaos",
     "schedule",
     "topology",
     "write_reports",

@@ -15,10 +15,13 @@ __all__ = ["BrokerTarget", "Worker", "mount_tmpfs", "unmount"]
 
 
 class Worker:
-    """``python -m txmq.testing.chaos._worker ROLE RUN ENDPOINTS NAME``, output in ``RUN/logs``."""
+    """``python -m txmq.testing.chaos._worker ROLE RUN ENDPOINTS NAME``, output in ``RUN/logs``;
+    in network namespace ``netns`` when given (a failover run's client host)."""
 
-    def __init__(self, role: str, name: str, run: Path, endpoints: str) -> None:
+    def __init__(self, role: str, name: str, run: Path, endpoints: str,
+                 netns: str | None = None) -> None:
         self.role, self.name, self.run, self.endpoints = role, name, run, endpoints
+        self.netns = netns
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
 
@@ -27,8 +30,9 @@ class Worker:
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(log_dir / f"{self.name}.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "txmq.testing.chaos._worker", self.role, str(self.run),
-                 self.endpoints, self.name],
+                [*(["ip", "netns", "exec", self.netns] if self.netns else []), sys.executable,
+                 "-m", "txmq.testing.chaos._worker", self.role, str(self.run), self.endpoints,
+                 self.name],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def alive(self) -> bool:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import msgspec
 
+from txmq.testing.chaos._failover_run import FailoverResult
 from txmq.testing.chaos._run import ChaosResult
 
-__all__ = ["render_markdown", "write_reports"]
+__all__ = ["render_failover_markdown", "render_markdown", "write_reports"]
 
 
 def _table(head: list[str], rows: list[list[object]]) -> list[str]:
@@ -63,9 +64,45 @@ def render_markdown(res: ChaosResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_reports(res: ChaosResult, markdown: Path | None, json_path: Path | None) -> None:
+def write_reports(res: ChaosResult | FailoverResult, markdown: Path | None,
+                  json_path: Path | None) -> None:
     """Write the Markdown and/or JSON report."""
     if markdown is not None:
-        markdown.write_text(render_markdown(res), encoding="utf-8")
+        text = render_markdown(res) if isinstance(res, ChaosResult) else render_failover_markdown(res)
+        markdown.write_text(text, encoding="utf-8")
     if json_path is not None:
         json_path.write_bytes(msgspec.json.format(msgspec.json.encode(res)))
+
+
+def render_failover_markdown(res: FailoverResult) -> str:
+    """A failover run's report: verdict, failover times, downtime per fault window, schedule and
+    violations."""
+    c = res.config
+    s = res.failover_summary
+    lines = [f"# Failover chaos run, seed {c.seed}", "",
+             f"- verdict: **{'PASS' if not res.violations else 'FAIL'}** — {len(res.violations)} "
+             f"violations; replay with `txmq chaos --cluster --seed {c.seed} --faults {c.faults} "
+             f"--duration-s {c.duration_s:g}`",
+             f"- cluster: {c.spec.controllers} controllers, {c.spec.groups} groups of "
+             f"{c.spec.brokers_per_group} brokers, {c.spec.clients} client hosts",
+             f"- failover (master SIGKILL → first send acknowledged by another broker): "
+             f"{s['failed_over']} of {s['kills']} kills; median {s['median_ms']} ms, max "
+             f"{s['max_ms']} ms", "", "## Operations", "",
+             *_table(["operation", "result", "count"],
+                     [[*k.split(" ", 1), n] for k, n in sorted(res.operations.items())]),
+             "", "## Downtime per fault window (OpenChaos RTOChecker)", "",
+             *_table(["fault", "window (s)", "downtime (ms)", "recovered"],
+                     [[d.kind, f"{(d.end_ms - d.start_ms) / 1000:.1f}", f"{d.downtime_ms:.0f}",
+                       d.recovered] for d in res.downtime]),
+             "", "## Fault schedule", "",
+             *_table(["at (s)", "fault", "target", "duration (s)", "note"],
+                     [[f"{f.at_s:.1f}", f.kind, f.target, f"{f.duration_s:.2f}", f.note]
+                      for f in res.schedule]),
+             "", "## Violations", ""]
+    if not res.violations:
+        lines.append("None.")
+    for v in res.violations:
+        lines += [f"### {v.kind}: `{v.key}`", "", v.detail, "", "```"]
+        lines += [json.dumps(e, separators=(",", ":")) for e in v.excerpt]
+        lines += ["```", ""]
+    return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ Producers stop producing (and keep serving check-backs and relaying) once ``RUN_
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sqlite3
@@ -40,7 +41,8 @@ from txmq.client import (
     PushConsumer,
     TransactionProducer,
 )
-from txmq.errors import RemoteError
+from txmq.errors import RemoteError, TxmqError
+from txmq.protocol import decode_offset_msg_id
 from txmq.testing.chaos._history import HistoryWriter
 from txmq.testing.chaos._spec import EFFECTS, TOPICS, TX_GROUP
 
@@ -102,9 +104,22 @@ def run_plain(run: Path, endpoints: str, h: HistoryWriter) -> None:
             time.sleep(0.2)
             continue
         h.write("send", "ok", key=key, msg_id=r.msg_id, queue=r.queue_id, offset=r.queue_offset,
-                broker=r.broker_name, status=r.status.name)
+                broker=r.broker_name, status=r.status.name, **_acked_by(r))
         time.sleep(_PAUSE_S)
     _idle()
+
+
+def _acked_by(r: Any) -> dict[str, Any]:
+    """Who acknowledged send result ``r``, for the failover checks: ``addr``, the store host of its
+    offset message id (the broker's own address), and ``epoch``, the master epoch the answer
+    carried (``masterEpoch``, issue 26) when the SDK's result has it."""
+    out: dict[str, Any] = {}
+    with contextlib.suppress(TxmqError):
+        out["addr"] = decode_offset_msg_id(r.offset_msg_id)[0]
+    epoch = getattr(r, "master_epoch", None)
+    if isinstance(epoch, int):
+        out["epoch"] = epoch
+    return out
 
 
 class _LocalTransactions:

@@ -1,0 +1,168 @@
+"""One failover chaos run (``txmq chaos --cluster``): the bed (:mod:`._bed`), a plain and a
+transactional producer in the client hosts, the seeded failover nemesis, then the checks and
+figures over the histories and a final scan of every group's master.
+
+Checks: :func:`~txmq.testing.chaos.check` (acknowledged sends and committed transactions stored,
+rolled-back ones not, one terminal state per transaction) over the scan and the producer's local
+transaction records, and :func:`~txmq.testing.chaos.failover_violations`. Figures: downtime per
+fault window and failover time per master kill (:mod:`._failover_check`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sqlite3
+import time
+from collections import Counter
+from pathlib import Path
+
+import msgspec
+
+from txmq.client import PullConsumer
+from txmq.errors import NetnsUnavailable, TxmqError
+from txmq.testing._netns import netns_unavailable
+from txmq.testing.chaos._bed import FailoverBed, controller_unavailable, wait_for_masters
+from txmq.testing.chaos._check import Observation, Stored, Violation, check
+from txmq.testing.chaos._failover import (
+    FAILOVER_KINDS,
+    ClusterSpec,
+    NoTarget,
+    failover_schedule,
+    plan,
+)
+from txmq.testing.chaos._failover_check import (
+    FailoverTime,
+    MasterKill,
+    WindowDowntime,
+    downtime_per_fault,
+    failover_summary,
+    failover_times,
+    failover_violations,
+)
+from txmq.testing.chaos._history import read_histories
+from txmq.testing.chaos._nemesis import Fault
+from txmq.testing.chaos._procs import Worker
+from txmq.testing.chaos._spec import TOPICS, prepare_databases
+from txmq.testing.chaos._worker import NAMESRV_PREFIX
+
+__all__ = ["FailoverConfig", "FailoverResult", "run_failover_chaos"]
+
+_QUEUES = 2
+ELECTION_TIMEOUT_S = 60.0
+"""How long the bed may take to elect a master in every group at start (a loaded 2-core machine
+takes ~30 s to start a dozen Python processes)."""
+_SETTLE_S = 10.0
+
+
+class FailoverConfig(msgspec.Struct, kw_only=True):
+    """A failover run's parameters (``duration_s``: the span the faults spread over)."""
+
+    seed: int = 1
+    faults: int = 10
+    duration_s: float = 120.0
+    warmup_s: float = 5.0
+    spec: ClusterSpec = msgspec.field(default_factory=ClusterSpec)
+    kinds: tuple[str, ...] = FAILOVER_KINDS
+
+
+class FailoverResult(msgspec.Struct, kw_only=True):
+    """What a failover run found: its schedule (targets and times filled in), violations,
+    operation counts, downtime per fault window and failover time per master kill."""
+
+    config: FailoverConfig
+    schedule: list[Fault]
+    violations: list[Violation]
+    operations: dict[str, int]
+    downtime: list[WindowDowntime]
+    failover: list[FailoverTime]
+    failover_summary: dict[str, float | int | None]
+
+
+def refusal() -> str:
+    """Why a failover run cannot run here ("" when it can)."""
+    return netns_unavailable() or controller_unavailable()
+
+
+def run_failover_chaos(run: Path, cfg: FailoverConfig) -> FailoverResult:
+    """Run ``cfg`` in directory ``run``. Raises NetnsUnavailable (no namespaces, no controller)."""
+    if why := refusal():
+        raise NetnsUnavailable(f"a failover chaos run cannot run here: {why}")
+    run.mkdir(parents=True, exist_ok=True)
+    prepare_databases(run)
+    faults = failover_schedule(cfg.seed, cfg.faults, cfg.duration_s, cfg.kinds)
+    kills: list[MasterKill] = []
+    with FailoverBed(run, cfg.spec, dict.fromkeys(TOPICS.values(), _QUEUES)) as bed:
+        bed.start()
+        wait_for_masters(bed, ELECTION_TIMEOUT_S)
+        assert bed.hosts is not None
+        clients = bed.topo.clients
+        workers = [Worker(role, role, run, NAMESRV_PREFIX + bed.namesrv_addr,
+                          netns=bed.hosts.netns(clients[i % len(clients)]))
+                   for i, role in enumerate(("plain", "tx"))]
+        for w in workers:
+            w.start()
+        time.sleep(cfg.warmup_s)
+        rng = random.Random(cfg.seed)
+        t0 = time.monotonic()
+        for f in faults:
+            time.sleep(max(0.0, t0 + f.at_s - time.monotonic()))
+            try:
+                p = plan(f.kind, bed.topo, bed.view(), rng, cfg.spec.controller_lease_ms)
+            except NoTarget as exc:
+                f.note = f"skipped: {exc}"
+                continue
+            f.target, f.started_ms = p.target, time.time() * 1000
+            if f.kind == "kill_master":
+                kills.append(MasterKill(p.group, bed.addr_of(p.target), f.started_ms))
+            for step in p.inject:
+                bed.apply(step)
+            time.sleep(max(f.duration_s, p.min_duration_s))
+            for step in p.heal:
+                bed.apply(step)
+            f.healed_ms = time.time() * 1000
+        bed.heal_all()
+        time.sleep(_SETTLE_S)
+        (run / "stop").touch()
+        time.sleep(2.0)
+        for w in workers:
+            w.kill()
+        stored = _scan(bed)
+    events = read_histories(run)
+    with contextlib.closing(sqlite3.connect(run / "tx.db", timeout=30)) as c:
+        tx_local = {k: s for k, s in c.execute("SELECT key, state FROM tx")}
+    violations = check(events, Observation(groups=[], stored=stored, tx_local=tx_local))
+    violations += failover_violations(events)
+    times = failover_times(events, kills)
+    ops = Counter(f"{e['op']} {e['phase']}" for e in events if e["phase"] != "invoke")
+    return FailoverResult(
+        config=cfg, schedule=faults, violations=violations, operations=dict(ops),
+        downtime=downtime_per_fault(events, [(f.kind, f.started_ms, f.healed_ms)
+                                             for f in faults if f.started_ms]),
+        failover=times, failover_summary=failover_summary(times))
+
+
+def _scan(bed: FailoverBed) -> list[Stored]:
+    """Every message of the plain and transactional topics on each group's master now."""
+    out: list[Stored] = []
+    for g, host in wait_for_masters(bed, ELECTION_TIMEOUT_S).masters.items():
+        with PullConsumer(bed.addr_of(host), "chaos-scan") as pc:
+            for topic in (TOPICS["plain"], TOPICS["tx"]):
+                for q in range(_QUEUES):
+                    out += _scan_queue(pc, topic, q, g)
+    return out
+
+
+def _scan_queue(pc: PullConsumer, topic: str, q: int, group: str) -> list[Stored]:
+    out: list[Stored] = []
+    offset, end = 0, pc.max_offset(topic, q)
+    while offset < end:
+        try:
+            r = pc.pull(topic, q, offset, 32)
+        except TxmqError:
+            break
+        out += [Stored(f"{topic}@{group}", q, m.queue_offset, m.keys, m.msg_id) for m in r.messages]
+        if r.next_begin_offset <= offset:
+            break
+        offset = r.next_begin_offset
+    return out

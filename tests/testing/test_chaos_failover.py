@@ -156,3 +156,6 @@ def test_failover_time_runs_from_the_kill_to_the_first_ack_of_another_broker() -
     assert failover_summary(times) == {"kills": 2, "failed_over": 1, "median_ms": 2500.0,
                                        "max_ms": 2500.0}
     assert failover_summary([])["median_ms"] is None
+    # an SDK without masterEpoch: failover time still measurable, the epoch checks have no input
+    no_epoch = [{k: v for k, v in e.items() if k != "epoch"} for e in failover_history()]
+    assert [t.ms for t in failover_times(no_epoch, [MasterKill("broker-a", A1, 1000)])] == [2500.0]

@@ -18,7 +18,8 @@ from txmq.testing import ROOT, BrokerProcess, Hosts, NamesrvProcess, netns_unava
 _WHY = netns_unavailable()
 if _WHY and os.environ.get("TXMQ_REQUIRE_NETNS") == "1":
     raise RuntimeError(f"TXMQ_REQUIRE_NETNS=1 but {_WHY}")
-pytestmark = [pytest.mark.skipif(bool(_WHY), reason=_WHY or ""), pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.skipif(bool(_WHY), reason=_WHY or ""), pytest.mark.slow,
+              pytest.mark.timeout(180)]
 
 TOPIC = "netns-t"
 

@@ -37,10 +37,11 @@ __all__ = ["FailoverTime", "MasterKill", "WindowDowntime", "downtime_per_fault",
 _EXCERPT_MAX = 12
 
 
-def _acks(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Acknowledged sends that name their group, acknowledging broker and its epoch."""
+def _acks(events: list[dict[str, Any]], epoch: bool = True) -> list[dict[str, Any]]:
+    """Acknowledged sends that name their group and acknowledging broker (and its epoch, if
+    ``epoch``)."""
     return [e for e in events if e["op"] == "send" and e["phase"] == "ok" and e.get("broker")
-            and e.get("addr") and isinstance(e.get("epoch"), int)]
+            and e.get("addr") and (not epoch or isinstance(e.get("epoch"), int))]
 
 
 def _invoked_at(events: list[dict[str, Any]]) -> dict[tuple[str, Any, str], float]:
@@ -131,7 +132,7 @@ class FailoverTime(msgspec.Struct, frozen=True):
 
 def failover_times(events: list[dict[str, Any]], kills: list[MasterKill]) -> list[FailoverTime]:
     """The failover time of each master kill (see :class:`FailoverTime`)."""
-    acks = sorted(_acks(events), key=lambda e: e["t"])
+    acks = sorted(_acks(events, epoch=False), key=lambda e: e["t"])
     out = []
     for k in kills:
         first = next((e for e in acks if e["broker"] == k.group and e["addr"] != k.addr

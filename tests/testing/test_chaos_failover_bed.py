@@ -108,3 +108,33 @@ def test_a_short_failover_schedule_leaves_no_violation(tmp_path: Path) -> None:
     s = res.failover_summary
     assert s["kills"] and s["failed_over"] == s["kills"], report
     assert res.operations.get("send ok", 0) > 50, report
+
+
+def test_the_controller_leader_is_what_a_controller_answers_to_get_metadata_info() -> None:
+    import socket
+    import threading
+
+    from txmq.protocol import FLAG_RESPONSE, Command, FrameDecoder, encode_command
+    from txmq.testing.chaos._bed import CONTROLLER_GET_METADATA_INFO, controller_leader
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    asked: list[int] = []
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            (req,) = FrameDecoder().feed(conn.recv(65536))
+            asked.append(req.code)
+            conn.sendall(encode_command(Command(0, req.opaque, FLAG_RESPONSE, ext={
+                "controllerLeaderAddress": "10.200.0.2:9878", "isLeader": "false"})))
+
+    t = threading.Thread(target=serve)
+    t.start()
+    dead = socket.create_server(("127.0.0.1", 0))
+    dead_addr = f"127.0.0.1:{dead.getsockname()[1]}"
+    dead.close()  # nothing listens there: skipped
+    assert controller_leader([dead_addr, f"127.0.0.1:{srv.getsockname()[1]}"]) == "10.200.0.2:9878"
+    t.join()
+    srv.close()
+    assert asked == [CONTROLLER_GET_METADATA_INFO]
+    assert controller_leader([dead_addr]) == ""

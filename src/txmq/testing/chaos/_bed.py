@@ -17,19 +17,21 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
 from txmq import limits
-from txmq.errors import ConfigError
+from txmq.errors import ConfigError, TxmqError
+from txmq.protocol import Command, FrameDecoder, encode_command, parse_address
 from txmq.testing._broker import BrokerProcess
 from txmq.testing._cluster import NamesrvProcess, master_addrs
 from txmq.testing._netns import Hosts
 from txmq.testing.chaos._failover import ClusterSpec, Step, Topology, View, topology
 
 __all__ = ["BROKER_PORT", "CONTROLLER_PORT", "NAMESRV_PORT", "RAFT_PORT", "FailoverBed",
-           "controller_unavailable", "wait_for_masters"]
+           "controller_leader", "controller_unavailable", "wait_for_masters"]
 
 CONTROLLER_PORT = 9878
 """A controller's remoting port in its host (txmq: fixed, each host has its own address)."""
@@ -39,6 +41,37 @@ NAMESRV_PORT = 9876
 """The name server's port (RocketMQ NamesrvConfig listenPort 9876)."""
 BROKER_PORT = limits.BROKER_PORT
 """A broker's port in its host (RocketMQ listenPort 10911); HA listens on the next one."""
+CONTROLLER_GET_METADATA_INFO = 1005
+"""RocketMQ RequestCode.CONTROLLER_GET_METADATA_INFO: a controller names its Raft leader
+(``controllerLeaderAddress`` of GetMetaDataResponseHeader)."""
+PROBE_TIMEOUT_S = 1.0
+"""How long the run waits for a controller's answer when it looks for the leader."""
+
+
+def controller_leader(addrs: list[str]) -> str:
+    """The controller leader's remoting address as the first of ``addrs`` that answers
+    CONTROLLER_GET_METADATA_INFO says ("" when none answers or none knows a leader)."""
+    for addr in addrs:
+        host, port = parse_address(addr)
+        try:
+            with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as sock:
+                sock.settimeout(PROBE_TIMEOUT_S)
+                sock.sendall(encode_command(Command(CONTROLLER_GET_METADATA_INFO, 1)))
+                leader = _answer(sock).get("controllerLeaderAddress", "")
+        except (OSError, TxmqError):
+            continue
+        if leader:
+            return leader
+    return ""
+
+
+def _answer(sock: socket.socket) -> dict[str, str]:
+    decoder = FrameDecoder()
+    while data := sock.recv(65536):
+        for cmd in decoder.feed(data):
+            if cmd.is_response and cmd.opaque == 1:
+                return cmd.ext if cmd.code == 0 else {}
+    return {}
 
 
 class _Proc(Protocol):
@@ -156,16 +189,17 @@ class FailoverBed:
         elif op in ("stop", "cont") and alive:
             p.proc.send_signal(signal.SIGSTOP if op == "stop" else signal.SIGCONT)
 
-    def view(self, controller_leader: str = "") -> View:
-        """Each group's master host as the name server lists it now ("" when none or the name
-        server cannot be reached); ``controller_leader`` is passed through."""
-        by_addr = {self.addr_of(b): b for g in self.topo.groups.values() for b in g}
+    def view(self) -> View:
+        """Each group's master host as the name server lists it now, and the controller leader's
+        host as the controllers say (each "" when unknown or unreachable)."""
+        by_addr = {self.addr_of(h): h for h in self.topo.hosts()}
         try:
             masters = master_addrs(self.namesrv_addr)
-        except OSError:
+        except (OSError, TxmqError):
             masters = {}
+        leader = controller_leader([self.addr_of(c) for c in self.topo.controllers])
         return View({g: by_addr.get(masters.get(g, ""), "") for g in self.topo.groups},
-                    controller_leader)
+                    by_addr.get(leader, ""))
 
     def heal_all(self) -> None:
         """Heal every partition, reset every clock, resume and start every process."""

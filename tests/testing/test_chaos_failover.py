@@ -159,3 +159,61 @@ def test_failover_time_runs_from_the_kill_to_the_first_ack_of_another_broker() -
     # an SDK without masterEpoch: failover time still measurable, the epoch checks have no input
     no_epoch = [{k: v for k, v in e.items() if k != "epoch"} for e in failover_history()]
     assert [t.ms for t in failover_times(no_epoch, [MasterKill("broker-a", A1, 1000)])] == [2500.0]
+
+
+class FakeBed:
+    """The bed as the nemesis driver sees it: the topology, a view whose master moves when a
+    master is killed, and a record of the steps applied."""
+
+    def __init__(self) -> None:
+        self.topo = TOPO
+        self.masters = dict(VIEW.masters)
+        self.applied: list[tuple[float, Step]] = []
+        self.now = 0.0
+
+    def view(self) -> View:
+        return View(dict(self.masters), controller_leader="ctl1")
+
+    def apply(self, step: Step) -> None:
+        self.applied.append((self.now, step))
+        if step.op == "kill" and step.hosts[0] in self.masters.values():
+            g = TOPO.group_of(step.hosts[0])
+            self.masters[g] = next(h for h in TOPO.groups[g] if h != step.hosts[0])
+
+    def addr_of(self, host: str) -> str:
+        return f"{host}:10911"
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def test_the_nemesis_driver_runs_each_fault_at_its_time_and_heals_it() -> None:
+    from txmq.testing.chaos._failover_run import drive_nemesis
+
+    bed = FakeBed()
+    faults = failover_schedule(3, len(FAILOVER_KINDS), 90.0)
+    kills = drive_nemesis(bed, faults, random.Random(3), 3000, sleep=bed.sleep,
+                          monotonic_s=lambda: bed.now, wall_ms=lambda: 1000 * bed.now)
+    assert all(f.started_ms and f.healed_ms > f.started_ms and f.target for f in faults)
+    for f in faults:
+        assert f.started_ms >= 1000 * f.at_s - 1e-3  # never before its time
+        held_s = (f.healed_ms - f.started_ms) / 1000
+        assert held_s >= f.duration_s - 1e-6
+        assert f.kind != "pause_master_past_lease" or held_s >= 6.0 - 1e-6
+    (kill,) = [f for f in faults if f.kind == "kill_master"]
+    assert kills == [MasterKill(TOPO.group_of(kill.target), f"{kill.target}:10911",
+                                kill.started_ms)]
+    assert [s.op for _, s in bed.applied].count("heal") == 4  # 3 master partitions + the split
+    leader_kill = next(f for f in faults if f.kind == "kill_controller_leader")
+    assert leader_kill.target == "ctl1"
+
+
+def test_the_nemesis_driver_skips_a_fault_with_nothing_to_act_on() -> None:
+    from txmq.testing.chaos._failover_run import drive_nemesis
+
+    bed = FakeBed()
+    bed.masters = {"broker-a": "", "broker-b": ""}
+    (f,) = [f for f in failover_schedule(3, 9, 90.0) if f.kind == "kill_master"]
+    assert drive_nemesis(bed, [f], random.Random(1), 3000, sleep=bed.sleep,
+                         monotonic_s=lambda: bed.now, wall_ms=lambda: 1000 * bed.now) == []
+    assert f.note.startswith("skipped") and not f.started_ms and bed.applied == []

@@ -72,6 +72,38 @@ def test_a_partition_cuts_a_from_b_both_ways_but_not_from_c_and_heal_restores(ho
     assert _rtt(hosts, "a", "b") is not None and _rtt(hosts, "b", "a") is not None
 
 
+_HOLD = ("import socket,sys\nc=socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=1)\n"
+         "c.sendall(b'one');assert c.recv(16)==b'one';print('connected',flush=True);sys.stdin.readline()\n"
+         "try:\n c.sendall(b'two');print('got' if c.recv(16) else 'closed')\n"
+         "except OSError:\n print('cut')\n")
+_ECHO_MANY = ("import socket,sys\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+              "s.bind((sys.argv[1],int(sys.argv[2])));s.listen();print('up',flush=True)\n"
+              "c,_=s.accept()\nwhile (d:=c.recv(16)):\n c.sendall(d)\n")
+
+
+def test_a_partition_cuts_an_established_connection_too(hosts: Hosts) -> None:
+    server = hosts.popen("b", [sys.executable, "-c", _ECHO_MANY, hosts.addr("b"), str(_PORT + 1)],
+                         stdout=subprocess.PIPE)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == b"up"
+        client = hosts.popen("a", [sys.executable, "-c", _HOLD, hosts.addr("b"), str(_PORT + 1)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert client.stdout is not None and client.stdin is not None
+        assert client.stdout.readline().strip() == b"connected"
+        hosts.partition(["a"], ["b"])
+        client.stdin.write(b"go\n")
+        client.stdin.flush()
+        assert client.stdout.readline().strip() == b"cut"  # the echo never came back
+        client.wait(5)
+        client.stdin.close()
+        client.stdout.close()
+    finally:
+        server.kill()
+        server.wait()
+        if server.stdout is not None:
+            server.stdout.close()
+
+
 def test_isolate_cuts_a_host_from_everyone_the_root_namespace_included(hosts: Hosts) -> None:
     hosts.isolate("c")
     for other in ("a", "b", ROOT):

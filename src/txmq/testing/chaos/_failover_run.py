@@ -15,7 +15,9 @@ import random
 import sqlite3
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import msgspec
 
@@ -28,6 +30,9 @@ from txmq.testing.chaos._failover import (
     FAILOVER_KINDS,
     ClusterSpec,
     NoTarget,
+    Step,
+    Topology,
+    View,
     failover_schedule,
     plan,
 )
@@ -46,7 +51,7 @@ from txmq.testing.chaos._procs import Worker
 from txmq.testing.chaos._spec import TOPICS, prepare_databases
 from txmq.testing.chaos._worker import NAMESRV_PREFIX
 
-__all__ = ["FailoverConfig", "FailoverResult", "run_failover_chaos"]
+__all__ = ["FailoverConfig", "FailoverResult", "NemesisBed", "drive_nemesis", "run_failover_chaos"]
 
 _QUEUES = 2
 ELECTION_TIMEOUT_S = 60.0
@@ -88,10 +93,9 @@ def run_failover_chaos(run: Path, cfg: FailoverConfig) -> FailoverResult:
     """Run ``cfg`` in directory ``run``. Raises NetnsUnavailable (no namespaces, no controller)."""
     if why := refusal():
         raise NetnsUnavailable(f"a failover chaos run cannot run here: {why}")
-    run.mkdir(parents=True, exist_ok=True)
+    (run / "history").mkdir(parents=True, exist_ok=True)
     prepare_databases(run)
     faults = failover_schedule(cfg.seed, cfg.faults, cfg.duration_s, cfg.kinds)
-    kills: list[MasterKill] = []
     with FailoverBed(run, cfg.spec, dict.fromkeys(TOPICS.values(), _QUEUES)) as bed:
         bed.start()
         wait_for_masters(bed, ELECTION_TIMEOUT_S)
@@ -103,24 +107,7 @@ def run_failover_chaos(run: Path, cfg: FailoverConfig) -> FailoverResult:
         for w in workers:
             w.start()
         time.sleep(cfg.warmup_s)
-        rng = random.Random(cfg.seed)
-        t0 = time.monotonic()
-        for f in faults:
-            time.sleep(max(0.0, t0 + f.at_s - time.monotonic()))
-            try:
-                p = plan(f.kind, bed.topo, bed.view(), rng, cfg.spec.controller_lease_ms)
-            except NoTarget as exc:
-                f.note = f"skipped: {exc}"
-                continue
-            f.target, f.started_ms = p.target, time.time() * 1000
-            if f.kind == "kill_master":
-                kills.append(MasterKill(p.group, bed.addr_of(p.target), f.started_ms))
-            for step in p.inject:
-                bed.apply(step)
-            time.sleep(max(f.duration_s, p.min_duration_s))
-            for step in p.heal:
-                bed.apply(step)
-            f.healed_ms = time.time() * 1000
+        kills = drive_nemesis(bed, faults, random.Random(cfg.seed), cfg.spec.controller_lease_ms)
         bed.heal_all()
         time.sleep(_SETTLE_S)
         (run / "stop").touch()
@@ -128,7 +115,7 @@ def run_failover_chaos(run: Path, cfg: FailoverConfig) -> FailoverResult:
         for w in workers:
             w.kill()
         stored = _scan(bed)
-    events = read_histories(run)
+    events = read_histories(run / "history")
     with contextlib.closing(sqlite3.connect(run / "tx.db", timeout=30)) as c:
         tx_local = {k: s for k, s in c.execute("SELECT key, state FROM tx")}
     violations = check(events, Observation(groups=[], stored=stored, tx_local=tx_local))
@@ -140,6 +127,45 @@ def run_failover_chaos(run: Path, cfg: FailoverConfig) -> FailoverResult:
         downtime=downtime_per_fault(events, [(f.kind, f.started_ms, f.healed_ms)
                                              for f in faults if f.started_ms]),
         failover=times, failover_summary=failover_summary(times))
+
+
+class NemesisBed(Protocol):
+    """What :func:`drive_nemesis` needs of the bed (:class:`~._bed.FailoverBed` is one)."""
+
+    @property
+    def topo(self) -> Topology: ...
+    def view(self) -> View: ...
+    def apply(self, step: Step) -> None: ...
+    def addr_of(self, host: str) -> str: ...
+
+
+def drive_nemesis(bed: NemesisBed, faults: list[Fault], rng: random.Random, lease_ms: int,
+                  sleep: Callable[[float], None] = time.sleep,
+                  monotonic_s: Callable[[], float] = time.monotonic,
+                  wall_ms: Callable[[], float] = lambda: time.time() * 1000) -> list[MasterKill]:
+    """Run ``faults`` in order from now: at each one's ``at_s``, plan it from ``bed.view()``
+    (a fault with nothing to act on is noted and skipped), apply its inject steps, wait its
+    duration (at least the plan's minimum), apply its heal steps. Fills each fault's target and
+    times in; returns the master kills (for :func:`failover_times`)."""
+    kills: list[MasterKill] = []
+    t0 = monotonic_s()
+    for f in faults:
+        sleep(max(0.0, t0 + f.at_s - monotonic_s()))
+        try:
+            p = plan(f.kind, bed.topo, bed.view(), rng, lease_ms)
+        except NoTarget as exc:
+            f.note = f"skipped: {exc}"
+            continue
+        f.target, f.started_ms = p.target, wall_ms()
+        if f.kind == "kill_master":
+            kills.append(MasterKill(p.group, bed.addr_of(p.target), f.started_ms))
+        for step in p.inject:
+            bed.apply(step)
+        sleep(max(f.duration_s, p.min_duration_s))
+        for step in p.heal:
+            bed.apply(step)
+        f.healed_ms = wall_ms()
+    return kills
 
 
 def _scan(bed: FailoverBed) -> list[Stored]:

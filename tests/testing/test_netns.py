@@ -146,8 +146,8 @@ def test_close_leaves_no_namespace_and_stale_leftovers_are_removed() -> None:
     # a crashed run's leftovers: a namespace named for a pid that no longer runs
     dead = subprocess.Popen(["true"])
     dead.wait()
-    subprocess.run(["ip", "netns", "add", f"txq-{dead.pid}a-zz"], check=True)
+    subprocess.run(["ip", "netns", "add", f"txq-{dead.pid}aa-zz"], check=True)
     time.sleep(0.01)
-    assert f"txq-{dead.pid}a-zz" in remove_stale()
-    assert f"txq-{dead.pid}a-zz" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
+    assert f"txq-{dead.pid}aa-zz" in remove_stale()
+    assert f"txq-{dead.pid}aa-zz" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                                        text=True, check=True).stdout

@@ -3,7 +3,7 @@ between them (a Jepsen-style test bed; issue 26).
 
 Layout (``x`` is a free second octet, ``i`` the host's index from 1)::
 
-    root namespace                      host namespace "txq-<pid><tag>-<name>"
+    root namespace                      host namespace "txq-<pid><tag>-<name>" (tag: 2 letters)
     bridge txq<pid><tag>br 10.x.0.254 --- veth txq<pid><tag>v<i> <-> eth0  10.x.0.<i>/24
                                                                     sink0 <-> sink1 (noarp)
                                                                     dly0 (TUN, while delayed)
@@ -19,7 +19,9 @@ Faults, all healed by :meth:`Hosts.heal`:
   kernel (Firecracker guests lack ``CONFIG_NET_SCH_NETEM``).
 
 Names carry this process's pid, so parallel runs never collide, and a new :class:`Hosts` first
-removes the namespaces and bridges of dead processes (a crashed run's leftovers). Needs root and
+removes the namespaces and bridges of dead processes (a crashed run's leftovers); a closed bed's
+veths may outlive :meth:`Hosts.close` for up to a minute, while the kernel keeps the namespace for
+its TIME_WAIT sockets, under names no later bed takes. Needs root and
 iproute2's ``ip``; :func:`netns_unavailable` says why not.
 """
 
@@ -30,7 +32,9 @@ import fcntl
 import itertools
 import os
 import re
+import select
 import shutil
+import string
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -45,8 +49,9 @@ PREFIX = "txq"
 """Every namespace (``txq-…``), bridge and veth (``txq…``) of the test bed starts with this."""
 SUBNET_OCTETS = range(200, 250)
 """Second octets tried for the bed's ``10.x.0.0/24`` (txmq: high, away from common 10.0–10.20)."""
-HOSTS_MAX = 200
-"""Hosts in one bed (addresses .1 … .200; .254 is the bridge)."""
+HOSTS_MAX = 99
+"""Hosts in one bed (addresses .1 … .99; .254 is the bridge): a veth name ``txq<pid><tag>v<i>``
+must fit Linux's 15 characters (IFNAMSIZ 16) with a 7-digit pid."""
 BRIDGE_HOST = 254
 ROOT = "root"
 """The root namespace as a host name for :meth:`Hosts.partition` (address: the bridge's)."""
@@ -54,8 +59,8 @@ DELAY_READY_TIMEOUT_S = 30.0
 """How long a delay line may take to create its TUN device (a Python start on a loaded machine)."""
 _DELAY_TABLE = "100"
 _LOCK = Path("/run/txmq-netns.lock")
-_NS_RE = re.compile(rf"^{PREFIX}-(\d+)[a-z]-")
-_LINK_RE = re.compile(rf"^{PREFIX}(\d+)[a-z](br|s0)$")
+_NS_RE = re.compile(rf"^{PREFIX}-(\d+)[a-z]{{2}}-")
+_LINK_RE = re.compile(rf"^{PREFIX}(\d+)[a-z]{{2}}(br|s0)$")
 _tags = itertools.count()
 
 
@@ -124,7 +129,8 @@ class Hosts:
             raise NetnsUnavailable(why)
         if len(set(names)) != len(names) or ROOT in names or not 0 < len(names) <= HOSTS_MAX:
             raise ValueError(f"host names must be 1..{HOSTS_MAX} distinct names, not {ROOT!r}")
-        tag = "abcdefghijklmnopqrstuvwxyz"[next(_tags) % 26]
+        k = next(_tags) % (26 * 26)  # two letters: a closed bed's veths may linger a minute
+        tag = string.ascii_lowercase[k // 26] + string.ascii_lowercase[k % 26]
         self.stem = f"{PREFIX}{os.getpid()}{tag}"
         self.names = list(names)
         self.bridge = f"{self.stem}br"
@@ -245,7 +251,8 @@ class Hosts:
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         self._delays[name] = proc
         assert proc.stdout is not None
-        if proc.stdout.readline().strip() != b"ready":
+        ready, _, _ = select.select([proc.stdout], [], [], DELAY_READY_TIMEOUT_S)
+        if not ready or proc.stdout.readline().strip() != b"ready":
             self._undelay(name)
             raise NetnsUnavailable(f"the delay line of host {name} did not start")
         _ip("-n", ns, "link", "set", "dly0", "up")

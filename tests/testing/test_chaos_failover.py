@@ -5,11 +5,15 @@ histories that hold and that break it."""
 
 from __future__ import annotations
 
+import json
 import random
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from txmq.testing import wait_until
 from txmq.testing.chaos import (
     FAILOVER_KINDS,
     ClusterSpec,
@@ -217,3 +221,37 @@ def test_the_nemesis_driver_skips_a_fault_with_nothing_to_act_on() -> None:
     assert drive_nemesis(bed, [f], random.Random(1), 3000, sleep=bed.sleep,
                          monotonic_s=lambda: bed.now, wall_ms=lambda: 1000 * bed.now) == []
     assert f.note.startswith("skipped") and not f.started_ms and bed.applied == []
+
+
+def test_the_drain_waits_for_every_acknowledged_message_in_both_groups(tmp_path: Path) -> None:
+    import sqlite3
+
+    from txmq.testing.chaos._failover_obs import backlog, drain
+    from txmq.testing.chaos._spec import GROUPS, prepare_databases
+
+    (tmp_path / "history").mkdir()
+    prepare_databases(tmp_path)
+    lines = [json.dumps(e) for e in send(1, 2, "k1", A1, 1) + send(3, 4, "k2", A1, 1)]
+    (tmp_path / "history" / "plain.jsonl").write_text("\n".join(lines) + "\n")
+    with sqlite3.connect(tmp_path / "tx.db") as c:
+        c.execute("INSERT INTO tx VALUES ('t1', 'committed', 0), ('t2', 'rolled_back', 0)")
+    assert backlog(tmp_path) == {g: 3 for g in GROUPS}
+    for g in GROUPS:
+        with sqlite3.connect(tmp_path / f"{g}.db") as c:
+            c.executemany("INSERT INTO effects (key, topic, event_id) VALUES (?, 't', ?)",
+                          [(k, k) for k in ("k1", "k2", "t1")])
+    assert backlog(tmp_path) == dict.fromkeys(GROUPS, 0) and drain(tmp_path, 5.0) == ""
+
+
+def test_the_offset_sampler_counts_a_master_change_as_a_restart() -> None:
+    from txmq.testing.chaos._failover_obs import OffsetSampler
+
+    views = iter([View({"broker-a": "broker-a-1"}), View({"broker-a": ""}),
+                  View({"broker-a": "broker-a-1"}), View({"broker-a": "broker-a-2"})])
+    last = View({"broker-a": "broker-a-2"})
+    sampler = OffsetSampler(lambda: next(views, last), lambda h: "127.0.0.1:1", 1)
+    sampler.start()
+    wait_until(lambda: len(sampler.master_changes) == 1, timeout_s=10)
+    time.sleep(1.2)  # more samples of the same master: no more changes
+    sampler.stop()
+    assert len(sampler.master_changes) == 1 and sampler.samples == []  # nothing listens there

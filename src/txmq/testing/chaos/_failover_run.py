@@ -1,18 +1,19 @@
 """One failover chaos run (``txmq chaos --cluster``): the bed (:mod:`._bed`), a plain and a
-transactional producer in the client hosts, the seeded failover nemesis, then the checks and
-figures over the histories and a final scan of every group's master.
+transactional producer and a consumer in each of two groups in the client hosts, the seeded
+failover nemesis, then the checks and figures over the histories and a final scan of every
+group's master.
 
-Checks: :func:`~txmq.testing.chaos.check` (acknowledged sends and committed transactions stored,
-rolled-back ones not, one terminal state per transaction) over the scan and the producer's local
-transaction records, and :func:`~txmq.testing.chaos.failover_violations`. Figures: downtime per
+Checks: :func:`~txmq.testing.chaos.check` (acknowledged sends and committed transactions stored
+and consumed by both groups, rolled-back ones not, one terminal state per transaction, consumer
+offsets that never skip and move back only across a master change) over the scan, the producer's
+local transaction records, the groups' side effects and the offsets sampled on each group's
+master (:mod:`._failover_obs`), and :func:`~txmq.testing.chaos.failover_violations`. Figures: downtime per
 fault window and failover time per master kill (:mod:`._failover_check`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
-import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import Protocol
 
 import msgspec
 
+from txmq import limits
 from txmq.client import PullConsumer
 from txmq.errors import NetnsUnavailable, TxmqError
 from txmq.testing._netns import netns_unavailable
@@ -45,10 +47,11 @@ from txmq.testing.chaos._failover_check import (
     failover_times,
     failover_violations,
 )
+from txmq.testing.chaos._failover_obs import OffsetSampler, drain, effects, tx_local
 from txmq.testing.chaos._history import read_histories
 from txmq.testing.chaos._nemesis import Fault
 from txmq.testing.chaos._procs import Worker
-from txmq.testing.chaos._spec import TOPICS, prepare_databases
+from txmq.testing.chaos._spec import GROUPS, TOPICS, prepare_databases
 from txmq.testing.chaos._worker import NAMESRV_PREFIX
 
 __all__ = ["FailoverConfig", "FailoverResult", "NemesisBed", "drive_nemesis", "run_failover_chaos"]
@@ -58,6 +61,9 @@ ELECTION_TIMEOUT_S = 60.0
 """How long the bed may take to elect a master in every group at start (a loaded 2-core machine
 takes ~30 s to start a dozen Python processes)."""
 _SETTLE_S = 10.0
+"""After healing, the run waits this long for elections and routes to settle before it stops the
+producers (two controller heartbeat timeouts and a lease, with room)."""
+_ROLES = {"plain": "plain", "tx": "tx", GROUPS[0]: "consumer", GROUPS[1]: "consumer"}
 
 
 class FailoverConfig(msgspec.Struct, kw_only=True):
@@ -69,6 +75,7 @@ class FailoverConfig(msgspec.Struct, kw_only=True):
     warmup_s: float = 5.0
     spec: ClusterSpec = msgspec.field(default_factory=ClusterSpec)
     kinds: tuple[str, ...] = FAILOVER_KINDS
+    quiesce_timeout_s: float = limits.CHAOS_QUIESCE_TIMEOUT_MS / 1000
 
 
 class FailoverResult(msgspec.Struct, kw_only=True):
@@ -82,6 +89,7 @@ class FailoverResult(msgspec.Struct, kw_only=True):
     downtime: list[WindowDowntime]
     failover: list[FailoverTime]
     failover_summary: dict[str, float | int | None]
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 def refusal() -> str:
@@ -96,37 +104,45 @@ def run_failover_chaos(run: Path, cfg: FailoverConfig) -> FailoverResult:
     (run / "history").mkdir(parents=True, exist_ok=True)
     prepare_databases(run)
     faults = failover_schedule(cfg.seed, cfg.faults, cfg.duration_s, cfg.kinds)
+    notes = []
     with FailoverBed(run, cfg.spec, dict.fromkeys(TOPICS.values(), _QUEUES)) as bed:
         bed.start()
         wait_for_masters(bed, ELECTION_TIMEOUT_S)
         assert bed.hosts is not None
         clients = bed.topo.clients
-        workers = [Worker(role, role, run, NAMESRV_PREFIX + bed.namesrv_addr,
+        workers = [Worker(role, name, run, NAMESRV_PREFIX + bed.namesrv_addr,
                           netns=bed.hosts.netns(clients[i % len(clients)]))
-                   for i, role in enumerate(("plain", "tx"))]
-        for w in workers:
-            w.start()
-        time.sleep(cfg.warmup_s)
-        kills = drive_nemesis(bed, faults, random.Random(cfg.seed), cfg.spec.controller_lease_ms)
-        bed.heal_all()
-        time.sleep(_SETTLE_S)
-        (run / "stop").touch()
-        time.sleep(2.0)
-        for w in workers:
-            w.kill()
+                   for i, (name, role) in enumerate(_ROLES.items())]
+        sampler = OffsetSampler(bed.view, bed.addr_of, _QUEUES)
+        try:
+            for w in workers:
+                w.start()
+            sampler.start()
+            time.sleep(cfg.warmup_s)
+            kills = drive_nemesis(bed, faults, random.Random(cfg.seed), cfg.spec.controller_lease_ms)
+            bed.heal_all()
+            time.sleep(_SETTLE_S)
+            (run / "stop").touch()
+            if left := drain(run, cfg.quiesce_timeout_s):
+                notes.append(f"the workload did not drain in {cfg.quiesce_timeout_s:.0f} s: {left}")
+        finally:
+            sampler.stop()
+            for w in workers:
+                w.resume()
+                w.kill()
         stored = _scan(bed)
     events = read_histories(run / "history")
-    with contextlib.closing(sqlite3.connect(run / "tx.db", timeout=30)) as c:
-        tx_local = {k: s for k, s in c.execute("SELECT key, state FROM tx")}
-    violations = check(events, Observation(groups=[], stored=stored, tx_local=tx_local))
-    violations += failover_violations(events)
+    obs = Observation(groups=list(GROUPS), stored=stored, tx_local=tx_local(run),
+                      effects=effects(run), offsets=sampler.samples,
+                      broker_restarts=sorted([*sampler.master_changes, *(k.t for k in kills)]))
+    violations = check(events, obs) + failover_violations(events)
     times = failover_times(events, kills)
     ops = Counter(f"{e['op']} {e['phase']}" for e in events if e["phase"] != "invoke")
     return FailoverResult(
         config=cfg, schedule=faults, violations=violations, operations=dict(ops),
         downtime=downtime_per_fault(events, [(f.kind, f.started_ms, f.healed_ms)
                                              for f in faults if f.started_ms]),
-        failover=times, failover_summary=failover_summary(times))
+        failover=times, failover_summary=failover_summary(times), notes=notes)
 
 
 class NemesisBed(Protocol):

@@ -87,7 +87,7 @@ def render_failover_markdown(res: FailoverResult) -> str:
              f"{c.spec.brokers_per_group} brokers, {c.spec.clients} client hosts",
              f"- failover (master SIGKILL → first send acknowledged by another broker): "
              f"{s['failed_over']} of {s['kills']} kills; median {s['median_ms']} ms, max "
-             f"{s['max_ms']} ms", "", "## Operations", "",
+             f"{s['max_ms']} ms", *(f"- note: {n}" for n in res.notes), "", "## Operations", "",
              *_table(["operation", "result", "count"],
                      [[*k.split(" ", 1), n] for k, n in sorted(res.operations.items())]),
              "", "## Downtime per fault window (OpenChaos RTOChecker)", "",

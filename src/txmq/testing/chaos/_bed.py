@@ -189,17 +189,17 @@ class FailoverBed:
         elif op in ("stop", "cont") and alive:
             p.proc.send_signal(signal.SIGSTOP if op == "stop" else signal.SIGCONT)
 
-    def view(self) -> View:
-        """Each group's master host as the name server lists it now, and the controller leader's
-        host as the controllers say (each "" when unknown or unreachable)."""
+    def view(self, leader: bool = True) -> View:
+        """Each group's master host as the name server lists it now, and (if ``leader``) the
+        controller leader's host as the controllers say (each "" when unknown or unreachable)."""
         by_addr = {self.addr_of(h): h for h in self.topo.hosts()}
         try:
             masters = master_addrs(self.namesrv_addr)
         except (OSError, TxmqError):
             masters = {}
-        leader = controller_leader([self.addr_of(c) for c in self.topo.controllers])
+        found = controller_leader([self.addr_of(c) for c in self.topo.controllers]) if leader else ""
         return View({g: by_addr.get(masters.get(g, ""), "") for g in self.topo.groups},
-                    by_addr.get(leader, ""))
+                    by_addr.get(found, ""))
 
     def heal_all(self) -> None:
         """Heal every partition, reset every clock, resume and start every process."""

@@ -113,7 +113,7 @@ def run_failover_chaos(run: Path, cfg: FailoverConfig) -> FailoverResult:
         workers = [Worker(role, name, run, NAMESRV_PREFIX + bed.namesrv_addr,
                           netns=bed.hosts.netns(clients[i % len(clients)]))
                    for i, (name, role) in enumerate(_ROLES.items())]
-        sampler = OffsetSampler(bed.view, bed.addr_of, _QUEUES)
+        sampler = OffsetSampler(lambda: bed.view(leader=False), bed.addr_of, _QUEUES)
         try:
             for w in workers:
                 w.start()

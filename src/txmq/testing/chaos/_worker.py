@@ -39,6 +39,7 @@ from txmq.client import (
     MessageExt,
     Producer,
     PushConsumer,
+    SendResult,
     TransactionProducer,
 )
 from txmq.errors import RemoteError, TxmqError
@@ -109,16 +110,15 @@ def run_plain(run: Path, endpoints: str, h: HistoryWriter) -> None:
     _idle()
 
 
-def _acked_by(r: Any) -> dict[str, Any]:
+def _acked_by(r: SendResult) -> dict[str, Any]:
     """Who acknowledged send result ``r``, for the failover checks: ``addr``, the store host of its
     offset message id (the broker's own address), and ``epoch``, the master epoch the answer
-    carried (``masterEpoch``, issue 26) when the SDK's result has it."""
+    carried (``masterEpoch``, issue 26; absent outside controller mode)."""
     out: dict[str, Any] = {}
     with contextlib.suppress(TxmqError):
         out["addr"] = decode_offset_msg_id(r.offset_msg_id)[0]
-    epoch = getattr(r, "master_epoch", None)
-    if isinstance(epoch, int):
-        out["epoch"] = epoch
+    if r.master_epoch is not None:
+        out["epoch"] = r.master_epoch
     return out
 
 

@@ -138,3 +138,18 @@ def test_the_controller_leader_is_what_a_controller_answers_to_get_metadata_info
     srv.close()
     assert asked == [CONTROLLER_GET_METADATA_INFO]
     assert controller_leader([dead_addr]) == ""
+
+
+def test_hosts_refuse_clearly_without_root_or_ip(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from txmq.errors import NetnsUnavailable
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(NetnsUnavailable, match="need root"):
+        Hosts(["a"])
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert "`ip`" in netns_unavailable()
+    with pytest.raises(NetnsUnavailable, match="ip"):
+        Hosts(["a"])

@@ -7,6 +7,8 @@ from txmq.protocol._codes import *  # noqa: F403
 from txmq.protocol._codes import __all__ as _codes_all
 from txmq.protocol._consume import *  # noqa: F403
 from txmq.protocol._consume import __all__ as _consume_all
+from txmq.protocol._controller import *  # noqa: F403
+from txmq.protocol._controller import __all__ as _controller_all
 from txmq.protocol._ha import *  # noqa: F403
 from txmq.protocol._ha import __all__ as _ha_all
 from txmq.protocol._ha_status import *  # noqa: F403
@@ -40,6 +42,7 @@ __all__ = [
     *_acl_sign_all,
     *_codes_all,
     *_consume_all,
+    *_controller_all,
     *_ha_all,
     *_ha_status_all,
     *_headers_all,

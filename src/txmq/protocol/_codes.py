@@ -65,6 +65,20 @@ class RequestCode(IntEnum):
     GET_BROKER_HA_STATUS = 907
     """A broker's replication state (``mqadmin haStatus``); body: RocketMQ ``HARuntimeInfo`` JSON,
     :class:`~txmq.protocol.HaRuntimeInfo`."""
+    # the controller (RocketMQ 5 controller mode; docs/controller.md)
+    CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+    CONTROLLER_ELECT_MASTER = 1002
+    CONTROLLER_REGISTER_BROKER = 1003
+    CONTROLLER_GET_REPLICA_INFO = 1004
+    CONTROLLER_GET_METADATA_INFO = 1005
+    """Who leads the controllers (answered by every controller, leader or not)."""
+    CONTROLLER_GET_SYNC_STATE_DATA = 1006
+    GET_BROKER_EPOCH_CACHE = 1007
+    NOTIFY_BROKER_ROLE_CHANGED = 1008
+    """Controller to broker: a new master was elected in its group."""
+    CLEAN_BROKER_DATA = 1011
+    CONTROLLER_GET_NEXT_BROKER_ID = 1012
+    CONTROLLER_APPLY_BROKER_ID = 1013
     # txmq extensions
     GET_TRANSACTION_STATS = 9001
     """Counts of the transaction state index (pending, committed, rolled back, discarded, checks)."""

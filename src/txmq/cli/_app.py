@@ -47,6 +47,7 @@ def register_commands() -> None:
     from txmq.cli._store import store_app
     from txmq.cli._topic import topic_app
     from txmq.cli._tx import tx_app
+    from txmq.controller._main import controller
     from txmq.namesrv._main import namesrv
 
     broker_app.command("status")(status)
@@ -57,6 +58,7 @@ def register_commands() -> None:
         app.add_typer(sub, name=name)
     commands: list[tuple[typer.Typer, str, Callable[..., None]]] = [
         (app, "reconcile", reconcile), (app, "namesrv", namesrv), (app, "demo", demo),
+        (app, "controller", controller),
         (app, "chaos", chaos), (app, "fuzz", fuzz), (app, "send", send), (app, "consume", consume),
         (app, "console", console_cmd),
         (bench_app, "consume", _bench_consume.consume), (bench_app, "outbox", _bench_outbox.outbox),

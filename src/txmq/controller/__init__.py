@@ -2,6 +2,15 @@
 SyncStateSet, replicated over Raft (pysyncobj). See docs/controller.md."""
 
 from txmq.controller._heartbeats import BrokerLive, HeartbeatTable
+from txmq.controller._raft import ControllerRaft
+from txmq.controller._server import (
+    CONTROLLER_HEARTBEAT_TIMEOUT_MS,
+    CONTROLLER_LEASE_MS,
+    CONTROLLER_PORT,
+    ControllerServer,
+    run_controller,
+)
+from txmq.controller._service import ControllerService
 from txmq.controller._state import (
     FIRST_BROKER_CONTROLLER_ID,
     AlterSyncStateSet,
@@ -17,6 +26,9 @@ from txmq.controller._state import (
 )
 
 __all__ = [
+    "CONTROLLER_HEARTBEAT_TIMEOUT_MS",
+    "CONTROLLER_LEASE_MS",
+    "CONTROLLER_PORT",
     "FIRST_BROKER_CONTROLLER_ID",
     "AlterSyncStateSet",
     "ApplyBrokerId",
@@ -24,10 +36,14 @@ __all__ = [
     "Candidate",
     "CleanBrokerData",
     "ControllerEvent",
+    "ControllerRaft",
+    "ControllerServer",
+    "ControllerService",
     "ControllerState",
     "ElectMaster",
     "GroupView",
     "HeartbeatTable",
     "Outcome",
     "RegisterBroker",
+    "run_controller",
 ]

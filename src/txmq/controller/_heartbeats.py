@@ -91,9 +91,10 @@ class HeartbeatTable:
             del self._live[(b.broker_name, b.broker_id)]
         return gone
 
-    def became_leader(self, now_ms: int) -> None:
-        """This controller just became leader: no master is replaced for one lease."""
-        self._no_election_before_ms = now_ms + self.lease_ms
+    def became_leader(self, now_ms: int, extra_ms: int = 0) -> None:
+        """This controller just became leader: no master is replaced for one lease plus
+        ``extra_ms`` (the time an old leader may go on granting leases before it steps down)."""
+        self._no_election_before_ms = now_ms + self.lease_ms + extra_ms
         self._leases.clear()
 
     def grant_lease(self, broker_name: str, received_ms: int) -> None:

@@ -7,6 +7,7 @@ under Playwright for browser tests (:mod:`txmq.testing.browser`)."""
 from txmq.testing._broker import BrokerProcess, run_broker
 from txmq.testing._certs import TestCertificates, make_test_certificates
 from txmq.testing._cluster import ClusterProcess, NamesrvProcess, run_cluster
+from txmq.testing._controller import ControllerProcess
 from txmq.testing._cpu import process_cpu_s
 from txmq.testing._harness import END_TYPES, BrokerHarness
 from txmq.testing._netns import ROOT, Hosts, netns_unavailable
@@ -22,6 +23,7 @@ __all__ = [
     "BrokerProcess",
     "ChromiumUnavailable",
     "ClusterProcess",
+    "ControllerProcess",
     "Hosts",
     "NamesrvProcess",
     "SparkCluster",

@@ -1,0 +1,221 @@
+"""The replicas manager's asyncio shell: connections to the controllers, the timer, the broker id
+file, and the actions of :class:`~txmq.broker._replicas.ReplicasCore` performed on a
+:class:`~txmq.broker._roles.RoleTarget` in the order the core gave them.
+
+The broker's remoting server hands NOTIFY_BROKER_ROLE_CHANGED (1008) requests to
+:meth:`ReplicasManager.on_notify` (wiring in broker/server.py is the lead's). The heartbeat
+connection to the controller leader stays open, so the controller sees a crashed broker's
+connection close at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from txmq.broker._replicas import (
+    BROKER_META_FILE,
+    Action,
+    BecomeMaster,
+    BecomeSlave,
+    BrokerMeta,
+    BrokerStatus,
+    Fence,
+    ReplicasConfig,
+    ReplicasCore,
+    Request,
+    SaveMeta,
+    SetLease,
+    SetSyncStateSet,
+    decode_broker_meta,
+)
+from txmq.broker._roles import RoleTarget
+from txmq.client import AsyncConnection
+from txmq.errors import CorruptRecord, MalformedHeader, TransportError
+from txmq.protocol import Command, RequestCode
+
+__all__ = ["CONTROLLER_REQUEST_TIMEOUT_MS", "HEARTBEAT_TIMEOUT_MS", "TICK_MS", "ReplicasManager",
+           "load_broker_meta"]
+
+log = logging.getLogger("txmq.broker.replicas")
+
+TICK_MS = 200
+"""The manager's timer: how late a due heartbeat or poll may leave (heartbeats are every 1 s)."""
+HEARTBEAT_TIMEOUT_MS = 1_000
+"""A heartbeat unanswered this long failed (RocketMQ ``BrokerConfig.sendHeartbeatTimeoutMillis``)."""
+CONTROLLER_REQUEST_TIMEOUT_MS = 3_000
+"""Any other controller request (RocketMQ's controller client default, 3 s)."""
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def load_broker_meta(store_dir: Path) -> BrokerMeta | None:
+    """``<store_dir>/.broker.meta``, None when absent. Raises CorruptRecord."""
+    try:
+        data = (store_dir / BROKER_META_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    return decode_broker_meta(data)
+
+
+def _save_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ReplicasManager:
+    """Drive ``target`` from the controllers (see the module docstring).
+
+    Args:
+        config: names, addresses, controllers, timings.
+        target: the broker.
+        store_dir: where ``.broker.meta`` lives.
+        clock: monotonic milliseconds (``time.monotonic``, the clock of leases).
+
+    Raises:
+        CorruptRecord: from :meth:`start`, when ``.broker.meta`` is damaged (the broker must not
+            guess its id).
+    """
+
+    def __init__(self, config: ReplicasConfig, target: RoleTarget, store_dir: Path,
+                 clock: Callable[[], int] = _monotonic_ms) -> None:
+        self.config, self.target, self.store_dir, self.clock = config, target, store_dir, clock
+        self.core: ReplicasCore | None = None
+        self._conn: AsyncConnection | None = None
+        self._actions: asyncio.Queue[Action] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Fence the broker, read its id file, start the timer and the action worker."""
+        self.target.fence()
+        meta = load_broker_meta(self.store_dir)
+        if meta is not None and (meta.broker_name, meta.cluster_name) != (
+                self.config.broker_name, self.config.cluster_name):
+            raise CorruptRecord(f"{BROKER_META_FILE} is of {meta.cluster_name}/"
+                                f"{meta.broker_name}, not this broker's group")
+        self.core = ReplicasCore(self.config, meta, secrets.token_hex(16))
+        for coro in (self._tick_loop(), self._act_loop()):
+            task = asyncio.create_task(coro)
+            self._tasks.add(task)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._conn is not None:
+            await self._conn.close()
+
+    def on_notify(self, cmd: Command) -> None:
+        """A NOTIFY_BROKER_ROLE_CHANGED request (never raises on its content)."""
+        if self.core is None:
+            return
+        try:
+            self._queue(self.core.on_notify(cmd))
+        except MalformedHeader as exc:
+            log.warning("bad role change notification: %s", exc)
+
+    def _queue(self, actions: list[Action]) -> None:
+        for a in actions:
+            if isinstance(a, Request):
+                task = asyncio.create_task(self._send(a))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                self._actions.put_nowait(a)
+
+    def _status(self, now: int) -> BrokerStatus:
+        t = self.target
+        in_sync = t.in_sync_slaves(now) if self.core is not None and self.core.is_master else (
+            frozenset())
+        return BrokerStatus(t.max_phy_offset(), t.confirm_offset(), t.last_epoch(), in_sync)
+
+    async def _tick_loop(self) -> None:
+        assert self.core is not None
+        while True:
+            try:
+                now = self.clock()
+                self._queue(self.core.tick(now, self._status(now)))
+            except Exception:  # a bug must not stop the heartbeats
+                log.exception("replicas manager tick failed")
+            await asyncio.sleep(TICK_MS / 1000)
+
+    async def _send(self, req: Request) -> None:
+        assert self.core is not None
+        timeout_ms = (HEARTBEAT_TIMEOUT_MS if req.code == RequestCode.BROKER_HEARTBEAT
+                      else CONTROLLER_REQUEST_TIMEOUT_MS)
+        resp: Command | None = None
+        try:
+            conn = await self._connection(req.addr)
+            try:
+                resp = await conn.request(req.code, req.ext, req.body, timeout_ms / 1000)
+            finally:
+                if req.addr is not None:
+                    await conn.close()
+        except (TransportError, OSError) as exc:
+            log.info("controller request %d failed: %s", req.code, exc)
+        self._queue(self.core.on_response(req, resp, self.clock()))
+
+    async def _connection(self, addr: str | None) -> AsyncConnection:
+        """A one-off connection to ``addr``, or the kept one to the leader."""
+        assert self.core is not None
+        if addr is not None:
+            conn = AsyncConnection(addr, connect_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS)
+            await conn.connect()
+            return conn
+        leader = self.core.leader
+        if leader is None:
+            raise OSError("no controller leader known")
+        if self._conn is None or self._conn.addr != leader or self._conn.closed:
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    await self._conn.close()
+            self._conn = AsyncConnection(leader, connect_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS)
+            await self._conn.connect()
+        return self._conn
+
+    async def _act_loop(self) -> None:
+        while True:
+            action = await self._actions.get()
+            try:
+                await self._act(action)
+            except Exception:  # the broker's failure to switch must not stop later actions
+                log.exception("role action %s failed", action)
+                self.target.fence()
+
+    async def _act(self, a: Action) -> None:
+        t = self.target
+        if isinstance(a, BecomeMaster):
+            log.info("becoming master, epoch %d", a.master_epoch)
+            await t.become_master(a.master_epoch, a.sync_state_set, a.sync_state_set_epoch)
+        elif isinstance(a, BecomeSlave):
+            log.info("becoming slave of %d (%s), epoch %d", a.master_broker_id, a.master_addr,
+                     a.master_epoch)
+            await t.become_slave(a.master_epoch, a.master_broker_id, a.master_addr)
+        elif isinstance(a, SetSyncStateSet):
+            t.set_sync_state_set(a.sync_state_set, a.sync_state_set_epoch)
+        elif isinstance(a, SetLease):
+            t.set_lease(a.expires_mono_ms)
+        elif isinstance(a, Fence):
+            log.warning("fenced: the controller names no master in this broker's epoch")
+            t.fence()
+        elif isinstance(a, SaveMeta):
+            _save_file(self.store_dir / BROKER_META_FILE, a.data)

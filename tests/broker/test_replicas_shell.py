@@ -1,0 +1,108 @@
+"""The replicas manager against a real ``txmq controller`` process over TCP, with fake brokers
+(RoleTarget): self-election, slave, SyncStateSet growth, leases, and failover when the master's
+manager stops."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from txmq.broker._replicas import ReplicasConfig
+from txmq.broker._replicas_shell import ReplicasManager, load_broker_meta
+from txmq.testing import ControllerProcess, free_port
+
+
+class FakeBroker:
+    """A RoleTarget that records what it is told."""
+
+    def __init__(self) -> None:
+        self.role = "fenced"
+        self.epoch = 0
+        self.lease = 0
+        self.sync_state_set: frozenset[int] = frozenset()
+        self.caught_up: frozenset[int] = frozenset()
+        self.master: tuple[int, str] | None = None
+
+    def max_phy_offset(self) -> int:
+        return 100
+
+    def confirm_offset(self) -> int:
+        return 100
+
+    def last_epoch(self) -> int:
+        return self.epoch
+
+    async def become_master(self, master_epoch: int, sync_state_set: frozenset[int],
+                            sync_state_set_epoch: int) -> None:
+        self.role, self.epoch, self.sync_state_set = "master", master_epoch, sync_state_set
+
+    async def become_slave(self, master_epoch: int, master_broker_id: int,
+                           master_addr: str) -> None:
+        self.role, self.epoch, self.master = "slave", master_epoch, (master_broker_id, master_addr)
+
+    def set_sync_state_set(self, sync_state_set: frozenset[int], sync_state_set_epoch: int) -> None:
+        self.sync_state_set = sync_state_set
+
+    def in_sync_slaves(self, now_ms: int) -> frozenset[int]:
+        return self.caught_up
+
+    def set_lease(self, expires_mono_ms: int) -> None:
+        self.lease = expires_mono_ms
+
+    def fence(self) -> None:
+        self.role = "fenced"
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator[ControllerProcess]:
+    p = ControllerProcess(tmp_path / "ctl", "127.0.0.1", 0, f"127.0.0.1:{free_port()}", [])
+    try:
+        p.start()
+        yield p
+    finally:
+        p.kill()
+
+
+async def until(pred: object, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
+
+
+def manager(ctl: ControllerProcess, store: Path, port: int, fake: FakeBroker) -> ReplicasManager:
+    store.mkdir(parents=True, exist_ok=True)
+    cfg = ReplicasConfig("c", "broker-a", f"127.0.0.1:{port}", (ctl.addr,))
+    return ReplicasManager(cfg, fake, store)
+
+
+def test_election_sync_state_set_and_failover(controller: ControllerProcess,
+                                              tmp_path: Path) -> None:
+    async def main() -> None:
+        b1, b2 = FakeBroker(), FakeBroker()
+        m1 = manager(controller, tmp_path / "b1", 1, b1)
+        m2 = manager(controller, tmp_path / "b2", 2, b2)
+        await m1.start()
+        await until(lambda: b1.role == "master" and b1.lease > time.monotonic() * 1000)
+        assert b1.epoch == 1
+        await m2.start()
+        await until(lambda: b2.role == "slave")
+        id1 = load_broker_meta(tmp_path / "b1")
+        id2 = load_broker_meta(tmp_path / "b2")
+        assert id1 is not None and id2 is not None and (id1.broker_id, id2.broker_id) == (1, 2)
+        assert b2.master == (1, "127.0.0.1:1")
+        b1.caught_up = frozenset({2})
+        await until(lambda: b1.sync_state_set == {1, 2})
+
+        await m1.close()  # the master's manager stops: its connection closes
+        t0 = time.monotonic()
+        await until(lambda: b2.role == "master" and b2.lease > time.monotonic() * 1000)
+        print(f"broker 2 master with a lease {time.monotonic() - t0:.1f} s after broker 1 left")
+        assert b2.epoch == 2
+        await m2.close()
+
+    asyncio.run(main())

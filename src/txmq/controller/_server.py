@@ -135,9 +135,30 @@ class ControllerServer:
         assert self.service is not None
         log.info("raft role: %s", "leader" if leader else "not leader")
         table = HeartbeatTable(self._timeout_ms, self._lease_ms)
+        self.service.ready = False
         if leader:  # wait out the grants of any predecessor (docs/controller.md, Leases)
             table.became_leader(monotonic_ms(), extra_ms=LEADER_FALLBACK_MS)
+            self._spawn(self._barrier())
         self.service.table = table
+
+    async def _barrier(self) -> None:
+        """Commit one entry of this leader's term (its address), so that every entry committed
+        before it is applied here; only then does this leader answer requests (a state that
+        lags could name an old master and renew its lease)."""
+        assert self.service is not None and self.raft is not None
+        loop = asyncio.get_running_loop()
+        while self.raft.is_leader() and not self.service.ready:
+            done: asyncio.Future[int] = loop.create_future()
+
+            def settle(err: int, fut: asyncio.Future[int] = done) -> None:
+                if not fut.done():
+                    fut.set_result(err)
+
+            self.raft.publish(self.addr, lambda _r, err: loop.call_soon_threadsafe(settle, err))
+            with contextlib.suppress(TimeoutError):
+                if await asyncio.wait_for(done, PUBLISH_INTERVAL_MS / 1000) == 0:
+                    self.service.ready = self.raft.is_leader()
+                    return
 
     async def _scan_loop(self) -> None:
         assert self.service is not None and self.raft is not None

@@ -96,6 +96,9 @@ class ControllerService:
     def __init__(self, raft: ControllerRaft, table: HeartbeatTable, notify: Notify,
                  clock: Callable[[], int] = monotonic_ms) -> None:
         self.raft, self.table, self.notify, self.clock = raft, table, notify, clock
+        self.ready = False
+        """True once this leader has applied everything committed before its term (the shell
+        sets it after its first own entry commits); until then it answers as a follower."""
         self._handlers: dict[int, Callable[[Command, int], Awaitable[Command]]] = {
             RequestCode.BROKER_HEARTBEAT: self._heartbeat,
             RequestCode.CONTROLLER_GET_NEXT_BROKER_ID: self._next_id,
@@ -115,7 +118,7 @@ class ControllerService:
         if handler is None:
             resp = cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                 f" request type {cmd.code} not supported")
-        elif not self.raft.is_leader():
+        elif not (self.ready and self.raft.is_leader()):
             resp = cmd.response(ResponseCode.CONTROLLER_NOT_LEADER,
                                 "The controller is not in leader state, leader: "
                                 f"{self.raft.leader_remoting_address()}")
@@ -155,7 +158,7 @@ class ControllerService:
         h = GetMetaDataResponseHeader(
             group=CONTROLLER_GROUP, controller_leader_id=self.raft.leader_raft_address(),
             controller_leader_address=self.raft.leader_remoting_address(),
-            is_leader=self.raft.is_leader(), peers=self.raft.peers())
+            is_leader=self.ready and self.raft.is_leader(), peers=self.raft.peers())
         return cmd.response(ResponseCode.SUCCESS, ext=to_ext(h))
 
     def _master_ext(self, g: GroupView | None) -> GetReplicaInfoResponseHeader:

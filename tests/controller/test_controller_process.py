@@ -17,6 +17,7 @@ from txmq.protocol import (
     AlterSyncStateSetRequestHeader,
     ApplyBrokerIdRequestHeader,
     BrokerHeartbeatRequestHeader,
+    BrokerReplicasInfo,
     Command,
     ElectMasterRequestHeader,
     FrameDecoder,
@@ -201,3 +202,39 @@ def test_idle_cpu_of_three_controllers(controllers: list[ControllerProcess]) -> 
     used = sum(process_cpu_s(pid) for pid in pids) - before
     print(f"3 idle controllers: {used / 10:.2%} of a core")
     assert used / 10 < 0.03, f"3 idle controllers used {used / 10:.1%} of a core"
+
+
+def test_state_survives_sigkill_and_bad_input_is_answered(tmp_path: Path) -> None:
+    p = ControllerProcess(tmp_path / "solo", "127.0.0.1", 0, f"127.0.0.1:{free_port()}", [])
+    try:
+        p.start()
+        leader_of([p])
+        c = Raw(p.addr)
+        join(c, 1)
+        r = c.call(RequestCode.CONTROLLER_ELECT_MASTER, ElectMasterRequestHeader(
+            cluster_name="c", broker_name=B, broker_id=1))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        r = c.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, None, b'["broker-a","nope"]')
+        data = decode_controller_body(r.body, BrokerReplicasInfo).replicas_info_table
+        assert list(data) == [B] and data[B].master_broker_id == 1
+        assert [(x.broker_id, x.alive) for x in data[B].in_sync_replicas] == [(1, True)]
+        # a header without a required field, a body that is not JSON: answered, nothing lost
+        r = c.call(RequestCode.CONTROLLER_APPLY_BROKER_ID)
+        assert r.code == ResponseCode.CONTROLLER_INVALID_REQUEST
+        r = c.call(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, AlterSyncStateSetRequestHeader(
+            broker_name=B, master_broker_id=1, master_epoch=1), b"{not json")
+        assert r.code == ResponseCode.CONTROLLER_INVALID_REQUEST
+        junk = socket.create_connection(parse_address(p.addr), timeout=5)
+        junk.sendall(b"\x00\x00\x00\x08\xff\xff\xff\xffjunk")
+        assert junk.recv(10) == b""  # a frame that cannot be trusted closes that connection
+        junk.close()
+        c.close()
+        p.kill()
+        p.start()  # same port, same store
+        leader_of([p])
+        c = Raw(p.addr)
+        info, sss = replica_info(c)
+        assert (info.master_broker_id, info.master_epoch, sss.sync_state_set) == (1, 1, [1])
+        c.close()
+    finally:
+        p.kill()

@@ -16,6 +16,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+import msgspec
+
 from txmq.controller._heartbeats import BrokerLive, HeartbeatTable
 from txmq.controller._raft import ControllerRaft
 from txmq.controller._state import (
@@ -38,6 +40,7 @@ from txmq.protocol import (
     ApplyBrokerIdResponseHeader,
     BrokerHeartbeatRequestHeader,
     BrokerMemberGroup,
+    BrokerReplicasInfo,
     CleanControllerBrokerDataRequestHeader,
     Command,
     ElectMasterRequestHeader,
@@ -50,6 +53,8 @@ from txmq.protocol import (
     GetReplicaInfoResponseHeader,
     RegisterBrokerToControllerRequestHeader,
     RegisterBrokerToControllerResponseHeader,
+    ReplicaIdentity,
+    ReplicasInfo,
     RequestCode,
     SyncStateSet,
     decode_controller_body,
@@ -108,6 +113,7 @@ class ControllerService:
             RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: self._alter,
             RequestCode.CONTROLLER_ELECT_MASTER: self._elect,
             RequestCode.CLEAN_BROKER_DATA: self._clean,
+            RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: self._sync_state_data,
         }
 
     async def handle(self, cmd: Command, conn: int) -> Command | None:
@@ -280,6 +286,29 @@ class ControllerService:
                      g.broker_name, out.group.master_epoch)
             self.notify(out.group)
         return out
+
+    async def _sync_state_data(self, cmd: Command, conn: int) -> Command:
+        """CONTROLLER_GET_SYNC_STATE_DATA: body = JSON list of brokerNames (unknown ones are
+        left out of the answer)."""
+        try:
+            names = msgspec.json.decode(cmd.body or b"[]", type=list[str])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise MalformedHeader(f"bad brokerName list: {exc}") from exc
+        now, table = self.clock(), {}
+        for name in names:
+            g = self.raft.group(name)
+            if g is None:
+                continue
+            ids = [ReplicaIdentity(broker_name=name, broker_id=i, broker_address=a,
+                                   alive=self.table.is_alive(name, i, now))
+                   for i, a in sorted(g.brokers.items())]
+            table[name] = ReplicasInfo(
+                master_broker_id=g.master_broker_id, master_address=g.master_address,
+                master_epoch=g.master_epoch, sync_state_set_epoch=g.sync_state_set_epoch,
+                in_sync_replicas=[r for r in ids if r.broker_id in g.sync_state_set],
+                not_in_sync_replicas=[r for r in ids if r.broker_id not in g.sync_state_set])
+        body = encode_controller_body(BrokerReplicasInfo(replicas_info_table=table))
+        return cmd.response(ResponseCode.SUCCESS, body=body)
 
     async def _clean(self, cmd: Command, conn: int) -> Command:
         h = from_ext(cmd.ext, CleanControllerBrokerDataRequestHeader)

@@ -33,6 +33,7 @@ __all__ = [
     "ApplyBrokerIdRequestHeader",
     "ApplyBrokerIdResponseHeader",
     "BrokerMemberGroup",
+    "BrokerReplicasInfo",
     "CleanControllerBrokerDataRequestHeader",
     "ElectMasterRequestHeader",
     "ElectMasterResponseBody",
@@ -45,6 +46,8 @@ __all__ = [
     "NotifyBrokerRoleChangedRequestHeader",
     "RegisterBrokerToControllerRequestHeader",
     "RegisterBrokerToControllerResponseHeader",
+    "ReplicaIdentity",
+    "ReplicasInfo",
     "SyncStateSet",
     "decode_controller_body",
     "encode_controller_body",
@@ -224,6 +227,35 @@ class ElectMasterResponseBody(msgspec.Struct, kw_only=True, rename="camel"):
 
     broker_member_group: BrokerMemberGroup | None = None
     sync_state_set: list[int] = msgspec.field(default_factory=list)
+
+
+class ReplicaIdentity(msgspec.Struct, kw_only=True, rename="camel"):
+    """One broker of a group as the controller sees it. RocketMQ
+    ``BrokerReplicasInfo.ReplicaIdentity``."""
+
+    broker_name: str
+    broker_id: int
+    broker_address: str
+    alive: bool = False
+
+
+class ReplicasInfo(msgspec.Struct, kw_only=True, rename="camel"):
+    """One group's master, epochs and members in and out of the SyncStateSet. RocketMQ
+    ``BrokerReplicasInfo.ReplicasInfo``."""
+
+    master_broker_id: int | None = None
+    master_address: str | None = None
+    master_epoch: int = 0
+    sync_state_set_epoch: int = 0
+    in_sync_replicas: list[ReplicaIdentity] = msgspec.field(default_factory=list)
+    not_in_sync_replicas: list[ReplicaIdentity] = msgspec.field(default_factory=list)
+
+
+class BrokerReplicasInfo(msgspec.Struct, kw_only=True, rename="camel"):
+    """Body of CONTROLLER_GET_SYNC_STATE_DATA's (1006) answer, by brokerName (the request's body
+    is a JSON list of brokerNames). RocketMQ ``body.BrokerReplicasInfo``."""
+
+    replicas_info_table: dict[str, ReplicasInfo] = msgspec.field(default_factory=dict)
 
 
 B = TypeVar("B", bound=msgspec.Struct)

@@ -1,7 +1,8 @@
 """The controller's asyncio shell: the remoting server, the Raft replica, the leader's scan and the
 role-change pushes around :class:`~txmq.controller.ControllerService`.
 
-- Each connection feeds a :class:`~txmq.protocol.FrameDecoder`; its requests are answered in order.
+- Each connection feeds a :class:`~txmq.protocol.FrameDecoder`; its requests are answered
+  concurrently (matched by opaque), so a heartbeat never waits behind a change being committed.
   A frame that cannot be trusted closes the connection; nothing a peer sends stops the controller.
   A connection closing makes the brokers that heartbeat on it inactive at once (RocketMQ
   ``DefaultBrokerHeartbeatManager.onBrokerChannelClose``); if one was a master, its group is
@@ -62,6 +63,9 @@ CONTROLLER_LEASE_MS = 3_000
 """A master's write lease, counted from each answered heartbeat (txmq ``controller_lease_ms``)."""
 NOTIFY_TIMEOUT_MS = 1_000
 """How long a role-change push may take to connect and write (brokers also poll)."""
+REQUESTS_IN_FLIGHT_MAX = 64
+"""Requests of one connection answered at once; beyond it the connection is not read (a broker has
+a handful in flight)."""
 PUBLISH_INTERVAL_MS = 1_000
 """How often a controller checks that its remoting address is published in the Raft state."""
 
@@ -240,7 +244,11 @@ class ControllerServer:
                          writer: asyncio.StreamWriter) -> None:
         assert self.service is not None
         decoder = FrameDecoder()
+        pending: set[asyncio.Task[None]] = set()
         while True:
+            await writer.drain()
+            while len(pending) >= REQUESTS_IN_FLIGHT_MAX:  # stop reading until some finish
+                await asyncio.wait(set(pending), return_when=asyncio.FIRST_COMPLETED)
             try:
                 data = await asyncio.wait_for(reader.read(_READ_BYTES), self._idle_s)
             except TimeoutError:
@@ -253,16 +261,22 @@ class ControllerServer:
                 log.warning("closing connection %d: %s", conn, exc)
                 return
             for cmd in commands:
-                if cmd.is_response:
-                    continue
-                try:
-                    reply = await self.service.handle(cmd, conn)
-                except Exception as exc:  # a bug must cost one request, not the controller
-                    log.exception("request %d failed", cmd.code)
-                    reply = None if cmd.is_oneway else cmd.response(1, repr(exc))
-                if reply is not None:
-                    writer.write(encode_command(reply))
-            await writer.drain()
+                if not cmd.is_response:  # concurrently: a heartbeat never waits for a commit
+                    task = asyncio.create_task(self._answer(cmd, conn, writer))
+                    pending.add(task)
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                    task.add_done_callback(pending.discard)
+
+    async def _answer(self, cmd: Command, conn: int, writer: asyncio.StreamWriter) -> None:
+        assert self.service is not None
+        try:
+            reply = await self.service.handle(cmd, conn)
+        except Exception as exc:  # a bug must cost one request, not the controller
+            log.exception("request %d failed", cmd.code)
+            reply = None if cmd.is_oneway else cmd.response(1, repr(exc))
+        if reply is not None and not writer.is_closing():
+            writer.write(encode_command(reply))
 
 
 async def run_controller(host: str, port: int, raft_address: str, raft_peers: list[str],

@@ -127,8 +127,17 @@ def join(c: Raw, bid: int) -> None:
     assert heartbeat(c, bid).code == ResponseCode.SUCCESS
 
 
+def idle_cpu_share(procs: list[ControllerProcess], seconds: float) -> float:
+    pids = [p.proc.pid for p in procs if p.proc is not None]
+    before = sum(process_cpu_s(pid) for pid in pids)
+    time.sleep(seconds)
+    return (sum(process_cpu_s(pid) for pid in pids) - before) / seconds
+
+
 def test_failover_of_controllers_and_masters(controllers: list[ControllerProcess]) -> None:
     leader = leader_of(controllers)
+    share = idle_cpu_share(controllers, 5)
+    assert share < 0.03, f"3 idle controllers used {share:.1%} of a core"
     follower = next(p for p in controllers if p is not leader)
     f = Raw(follower.addr)
     r = f.call(RequestCode.CONTROLLER_GET_NEXT_BROKER_ID)
@@ -192,16 +201,6 @@ def test_failover_of_controllers_and_masters(controllers: list[ControllerProcess
         return r.code == ResponseCode.CONTROLLER_NOT_LEADER
 
     wait_until(refused, timeout_s=20)
-
-
-def test_idle_cpu_of_three_controllers(controllers: list[ControllerProcess]) -> None:
-    leader_of(controllers)
-    pids = [p.proc.pid for p in controllers if p.proc is not None]
-    before = sum(process_cpu_s(pid) for pid in pids)
-    time.sleep(10)
-    used = sum(process_cpu_s(pid) for pid in pids) - before
-    print(f"3 idle controllers: {used / 10:.2%} of a core")
-    assert used / 10 < 0.03, f"3 idle controllers used {used / 10:.1%} of a core"
 
 
 def test_state_survives_sigkill_and_bad_input_is_answered(tmp_path: Path) -> None:

@@ -212,3 +212,18 @@ def test_garbage_answers_change_nothing() -> None:
     info = only_request(actions, RequestCode.CONTROLLER_GET_REPLICA_INFO)
     assert core.on_response(info, Command(0, ext={"masterEpoch": "1"}, body=b"{"), 12) == []
     assert core.master_epoch == 0
+
+
+def test_an_id_taken_meanwhile_is_asked_for_again() -> None:
+    core = ReplicasCore(CFG, None, "code")
+    req = only_request(core.tick(0, IDLE), RequestCode.CONTROLLER_GET_METADATA_INFO)
+    core.on_response(req, answer(0, GetMetaDataResponseHeader(controller_leader_address="c1")), 1)
+    req = only_request(core.tick(2, IDLE), RequestCode.CONTROLLER_GET_NEXT_BROKER_ID)
+    core.on_response(req, answer(0, GetNextBrokerIdResponseHeader(next_broker_id=2)), 3)
+    req = only_request(core.tick(4, IDLE), RequestCode.CONTROLLER_APPLY_BROKER_ID)
+    assert core.on_response(req, answer(ResponseCode.CONTROLLER_BROKER_ID_INVALID), 5) == []
+    req = only_request(core.tick(6, IDLE), RequestCode.CONTROLLER_GET_NEXT_BROKER_ID)
+    core.on_response(req, answer(0, GetNextBrokerIdResponseHeader(next_broker_id=3)), 7)
+    req = only_request(core.tick(8, IDLE), RequestCode.CONTROLLER_APPLY_BROKER_ID)
+    assert req.ext["appliedBrokerId"] == "3"
+    assert core.meta is None  # nothing written before the controller agreed

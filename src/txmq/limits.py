@@ -969,3 +969,29 @@ it). Used when ``access_message_in_memory_max_bytes`` is 0."""
 WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1
 """The broker id a pull answer suggests to a consumer that lags (RocketMQ SubscriptionGroupConfig
 ``whichBrokerWhenConsumeSlowly``, default 1: the first slave)."""
+
+# --- controller mode, the broker's side (issue #26; docs/replication.md "Controller mode") ---
+
+BROKER_HEARTBEAT_INTERVAL_MS = 1_000
+"""How often a broker in controller mode sends BROKER_HEARTBEAT to the controller leader
+(RocketMQ BrokerConfig ``brokerHeartbeatInterval``, 1 s)."""
+
+CONTROLLER_LEASE_MS = 3_000
+"""A master's write lease, renewed by each answered heartbeat (txmq, beyond RocketMQ #7017): the
+master refuses writes once ``time.monotonic()`` passes the heartbeat's send time plus this."""
+
+CONTROLLER_HEARTBEAT_TIMEOUT_MS = 3_000
+"""A broker silent this long is inactive to the controller (RocketMQ BrokerConfig
+``controllerHeartBeatTimeoutMills``, 10 s; shorter here for failover within 5 s)."""
+
+HA_MAX_TIME_SLAVE_NOT_CATCHUP_MS = 15_000
+"""A slave whose acknowledgement has not reached the master's end for this long leaves the
+SyncStateSet (RocketMQ MessageStoreConfig ``haMaxTimeSlaveNotCatchup``, 15 s)."""
+
+MIN_IN_SYNC_REPLICAS = 1
+"""Smallest SyncStateSet, the master included, a controller-mode master takes a SYNC send with
+(RocketMQ MessageStoreConfig ``minInSyncReplicas``, 1)."""
+
+CONTROLLER_ADDRESSES_MAX = 9
+"""Most controller addresses ``controller_addr`` may name (txmq: a Raft group beyond 9 voters
+gains nothing)."""

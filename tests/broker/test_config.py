@@ -55,3 +55,38 @@ def test_a_bad_name_server_address_is_a_config_error_at_start(addr: str) -> None
     with pytest.raises(ConfigError, match="namesrv_addr"):
         load_config(None, namesrv_addr=addr)
     assert load_config(None, namesrv_addr="127.0.0.1:9876;10.0.0.2:9876").namesrv_addr
+
+
+def test_controller_mode_fields_load_and_parse(tmp_path: Path) -> None:
+    toml = tmp_path / "broker.toml"
+    toml.write_text('enable_controller_mode = true\ncontroller_addr = "10.0.0.1:9878; 10.0.0.2:9878;"\n'
+                    'broker_election_priority = 2\nmin_in_sync_replicas = 2\n')
+    cfg = load_config(toml)
+    assert cfg.controller_addresses() == ["10.0.0.1:9878", "10.0.0.2:9878"]
+    assert (cfg.broker_election_priority, cfg.min_in_sync_replicas) == (2, 2)
+    assert (cfg.controller_lease_ms, cfg.broker_heartbeat_interval_ms) == (3000, 1000)
+    assert cfg.all_ack_in_sync_state_set and cfg.ha_max_time_slave_not_catchup_ms == 15_000
+
+
+@pytest.mark.parametrize(("table", "error"), [
+    ('enable_controller_mode = true\n', "needs controller_addr"),
+    ('enable_controller_mode = true\ncontroller_addr = "a:1"\nbroker_id = 0\n', "broker_id"),
+    ('enable_controller_mode = true\ncontroller_addr = "a:1"\nbroker_role = "ASYNC_MASTER"\n',
+     "broker_role"),
+    ('enable_controller_mode = true\ncontroller_addr = "a:1"\nha_master_address = "a:2"\n',
+     "ha_master_address"),
+    ('controller_addr = "a:1;b"\n', "controller_addr"),
+    ('controller_lease_ms = 1000\n', "exceed broker_heartbeat_interval_ms"),
+    ('min_in_sync_replicas = 0\n', "min_in_sync_replicas"),
+])
+def test_bad_controller_settings_are_config_errors(tmp_path: Path, table: str, error: str) -> None:
+    toml = tmp_path / "broker.toml"
+    toml.write_text(table)
+    with pytest.raises(ConfigError, match=error):
+        load_config(toml)
+
+
+def test_controller_mode_in_code_refuses_a_static_role() -> None:
+    with pytest.raises(ConfigError, match="broker_role"):
+        BrokerConfig(enable_controller_mode=True, controller_addr="a:1", broker_role="SLAVE",
+                     broker_id=1).validate()

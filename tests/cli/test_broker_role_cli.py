@@ -20,3 +20,21 @@ def test_a_bad_ha_master_address_is_refused(tmp_path: Path) -> None:
     r = _runner.invoke(app, ["broker", "--broker-role", "SLAVE", "--broker-id", "1",
                              "--ha-master-address", "nohost", "--data-dir", str(tmp_path)])
     assert r.exit_code == 2 and "ha_master_address" in r.output
+
+
+def test_controller_mode_needs_controller_addr(tmp_path: Path) -> None:
+    r = _runner.invoke(app, ["broker", "--enable-controller-mode", "--data-dir", str(tmp_path)])
+    assert r.exit_code == 2 and "needs controller_addr" in r.output
+
+
+def test_controller_mode_refuses_a_static_role(tmp_path: Path) -> None:
+    r = _runner.invoke(app, ["broker", "--enable-controller-mode", "--controller-addr",
+                             "127.0.0.1:9878", "--broker-role", "SYNC_MASTER",
+                             "--data-dir", str(tmp_path)])
+    assert r.exit_code == 2 and "broker_role" in r.output
+
+
+def test_a_bad_controller_addr_is_refused(tmp_path: Path) -> None:
+    r = _runner.invoke(app, ["broker", "--enable-controller-mode", "--controller-addr",
+                             "127.0.0.1:9878;nohost", "--data-dir", str(tmp_path)])
+    assert r.exit_code == 2 and "controller_addr" in r.output

@@ -101,6 +101,33 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A pull that leaves more than this many bytes of commit log behind it suggests the slave
     (RocketMQ ``accessMessageInMemoryMaxRatio``); 0: ``ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO_PERCENT``
     (40) of physical memory, as RocketMQ."""
+    enable_controller_mode: bool = False
+    """Controller mode (RocketMQ BrokerConfig ``enableControllerMode``, RIP-44): the controller
+    gives this broker its id and role (master or slave) and fails the group over; ``broker_role``
+    and ``broker_id`` must then not be set (docs/replication.md "Controller mode")."""
+    controller_addr: str = ""
+    """The controllers, ``host:port`` separated by ``;`` (RocketMQ ``controllerAddr``); needed in
+    controller mode."""
+    broker_heartbeat_interval_ms: int = limits.BROKER_HEARTBEAT_INTERVAL_MS
+    """Period of BROKER_HEARTBEAT to the controller (RocketMQ ``brokerHeartbeatInterval``, 1 s)."""
+    controller_lease_ms: int = limits.CONTROLLER_LEASE_MS
+    """A master's write lease from its heartbeat's send time (txmq; docs/replication.md
+    "Fencing"); must exceed ``broker_heartbeat_interval_ms``."""
+    controller_heartbeat_timeout_ms: int = limits.CONTROLLER_HEARTBEAT_TIMEOUT_MS
+    """Silence after which the controller deems this broker inactive (RocketMQ
+    ``controllerHeartBeatTimeoutMills``, 10 s there)."""
+    broker_election_priority: int = 0
+    """Tie-break among equally caught-up candidates, lower preferred (RocketMQ
+    ``brokerElectionPriority``)."""
+    min_in_sync_replicas: int = limits.MIN_IN_SYNC_REPLICAS
+    """A controller-mode master answers IN_SYNC_REPLICAS_NOT_ENOUGH to a send while its
+    SyncStateSet is smaller (RocketMQ ``minInSyncReplicas``)."""
+    all_ack_in_sync_state_set: bool = True
+    """A controller-mode master answers a send once every SyncStateSet member has it (RocketMQ
+    ``allAckInSyncStateSet``)."""
+    ha_max_time_slave_not_catchup_ms: int = limits.HA_MAX_TIME_SLAVE_NOT_CATCHUP_MS
+    """A slave behind the master's end this long leaves the SyncStateSet (RocketMQ
+    ``haMaxTimeSlaveNotCatchup``, 15 s)."""
     message_delay_level: str = limits.MESSAGE_DELAY_LEVELS
     metrics_port: int = 0
     """Prometheus endpoint port; 0 turns it off."""
@@ -155,6 +182,40 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ConfigError("sync_flush_timeout_ms and ha_max_gap_not_in_sync must be positive")
         if self.access_message_in_memory_max_bytes < 0:
             raise ConfigError("access_message_in_memory_max_bytes must not be negative")
+        self._validate_controller()
+
+    def controller_addresses(self) -> list[str]:
+        """``controller_addr`` split into ``host:port`` items (empty ones dropped)."""
+        return [a.strip() for a in self.controller_addr.split(";") if a.strip()]
+
+    def _validate_controller(self) -> None:
+        """Controller mode's rules: a controller to talk to, no static role, sane timers."""
+        for name in ("broker_heartbeat_interval_ms", "controller_lease_ms",
+                     "controller_heartbeat_timeout_ms", "ha_max_time_slave_not_catchup_ms",
+                     "min_in_sync_replicas"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.controller_lease_ms <= self.broker_heartbeat_interval_ms:
+            raise ConfigError("controller_lease_ms must exceed broker_heartbeat_interval_ms, or "
+                              "the lease lapses between two renewals")
+        addrs = self.controller_addresses()
+        if len(addrs) > limits.CONTROLLER_ADDRESSES_MAX:
+            raise ConfigError(f"controller_addr names more than {limits.CONTROLLER_ADDRESSES_MAX}")
+        for addr in addrs:
+            try:
+                parse_address(addr)
+            except ConfigError as exc:
+                raise ConfigError(f"controller_addr: {exc}") from exc
+        if not self.enable_controller_mode:
+            return
+        if not addrs:
+            raise ConfigError("enable_controller_mode needs controller_addr (host:port;host:port…)")
+        if self.broker_role != "ASYNC_MASTER" or self.broker_id != 0:
+            raise ConfigError("in controller mode the controller assigns broker_role and broker_id:"
+                              " do not set them")
+        if self.ha_master_address:
+            raise ConfigError("in controller mode the controller names the master: do not set "
+                              "ha_master_address")
 
     def validate(self) -> BrokerConfig:
         """Check ranges. Raises ConfigError."""
@@ -239,6 +300,11 @@ def load_config(path: Path | None, **overrides: object) -> BrokerConfig:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config {path}: {exc}") from exc
     data.update({k: v for k, v in overrides.items() if v is not None})
+    if data.get("enable_controller_mode") is True:
+        static = sorted({"broker_role", "broker_id"} & data.keys())
+        if static:
+            raise ConfigError(f"in controller mode the controller assigns broker_role and "
+                              f"broker_id: do not set {', '.join(static)}")
     try:
         return msgspec.convert(data, BrokerConfig).validate()
     except msgspec.ValidationError as exc:

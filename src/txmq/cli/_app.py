@@ -89,6 +89,13 @@ def broker(
         help="0 for a master, > 0 for a slave (RocketMQ brokerId).")] = None,
     ha_master_address: Annotated[str | None, typer.Option(
         help="A slave's master HA address host:port (RocketMQ haMasterAddress).")] = None,
+    enable_controller_mode: Annotated[bool | None, typer.Option(
+        "--enable-controller-mode", help="The controller assigns id and role and fails the "
+        "group over (RocketMQ enableControllerMode).")] = None,
+    controller_addr: Annotated[str | None, typer.Option(
+        help="Controllers host:port;host:port;… (RocketMQ controllerAddr).")] = None,
+    broker_election_priority: Annotated[int | None, typer.Option(
+        help="Lower is preferred at an election (RocketMQ brokerElectionPriority).")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING …")] = "INFO",
 ) -> None:
     """Run a broker until SIGINT/SIGTERM (`txmq broker status` asks a running one instead)."""
@@ -106,7 +113,10 @@ def broker(
                           grpc_port=grpc_port,
                           namesrv_addr=namesrv_addr, broker_name=broker_name,
                           broker_role=broker_role, broker_id=broker_id,
-                          ha_master_address=ha_master_address)
+                          ha_master_address=ha_master_address,
+                          enable_controller_mode=enable_controller_mode,
+                          controller_addr=controller_addr,
+                          broker_election_priority=broker_election_priority)
     except TxmqError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc

@@ -17,6 +17,7 @@ from txmq.store._check import StoreCheck, check_store, repair_store
 from txmq.store._codec import tag_hash
 from txmq.store._commitlog import read_commit_log
 from txmq.store._config import StoreConfig, is_delete_hour
+from txmq.store._epoch import EpochCache, EpochEntry, EpochFile
 from txmq.store._file import FileStore
 from txmq.store._memory import MemoryStore
 from txmq.store._migrate import MigrateReport, migrate_store, needs_migration
@@ -27,6 +28,9 @@ __all__ = [
     "AppendResult",
     "CleanReport",
     "DiskStatus",
+    "EpochCache",
+    "EpochEntry",
+    "EpochFile",
     "FileStore",
     "MemoryStore",
     "MigrateReport",

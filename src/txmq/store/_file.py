@@ -47,11 +47,13 @@ from txmq.store._codec import (
 from txmq.store._commitlog import CommitLog, fsync_dir
 from txmq.store._config import StoreConfig
 from txmq.store._consumequeue import ConsumeQueue, topic_dir_problem
+from txmq.store._epoch import EpochFile
 from txmq.store._index import Index, id_key, key_key
 from txmq.store._quarantine import Quarantine
-from txmq.store._recovery import dispatch_record, recover, sweep_commit_log_dir
+from txmq.store._recovery import dispatch_record, keep_tail, recover, sweep_commit_log_dir
 from txmq.store._retention import SegmentInfo, log_report, plan_clean
 from txmq.store._table import FileStateTable, StateTable
+from txmq.store._truncate import CUT_REASON, TRUNCATE_MARKER, cut_files, read_marker
 
 __all__ = ["MIGRATING_MARKER", "FileStore"]
 
@@ -131,9 +133,15 @@ class FileStore(Store):
                                          prefill=self.config.warm_mapped_file_enable)
             self._index = Index(self.root / "index", self.config.max_hash_slot_num,
                                 self.config.max_index_num) if self.config.message_index_enable else None
+            cp = self._load_checkpoint()
+            if (cut := read_marker(self.root)) is not None:
+                self._redo_truncation(self._log, cut)
+                cp = None
             self._queues, self.recovery = recover(self._log, self.root / "consumequeue",
-                                                  self._make_queue, self._index,
-                                                  self._load_checkpoint(), self.quarantine)
+                                                  self._make_queue, self._index, cp,
+                                                  self.quarantine)
+            self.epochs = EpochFile(self.root)
+            """The epoch file of controller mode (created at its first entry)."""
         except OSError as exc:
             self._abandon(log_)
             raise StoreError(f"cannot open store at {self.root}: {exc}") from exc
@@ -148,6 +156,59 @@ class FileStore(Store):
         self.truncated_bytes = self.recovery.truncated_bytes
         self.check_disk()
         self.checkpoint()()
+        if cut is not None:
+            self._finish_truncation(cut)
+
+    def _redo_truncation(self, clog: CommitLog, cut: int) -> None:
+        """Opening found a truncation marker (:mod:`txmq.store._truncate`): cut the commit log
+        there again (a damaged marker, ``cut`` -1, names nothing to cut); the checkpoint may be
+        past the cut, so recovery rebuilds queues and index without it."""
+        log.warning("store %s: a truncation at offset %d did not finish; redoing it", self.root,
+                    cut)
+        if 0 <= cut < clog.end:
+            keep_tail(clog, cut, CUT_REASON, self.quarantine)
+            clog.truncate(cut)
+
+    def _finish_truncation(self, cut: int) -> None:
+        """After a redone cut and a fresh checkpoint: the epoch file, then the marker goes."""
+        if cut >= 0:
+            self.epochs.truncate_suffix_by_offset(cut)
+        (self.root / TRUNCATE_MARKER).unlink(missing_ok=True)
+        fsync_dir(self.root)
+
+    def truncate_log(self, offset: int, step: Callable[[str], None] = lambda _: None) -> int:
+        """Cut the commit log at ``offset`` and everything derived from it (consume queue and
+        index entries of records at or after it, epoch entries starting at or after it),
+        crash-safe: an fsynced intent marker first, removed last; a store opened with the marker
+        redoes the cut (:mod:`txmq.store._truncate`). What is cut is copied to the quarantine.
+        ``offset`` must be a record boundary (a consistent point, an epoch start). The caller
+        stops appends while it runs; ``step`` is called after each stage (tests crash there).
+        Returns the bytes removed.
+
+        Raises:
+            StoreError: ``offset`` is past the end or below the log's start, or a file failed
+                (the marker stays: reopening the store finishes the cut).
+        """
+        if not self._log.min_offset <= offset <= self._write:
+            raise StoreError(f"cannot truncate the commit log at {offset}: it holds "
+                             f"{self._log.min_offset}..{self._write}")
+        if offset == self._write:
+            return 0
+        with self._sync_lock:
+            try:
+                removed = cut_files(self.root, offset, self._log, [*self._queues.values()],
+                                    self._index, self.epochs, self.quarantine, step)
+            except OSError as exc:
+                self._failed = f"truncation at {offset} failed ({exc}); reopen the store to finish it"
+                raise StoreError(self._failed) from exc
+            self._write = self._flushed = offset
+            self._tail = self._flushed_tail = (offset, -1)  # (-1: no record to verify)
+        self.checkpoint()()
+        step("checkpoint")
+        (self.root / TRUNCATE_MARKER).unlink()
+        fsync_dir(self.root)
+        log.warning("store %s: commit log truncated at %d (%d bytes)", self.root, offset, removed)
+        return removed
 
     @staticmethod
     def _abandon(clog: CommitLog | None) -> None:

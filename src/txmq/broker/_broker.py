@@ -7,6 +7,7 @@ requests into records, responses and follow-up actions. Time comes in as ``now_m
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -22,6 +23,7 @@ from txmq.broker._meta_log import MetaLog
 from txmq.broker._offset_table import OffsetTable
 from txmq.broker._pop import build_pop_service
 from txmq.broker._retry import retry_record
+from txmq.broker._role_state import RoleState
 from txmq.broker._schedule import SCHEDULE_TOPIC, ScheduleService
 from txmq.broker._send import SendOutcome, SendPath, SendRequest
 from txmq.broker._slave_read import SlaveRead
@@ -120,7 +122,8 @@ class Broker:
         now_ms: the time at start (recovery timestamps).
     """
 
-    def __init__(self, config: BrokerConfig, store: Store, now_ms: int) -> None:
+    def __init__(self, config: BrokerConfig, store: Store, now_ms: int,
+                 mono_ms: Callable[[], int] = lambda: int(time.monotonic() * 1000)) -> None:
         self.config = config
         self.master_addr = ""
         """A SLAVE's master's remoting address, once the shell learned it (docs/replication.md)."""
@@ -128,6 +131,8 @@ class Broker:
         """The replication state at ``now_ms`` (set by the shell's ``txmq.broker.ha.Replication``);
         None: no replication runs (GET_BROKER_HA_STATUS answers the role and end only)."""
         self.store = store
+        self.role = RoleState(config, mono_ms)
+        """Master or slave now, the master epoch and fencing (controller mode changes it)."""
         self.clients = ClientRegistry()
         self._touched: set[tuple[str, int]] = set()
         self.peers: dict[int, str] = {}
@@ -140,7 +145,7 @@ class Broker:
         self.health = TimerHealth()
         self.traffic = TrafficStats()
         """Messages and bytes in and out, pull offsets, request latencies (``/metrics``)."""
-        self.slave_read = SlaveRead(config)
+        self.slave_read = SlaveRead(config, self.role)
         """The ``suggestWhichBrokerId`` of pull answers (docs/replication.md)."""
         self.store_host = config.store.store_host or f"{config.host}:{config.port}"
         """``ip:port`` of this broker as stored in its records (and in offset message ids)."""
@@ -151,7 +156,7 @@ class Broker:
         self._recover()
         self.tx.trim(store.min_offset)  # retention may have run since the index was saved
         self.meta = MetaLog(store, self.offsets, self.topics, self.schedule, self.append,
-                            slave=config.broker_role == "SLAVE")
+                            slave=self.role.slave)
         """Offsets, delay progress and topics as system records of the replicated log."""
         self.meta.recover()
         self.groups = GroupService(self)
@@ -187,8 +192,10 @@ class Broker:
         """Append through the store and remember which queues got data (to wake long polls).
         Raises Fail(SERVICE_NOT_AVAILABLE) on a SLAVE: its log is its master's (RocketMQ 4.9.7
         ``DefaultMessageStore.putMessage`` refuses a put on a slave so)."""
-        if self.config.broker_role == "SLAVE":
+        if self.role.slave:
             raise Fail(ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_PUT_REMARK)
+        if (refusal := self.role.write_refusal()) is not None:
+            raise Fail(*refusal)
         results = self.store.append(records)
         if len(records) == 1:
             self._touched.add((records[0].topic, records[0].queue_id))
@@ -229,8 +236,9 @@ class Broker:
         return self._lowest_commit_log_offset([(SCHEDULE_TOPIC, lvl - 1, off)
                                                for lvl, off in self.schedule.offsets.items()])
 
-    def _recover(self) -> None:
-        """Rebuild the transaction index without reading the whole commit log.
+    def _recover(self, torn_from: int | None = None) -> None:
+        """Rebuild the transaction index without reading the whole commit log (``torn_from``
+        given: from the whole log, without the snapshot, scanning for torn batches from there).
 
         The index snapshot holds the index as of a commit log offset; only records stored after
         it are replayed (O(pending + recent), not O(every transaction ever stored)). Half, op,
@@ -240,15 +248,37 @@ class Broker:
         the log the store re-dispatched on open (from ``store.recovery_offset``), is scanned for
         them.
         """
-        start = self.tx.load_snapshot()
+        start = self.tx.load_snapshot() if torn_from is None else 0
         tx_topics = (HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SINK_BATCH_TOPIC)
         found = dict(self.store.iter_records(start, topics=tx_topics))
-        for offset, rec in self.store.iter_records(max(self.store.recovery_offset, start)):
+        scan = self.store.recovery_offset if torn_from is None else torn_from
+        for offset, rec in self.store.iter_records(max(scan, start)):
             if offset not in found and self.tx.wants(rec):
                 found[offset] = rec
         self.tx.recover([(rec, AppendResult(off, rec.queue_offset, 0))
                          for off, rec in sorted(found.items())])
         log.info("transaction index recovered: %s", self.tx.index.counts())
+
+    def take_master_role(self, now_ms: int, torn_from: int) -> int:
+        """The role became master (controller mode): system records written here from now on,
+        the transaction index rebuilt from the whole log (it replicated halves and ends it did
+        not index; its snapshot may predate a truncation), and every pending half checked back
+        at the next tick (issue #26: the new master checks back every pending half it holds;
+        RocketMQ ``changeSpecialServiceStatus(true)``). ``torn_from``: where the last epoch
+        began (a batch torn by the old master's crash can only be after it). Returns how many
+        halves are pending."""
+        self.meta.set_slave(False)
+        self.tx = TransactionService(self.config, self.store, self.append, self.clients,
+                                     self.destination_problem, lambda: self.store_host)
+        self._recover(torn_from=torn_from)
+        pending = list(self.tx.index.pending.values())
+        for entry in pending:
+            self.tx.index.reschedule(entry, now_ms)
+        return len(pending)
+
+    def take_slave_role(self) -> None:
+        """The role became slave: system records are applied, not written."""
+        self.meta.set_slave(True)
 
     def persist_offsets(self) -> None:
         """Save consumer offsets, delay progress and the transaction index snapshot if they
@@ -359,7 +389,7 @@ class Broker:
         part runs guarded (:class:`TimerHealth`), so one failing part stops neither the others
         nor later ticks; each part's last successful run is in ``health.last_tick_ms``."""
         actions: list[Action] = []
-        slave = self.config.broker_role == "SLAVE"  # RocketMQ: only a master checks back,
+        slave = self.role.slave  # RocketMQ: only a master checks back,
         if not slave:                               # delivers delays and revives pops
             self.health.run("schedule", now_ms, lambda: self.schedule.tick(now_ms))
         self.health.run("meta", now_ms, lambda: self.meta.tick(now_ms))  # write / follow
@@ -402,8 +432,8 @@ class Broker:
     def _ha_status(self, conn: int, cmd: Command, now: int) -> list[Action]:
         c = self.config
         info = (self.ha_status(now) if self.ha_status is not None else HaRuntimeInfo(
-            master=c.broker_role != "SLAVE", master_commit_log_max_offset=self.store.write_offset,
-            broker_name=c.broker_name, broker_id=c.broker_id, broker_role=c.broker_role))
+            master=not self.role.slave, master_commit_log_max_offset=self.store.write_offset,
+            broker_name=c.broker_name, broker_id=self.role.broker_id, broker_role=self.role.role))
         return ok_reply(conn, cmd, body=info.encode())
 
     # -- topics -----------------------------------------------------------------------------------

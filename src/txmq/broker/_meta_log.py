@@ -274,6 +274,19 @@ class MetaLog:
             offsets.on_change = self.coalescer.offset
             topics.on_change = self._topic_changed
 
+    def set_slave(self, slave: bool) -> None:
+        """The broker's role changed (controller mode): a new master first applies every system
+        record it replicated, then writes; a new slave stops writing (what its coalescer holds
+        is dropped: the new master's records win)."""
+        if slave == self.slave:
+            return
+        if not slave:
+            self.follow()
+            self.coalescer.delays_known(self._schedule.offsets)
+        self.slave = slave
+        self._offsets.on_change = None if slave else self.coalescer.offset
+        self._topics.on_change = None if slave else self._topic_changed
+
     def recover(self) -> int:
         """Apply the system records after the saved position (the saved tables are checkpoints);
         returns how many were applied. A position past the recovered log (a torn tail was cut)

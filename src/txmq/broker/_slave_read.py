@@ -19,6 +19,7 @@ import os
 
 from txmq import limits
 from txmq.broker._config import BrokerConfig
+from txmq.broker._role_state import RoleState
 from txmq.protocol import MASTER_ID
 
 __all__ = ["SlaveRead", "physical_memory_bytes"]
@@ -37,17 +38,22 @@ class SlaveRead:
     """The pull suggestion of one broker.
 
     Args:
-        config: ``broker_role``, ``slave_read_enable`` and ``access_message_in_memory_max_bytes``
+        config: ``slave_read_enable`` and ``access_message_in_memory_max_bytes``
             (0: ``ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO_PERCENT`` of physical memory).
+        role: the broker's role now (None: the config's ``broker_role``).
     """
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, role: RoleState | None = None) -> None:
         self.enabled = config.slave_read_enable
-        self.refuses = config.broker_role == "SLAVE" and not config.slave_read_enable
-        """A slave that does not serve reads: it answers PULL_RETRY_IMMEDIATELY, suggesting 0."""
+        self._role = role if role is not None else RoleState(config, lambda: 0)
         self.max_lag_bytes = config.access_message_in_memory_max_bytes or (
             physical_memory_bytes() * limits.ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO_PERCENT // 100
         )
+
+    @property
+    def refuses(self) -> bool:
+        """A slave that does not serve reads: it answers PULL_RETRY_IMMEDIATELY, suggesting 0."""
+        return self._role.slave and not self.enabled
 
     def suggest(self, lag_bytes: int) -> int:
         """The broker id to suggest after a pull that found messages, with ``lag_bytes`` of commit

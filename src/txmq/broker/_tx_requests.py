@@ -72,12 +72,19 @@ class TransactionRequests:
         c = self.b.config
         where = self.b.master_addr or (f"HA address {c.ha_master_address}"
                                        if c.ha_master_address else "address unknown")
-        return (f"broker {c.broker_name} (id {c.broker_id}) is a SLAVE and does not end "
+        return (f"broker {c.broker_name} (id {self.b.role.broker_id}) is a SLAVE and does not end "
                 f"transactions: send END_TRANSACTION to the master of {c.broker_name} ({where})")
 
-    def _end_transaction(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        if self.b.config.broker_role == "SLAVE":
+    def _refuse_end(self) -> None:
+        """Raise InvalidRequest when this broker may not end transactions now: a SLAVE
+        (SLAVE_NOT_AVAILABLE), or a fenced master (docs/replication.md "Fencing")."""
+        if self.b.role.slave:
             raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, self._slave_remark())
+        if (refusal := self.b.role.write_refusal()) is not None:
+            raise InvalidRequest(*refusal)
+
+    def _end_transaction(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        self._refuse_end()
         h = from_ext(cmd.ext, EndTransactionRequestHeader)
         check_group(h.producer_group)
         return self._end_reply(conn, cmd, self.b.tx.end(h, now))
@@ -90,9 +97,11 @@ class TransactionRequests:
         in the run gets the first one's outcome, a malformed header its own error); a one-way
         request is answered by nothing. Raises nothing but unexpected failures (the broker's
         dispatch answers every request of the run with them)."""
-        if self.b.config.broker_role == "SLAVE":
+        try:
+            self._refuse_end()
+        except InvalidRequest as exc:
             return [a for cmd in cmds for a in self.b.error_reply(
-                conn, cmd, ResponseCode.SLAVE_NOT_AVAILABLE, self._slave_remark())]
+                conn, cmd, exc.response_code, str(exc))]
         early: dict[int, list[Action]] = {}
         headers: list[EndTransactionRequestHeader] = []
         for i, cmd in enumerate(cmds):
@@ -116,8 +125,7 @@ class TransactionRequests:
         return out
 
     def _end_transaction_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        if self.b.config.broker_role == "SLAVE":
-            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, self._slave_remark())
+        self._refuse_end()
         try:
             exts = decode_body(cmd.body, list[dict[str, str]])
         except MalformedHeader as exc:
@@ -184,8 +192,7 @@ class TransactionRequests:
         return ok_reply(conn, cmd, body=encode_body(self.b.tx.describe(self._tx_offset(cmd), now)))
 
     def _tx_admin_end(self, conn: int, cmd: Command, now: int) -> list[Action]:
-        if self.b.config.broker_role == "SLAVE":
-            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, self._slave_remark())
+        self._refuse_end()
         h = from_ext(cmd.ext, AdminEndTransactionRequestHeader)
         check_properties({"TXMQ_OPERATOR": h.operator, "TXMQ_REASON": h.reason})  # op message props
         off = self._tx_offset(cmd)

@@ -62,6 +62,8 @@ from txmq.protocol import (
     Command,
     ConsumerSendMsgBackRequestHeader,
     CreateTopicRequestHeader,
+    ExchangeHaInfoRequestHeader,
+    ExchangeHaInfoResponseHeader,
     GetConsumerListByGroupRequestHeader,
     GetConsumerListByGroupResponseBody,
     GetMaxOffsetRequestHeader,
@@ -130,6 +132,10 @@ class Broker:
         self.ha_status: Callable[[int], HaRuntimeInfo] | None = None
         """The replication state at ``now_ms`` (set by the shell's ``txmq.broker.ha.Replication``);
         None: no replication runs (GET_BROKER_HA_STATUS answers the role and end only)."""
+        self.ha_addr: Callable[[], str] = lambda: ""
+        """``host:port`` of this broker's HA listener now, "" when none (set by the shell)."""
+        self.ha_told: Callable[[str, str], None] = lambda ha, master: None
+        """What a slave does when EXCHANGE_BROKER_HA_INFO names its master (set by the shell)."""
         self.store = store
         self.role = RoleState(config, mono_ms)
         """Master or slave now, the master epoch and fencing (controller mode changes it)."""
@@ -185,6 +191,7 @@ class Broker:
             RequestCode.VIEW_MESSAGE_BY_UNIQ_KEY: self._view_by_uniq_key,
             RequestCode.GET_BROKER_RUNTIME_INFO: self._runtime_info,
             RequestCode.GET_BROKER_HA_STATUS: self._ha_status,
+            RequestCode.EXCHANGE_BROKER_HA_INFO: self._exchange_ha_info,
         }
 
     # -- storage helpers --------------------------------------------------------------------------
@@ -192,10 +199,10 @@ class Broker:
         """Append through the store and remember which queues got data (to wake long polls).
         Raises Fail(SERVICE_NOT_AVAILABLE) on a SLAVE: its log is its master's (RocketMQ 4.9.7
         ``DefaultMessageStore.putMessage`` refuses a put on a slave so)."""
-        if self.role.slave:
-            raise Fail(ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_PUT_REMARK)
         if (refusal := self.role.write_refusal()) is not None:
             raise Fail(*refusal)
+        if self.role.slave:
+            raise Fail(ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_PUT_REMARK)
         results = self.store.append(records)
         if len(records) == 1:
             self._touched.add((records[0].topic, records[0].queue_id))
@@ -428,6 +435,18 @@ class Broker:
 
     def _runtime_info(self, conn: int, cmd: Command, now: int) -> list[Action]:
         return ok_reply(conn, cmd, body=self.runtime_info(now).encode())
+
+    def _exchange_ha_info(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        """EXCHANGE_BROKER_HA_INFO (906; RocketMQ ``AdminBrokerProcessor.exchangeHAInfo``): with
+        ``masterHaAddress``, a slave is told where its master is; without, the broker answers
+        its HA address, flushed end and remoting address."""
+        h = from_ext(cmd.ext, ExchangeHaInfoRequestHeader)
+        if h.master_ha_address:
+            self.ha_told(h.master_ha_address, h.master_address or "")
+            return ok_reply(conn, cmd)
+        return ok_reply(conn, cmd, to_ext(ExchangeHaInfoResponseHeader(
+            master_ha_address=self.ha_addr() or None,
+            master_flush_offset=self.store.flushed_offset, master_address=self.store_host)))
 
     def _ha_status(self, conn: int, cmd: Command, now: int) -> list[Action]:
         c = self.config

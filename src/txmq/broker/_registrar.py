@@ -120,6 +120,13 @@ class Registrar:
         if all(ok):
             self._sent = table
 
+    async def reregister(self, broker_id: int, master_epoch: int | None) -> None:
+        """Register at once as ``broker_id`` (0 after becoming master) with ``master_epoch``
+        (controller mode's role change; RocketMQ ``ReplicasManager`` calls
+        ``registerBrokerAll`` so)."""
+        self.reg.set_role(broker_id, master_epoch)
+        await self.register(self._table())
+
     async def unregister(self) -> None:
         """Tell every name server this broker is going (best effort, at shutdown)."""
         cmd = self.reg.unregister()

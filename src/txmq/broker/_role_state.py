@@ -65,11 +65,14 @@ class RoleState:
     def write_refusal(self) -> tuple[ResponseCode, str] | None:
         """Why a write must be refused now, as (code, remark), or None: fenced or lease run out
         (SERVICE_NOT_AVAILABLE), or a SyncStateSet below ``min_in_sync_replicas`` (SYSTEM_ERROR,
-        RocketMQ's IN_SYNC_REPLICAS_NOT_ENOUGH). The SLAVE refusal is the caller's."""
-        if not self.controller_mode or self.slave:
+        RocketMQ's IN_SYNC_REPLICAS_NOT_ENOUGH). The refusal of a (not fenced) SLAVE is the
+        caller's."""
+        if not self.controller_mode:
             return None
         if self.fenced:
             return ResponseCode.SERVICE_NOT_AVAILABLE, FENCED_REMARK
+        if self.slave:
+            return None
         if self._clock() >= self.lease_until_ms:
             return ResponseCode.SERVICE_NOT_AVAILABLE, LEASE_REMARK
         if len(self.sync_state_set) < self.min_in_sync_replicas:

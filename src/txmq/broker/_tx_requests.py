@@ -78,10 +78,10 @@ class TransactionRequests:
     def _refuse_end(self) -> None:
         """Raise InvalidRequest when this broker may not end transactions now: a SLAVE
         (SLAVE_NOT_AVAILABLE), or a fenced master (docs/replication.md "Fencing")."""
-        if self.b.role.slave:
-            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, self._slave_remark())
         if (refusal := self.b.role.write_refusal()) is not None:
             raise InvalidRequest(*refusal)
+        if self.b.role.slave:
+            raise InvalidRequest(ResponseCode.SLAVE_NOT_AVAILABLE, self._slave_remark())
 
     def _end_transaction(self, conn: int, cmd: Command, now: int) -> list[Action]:
         self._refuse_end()

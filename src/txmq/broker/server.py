@@ -65,8 +65,8 @@ from txmq.broker._registrar import Registrar
 from txmq.broker._server_setup import END, ip_of, max_connections, now_ms, request_runs, store_config
 from txmq.broker._tls import TlsListener
 from txmq.broker.acl import AccountsWatcher, AclGuard, source_ip
-from txmq.broker.ha import Replication
-from txmq.errors import ProtocolError, ResponseCode, StoreError
+from txmq.broker.ha import Replication, RoleSwitch
+from txmq.errors import ConfigError, ProtocolError, ResponseCode, StoreError
 from txmq.namesrv import BrokerRegistration
 from txmq.protocol import (
     FLAG_RESPONSE,
@@ -121,7 +121,8 @@ class BrokerServer:
         self.store = store if store is not None else FileStore(config.data_dir, store_config(config))
         self.broker = Broker(config, self.store, now_ms())
         log.info("store and broker state recovered in %.0f ms", (time.monotonic() - t0) * 1000)
-        self._sync = config.flush_disk_type == "SYNC_FLUSH" or config.broker_role == "SYNC_MASTER"
+        self._sync = (config.flush_disk_type == "SYNC_FLUSH" or config.broker_role == "SYNC_MASTER"
+                      or config.enable_controller_mode)
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._ids = count(1)
         self._waiting: deque[tuple[int, Reply, int, float]] = deque()
@@ -163,6 +164,14 @@ class BrokerServer:
         self._repl = Replication(config, self.broker, self._deliver,
                                  lambda: asyncio.to_thread(self.store.flush), self._kick, self.acl)
         """Master-slave replication for the broker's role (txmq.broker.ha, docs/replication.md)."""
+        self._registering = False
+        self.roles: RoleSwitch | None = None
+        """Controller mode: what the controller client drives (a RoleTarget), once started."""
+        if config.enable_controller_mode:
+            if not isinstance(self.store, FileStore):
+                raise ConfigError("controller mode needs the file store (epoch file, truncation)")
+            self.roles = RoleSwitch(self.broker, self.store, self._repl,
+                                    lambda: asyncio.to_thread(self.store.flush), self._reregister)
 
     async def start(self) -> None:
         """Listen and start the flusher, the ticker and store upkeep."""
@@ -193,7 +202,8 @@ class BrokerServer:
                                      auto_create_topic_enable=c.auto_create_topic_enable)
             self._registrar = Registrar(c.namesrv_addr, reg, self.broker.topics.snapshot,
                                         now_ms, self._registered)
-            timers.append(("registrar", self._registrar.run))
+            if not c.enable_controller_mode:  # (else it registers once it has a role)
+                timers.append(("registrar", self._registrar.run))
         self._tasks = [asyncio.create_task(self._supervised(name, body)) for name, body in timers]
         if self.config.grpc_port:  # the gRPC door (issue 13): same broker, its own port
             from txmq.broker.grpc import GrpcDoor
@@ -592,6 +602,18 @@ class BrokerServer:
         self.broker.touch(touched)  # a slave appended: its held pulls wake once it is flushed
         if self._committer is not None:  # (a slave appended: checkpoints follow the flushes)
             self._committer.kick()
+
+    async def _reregister(self, broker_id: int, master_epoch: int | None) -> None:
+        """Controller mode: a role change registers with the name servers at once, as
+        ``broker_id`` with ``masterEpoch``; the first one starts the periodic registration."""
+        if self._registrar is None:
+            return
+        self._registrar.reg.ha_server_addr = self._repl.ha_addr
+        await self._registrar.reregister(broker_id, master_epoch)
+        if not self._registering:
+            self._registering = True
+            self._tasks.append(asyncio.create_task(
+                self._supervised("registrar", self._registrar.run), name="registrar"))
 
     def _registered(self, answer: RegisterBrokerResponseHeader) -> None:
         self._repl.registered(answer)  # a slave learns its master from the name server

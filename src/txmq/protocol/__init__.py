@@ -11,6 +11,8 @@ from txmq.protocol._controller import *  # noqa: F403
 from txmq.protocol._controller import __all__ as _controller_all
 from txmq.protocol._ha import *  # noqa: F403
 from txmq.protocol._ha import __all__ as _ha_all
+from txmq.protocol._ha_auto import *  # noqa: F403
+from txmq.protocol._ha_auto import __all__ as _ha_auto_all
 from txmq.protocol._ha_status import *  # noqa: F403
 from txmq.protocol._ha_status import __all__ as _ha_status_all
 from txmq.protocol._headers import *  # noqa: F403
@@ -44,6 +46,7 @@ __all__ = [
     *_consume_all,
     *_controller_all,
     *_ha_all,
+    *_ha_auto_all,
     *_ha_status_all,
     *_headers_all,
     *_message_all,

@@ -62,6 +62,10 @@ class RequestCode(IntEnum):
     SEND_BATCH_MESSAGE = 320
     RESUME_CHECK_HALF_MESSAGE = 323
     BROKER_HEARTBEAT = 904
+    EXCHANGE_BROKER_HA_INFO = 906
+    """Ask a broker its HA address (empty header; a slave asks its master, RocketMQ
+    ``BrokerOuterAPI.retrieveBrokerHaInfo``), or tell a slave its master's (RocketMQ
+    ``ExchangeHAInfoRequestHeader`` with ``masterHaAddress``)."""
     GET_BROKER_HA_STATUS = 907
     """A broker's replication state (``mqadmin haStatus``); body: RocketMQ ``HARuntimeInfo`` JSON,
     :class:`~txmq.protocol.HaRuntimeInfo`."""

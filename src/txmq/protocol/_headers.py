@@ -35,6 +35,8 @@ __all__ = [
     "DeleteTopicRequestHeader",
     "EndTransactionRequestHeader",
     "EndTransactionResponseHeader",
+    "ExchangeHaInfoRequestHeader",
+    "ExchangeHaInfoResponseHeader",
     "GetConsumerListByGroupRequestHeader",
     "GetMaxOffsetRequestHeader",
     "GetMinOffsetRequestHeader",
@@ -357,6 +359,24 @@ class EndTransactionResponseHeader(_Header, kw_only=True):
 
     outcome: str
     duplicate: bool = False
+
+
+class ExchangeHaInfoRequestHeader(_Header, kw_only=True):
+    """EXCHANGE_BROKER_HA_INFO (906; RocketMQ ``ExchangeHAInfoRequestHeader``): all None asks
+    the broker for its HA info; ``masterHaAddress`` set tells a slave where its master is."""
+
+    master_ha_address: str | None = None
+    master_flush_offset: int | None = None
+    master_address: str | None = None
+
+
+class ExchangeHaInfoResponseHeader(_Header, kw_only=True):
+    """The answer to EXCHANGE_BROKER_HA_INFO (RocketMQ ``ExchangeHAInfoResponseHeader``): the
+    answering broker's HA address, flushed commit log end and remoting address."""
+
+    master_ha_address: str | None = None
+    master_flush_offset: int | None = None
+    master_address: str | None = None
 
 
 class CheckTransactionStateRequestHeader(_Header, kw_only=True):

@@ -34,8 +34,11 @@ from txmq.broker.acl import AclGuard, Action, Need, Resource, ResourceType
 from txmq.broker.ha._core import AckTable, ReplicaWait, SlaveCore
 from txmq.errors import HaProtocolError, ProtocolError, ResponseCode, StoreError
 from txmq.protocol import (
+    HA_AUTO_MASTER_HANDSHAKE,
+    HA_AUTO_SLAVE_HANDSHAKE,
     HA_CHALLENGE,
     HA_NONCE_BYTES,
+    AutoHandshake,
     HaClientRuntimeInfo,
     HaConnectionRuntimeInfo,
     HaHello,
@@ -44,9 +47,14 @@ from txmq.protocol import (
     RegisterBrokerResponseHeader,
     ReportDecoder,
     decode_challenge,
+    decode_master_handshake_body,
+    decode_master_handshake_head,
+    decode_slave_handshake,
     encode_challenge,
     encode_heartbeat,
     encode_hello,
+    encode_master_handshake,
+    encode_slave_handshake,
     encode_transfer,
     ha_hello_fields,
     parse_address,
@@ -105,9 +113,13 @@ class HaMaster:
     """
 
     def __init__(self, store: Store, host: str, port: int, on_ack: Callable[[], None],
-                 authenticate: Authenticate | None = None) -> None:
+                 authenticate: Authenticate | None = None, *, acks: AckTable | None = None,
+                 auto_switch: Callable[[], AutoHandshake] | None = None) -> None:
         self.store, self.host, self.port = store, host, port
-        self.acks = AckTable()
+        self.acks = acks if acks is not None else AckTable()
+        self._auto = auto_switch
+        """Controller mode: the handshake reply (end, epoch, epoch entries) of the AutoSwitch
+        protocol (:mod:`txmq.protocol._ha_auto`); None: the plain protocol."""
         self.links: dict[int, HaConnectionRuntimeInfo] = {}
         """Connected slaves that passed the handshake: address, hello, where shipping began."""
         self._on_ack, self._authenticate = on_ack, authenticate
@@ -158,13 +170,17 @@ class HaMaster:
         decoder = ReportDecoder()
         tasks: set[asyncio.Task[None]] = set()
         try:
-            hello = await self._handshake(reader, writer, decoder, peer)
+            hello, rest = await self._handshake(reader, writer, peer)
+            slave_id = hello.broker_id if hello else -1
+            if self._auto is not None:
+                slave_id, rest = await self._auto_handshake(reader, writer, rest)
+            decoder.feed(rest)
             start = await self._first_report(reader, decoder)
             log.info("HA: slave %s connected, reports offset %d", peer, start)
             self.links[link] = HaConnectionRuntimeInfo(
                 addr=_addr(peer), slave_ack_offset=start, diff=0, in_sync=False,
                 transfer_from_where=start, broker_name=hello.broker_name if hello else "",
-                broker_id=hello.broker_id if hello else -1)
+                broker_id=slave_id)
             self._ack(link, start)
             tasks = {asyncio.create_task(self._read_reports(link, reader, decoder)),
                      asyncio.create_task(self._transfer(link, writer, start))}
@@ -186,13 +202,46 @@ class HaMaster:
             self._on_ack()
             writer.close()
 
+    async def _auto_handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                              pre: bytes) -> tuple[int, bytes]:
+        """Controller mode: read the slave's AutoSwitch handshake (after ``pre``, bytes already
+        read), answer with this master's end, epoch and epoch entries. Returns the slave's broker
+        id and the bytes read past its handshake. Raises HaProtocolError, ConnectionError,
+        TimeoutError."""
+        buf, n = bytearray(pre), HA_AUTO_SLAVE_HANDSHAKE.size
+        async with asyncio.timeout(HA_HANDSHAKE_TIMEOUT_MS / 1000):
+            while len(buf) < n:
+                data = await reader.read(_READ_BYTES)
+                if not data:
+                    raise ConnectionError("closed during the AutoSwitch HA handshake")
+                buf += data
+            slave_id = decode_slave_handshake(bytes(buf[:n]))
+            assert self._auto is not None
+            writer.write(encode_master_handshake(self._auto()))
+            await writer.drain()
+        return slave_id, bytes(buf[n:])
+
+    def acked_by_brokers(self, broker_ids: frozenset[int]) -> int:
+        """The highest offset every slave of ``broker_ids`` acknowledged: -1 when one is not
+        connected (RocketMQ ``AutoSwitchHAService.computeConfirmOffset`` waits for it too)."""
+        by_id = {info.broker_id: self.acks.acks.get(link, -1) for link, info in self.links.items()}
+        return min((by_id.get(i, -1) for i in broker_ids), default=2**63 - 1)
+
+    def caught_up_brokers(self, now_ms: int, max_lag_ms: int) -> frozenset[int]:
+        """Broker ids of the connected slaves whose acknowledgement reached this log's end within
+        ``max_lag_ms`` of ``now_ms`` (monotonic ms; RocketMQ ``maybeShrinkSyncStateSet``,
+        ``haMaxTimeSlaveNotCatchup``)."""
+        end = self.store.write_offset
+        return frozenset(info.broker_id for link, info in self.links.items()
+                         if info.broker_id > 0 and self.acks.lag_ms(link, end, now_ms) < max_lag_ms)
+
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         decoder: ReportDecoder, peer: object) -> HaHello | None:
-        """With ACL on: challenge the peer, read and check its hello (bytes after it go to
-        ``decoder``). Raises ProtocolError when it is missing, malformed or refused, so no report
+                         peer: object) -> tuple[HaHello | None, bytes]:
+        """With ACL on: challenge the peer, read and check its hello; returns it and the bytes
+        read after it. Raises ProtocolError when it is missing, malformed or refused, so no report
         of that peer ever counts (RocketMQ issue #3015). Without ACL: None, nothing on the wire."""
         if self._authenticate is None:
-            return None
+            return None, b""
         nonce = secrets.token_bytes(HA_NONCE_BYTES)
         writer.write(encode_challenge(nonce))
         hello_dec, hello = HelloDecoder(), None
@@ -208,8 +257,7 @@ class HaMaster:
         if why is not None:
             raise HaProtocolError(f"HA handshake refused ({hello.broker_name}/{hello.broker_id}, "
                                   f"access key {hello.access_key!r}): {why}")
-        decoder.feed(hello_dec.rest)
-        return hello
+        return hello, bytes(hello_dec.rest)
 
     async def _first_report(self, reader: asyncio.StreamReader, decoder: ReportDecoder) -> int:
         """The slave's first report: where to ship from. Raises StoreError when this log cannot
@@ -291,8 +339,13 @@ class HaSlave:
 
     def __init__(self, store: Store, master: str, flush: Callable[[], Awaitable[int]],
                  on_append: Callable[[set[tuple[str, int]]], None],
-                 credentials: HaCredentials | None = None) -> None:
+                 credentials: HaCredentials | None = None,
+                 auto_switch: tuple[int, Callable[[AutoHandshake], Awaitable[None]]] | None = None,
+                 ) -> None:
         self.store, self.master = store, master
+        self.auto_switch = auto_switch
+        """Controller mode: this slave's broker id, and what to do with the master's handshake
+        reply before the first report (truncate to the consistent point)."""
         self._flush, self._on_append = flush, on_append
         self.credentials = credentials
         self.connected = False
@@ -347,6 +400,8 @@ class HaSlave:
         bytes, sent as each fsync ends (:meth:`_flush_and_report`)."""
         if self.credentials is not None:
             await self._answer_challenge(reader, writer, self.credentials)
+        if self.auto_switch is not None:
+            await self._auto_handshake(reader, writer, *self.auto_switch)
         core = SlaveCore(self.store.write_offset)
         writer.write(core.hello())
         self.connected, self._last_report, self.last_write_ms = True, _mono_ms(), _wall_ms()
@@ -389,6 +444,22 @@ class HaSlave:
                 return
 
     @staticmethod
+    async def _auto_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                              broker_id: int, on_reply: Callable[[AutoHandshake], Awaitable[None]],
+                              ) -> None:
+        """Send the AutoSwitch handshake, read the master's reply, hand it to ``on_reply``.
+        Raises HaProtocolError, ConnectionError, TimeoutError."""
+        writer.write(encode_slave_handshake(broker_id))
+        try:
+            async with asyncio.timeout(HA_HANDSHAKE_TIMEOUT_MS / 1000):
+                size, max_offset, epoch = decode_master_handshake_head(
+                    await reader.readexactly(HA_AUTO_MASTER_HANDSHAKE.size))
+                body = await reader.readexactly(size)
+        except asyncio.IncompleteReadError as exc:
+            raise ConnectionError("master closed the HA connection during the handshake") from exc
+        await on_reply(AutoHandshake(max_offset, epoch, decode_master_handshake_body(body)))
+
+    @staticmethod
     async def _answer_challenge(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                 cred: HaCredentials) -> None:
         """Read the master's challenge and send the signed hello. Raises HaProtocolError /
@@ -416,20 +487,25 @@ class SyncWait:
     """
 
     def __init__(self, acks: AckTable, need: int, timeout_ms: int, max_gap: int,
-                 deliver: Callable[[Reply, int, float], None]) -> None:
+                 deliver: Callable[[Reply, int, float], None],
+                 target: Callable[[], int] | None = None) -> None:
         self.acks, self.need, self.max_gap = acks, need, max_gap
         self._deliver = deliver
+        self._target = target
+        """Controller mode: the offset every SyncStateSet member acknowledged (replaces ``need``
+        and the ``max_gap`` check; RocketMQ ``allAckInSyncStateSet``)."""
         self.waiting: ReplicaWait[tuple[Reply, int, float]] = ReplicaWait(timeout_ms)
 
     def park(self, reply: Reply, code: int, t0: float) -> bool:
         """Keep a durable reply until it is replicated (True); False: write it now, as it is
         or turned into SLAVE_NOT_AVAILABLE when no slave is in sync."""
-        if self.need <= 0 or reply.durable_offset <= 0 or reply.command.code != ResponseCode.SUCCESS:
+        if reply.durable_offset <= 0 or reply.command.code != ResponseCode.SUCCESS or (
+                self.need <= 0 and self._target is None):
             return False
         end = reply.durable_offset
-        if end <= self.acks.acked_by(self.need):
+        if end <= self._acked():
             return False
-        if not self.acks.in_sync(end, self.max_gap):
+        if self._target is None and not self.acks.in_sync(end, self.max_gap):
             reply.command = msgspec.structs.replace(reply.command,
                                                     code=ResponseCode.SLAVE_NOT_AVAILABLE)
             return False
@@ -438,8 +514,11 @@ class SyncWait:
 
     def acked(self) -> None:
         """Slaves acknowledged more: write what is now replicated."""
-        for reply, code, t0 in self.waiting.release(self.acks.acked_by(self.need)):
+        for reply, code, t0 in self.waiting.release(self._acked()):
             self._deliver(reply, code, t0)
+
+    def _acked(self) -> int:
+        return self._target() if self._target is not None else self.acks.acked_by(self.need)
 
     async def run(self) -> None:
         """Answer FLUSH_SLAVE_TIMEOUT to replies that waited ``timeout_ms`` (checked every
@@ -473,13 +552,20 @@ class Replication:
                  on_append: Callable[[set[tuple[str, int]]], None],
                  acl: AclGuard | None = None) -> None:
         self.config, self.store, self.acl = config, broker.store, acl
+        self.role = broker.role
         broker.ha_status = self.runtime_info
+        broker.ha_addr = lambda: self.ha_addr
+        broker.ha_told = self.told
         self.master: HaMaster | None = None
         self.slave: HaSlave | None = None
         self.sync: SyncWait | None = None
         self.master_addr = ""
         """A slave's master's remoting address, from the name server."""
         self._deliver, self._flush, self._on_append = deliver, flush, on_append
+        self.acks = AckTable()
+        """Controller mode: the acknowledgements of whichever HA listener runs (master)."""
+        self._ha_port = 0
+        self._slave_task: asyncio.Task[None] | None = None
 
     @property
     def ha_addr(self) -> str:
@@ -489,6 +575,11 @@ class Replication:
     async def start(self, broker_port: int) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """Start listening (a master) and return the timer tasks to run (name, body)."""
         c = self.config
+        if c.enable_controller_mode:  # no role yet: the controller names it (RoleSwitch)
+            self._ha_port = c.ha_listen_port or (broker_port + 1 if c.port else 0)
+            self.sync = SyncWait(self.acks, 0, c.sync_flush_timeout_ms, c.ha_max_gap_not_in_sync,
+                                 self._deliver, target=self.sss_acked)
+            return [("ha-sync", self.sync.run)]
         if c.broker_role == "SLAVE":
             if not c.ha_master_address and not c.namesrv_addr:
                 log.warning("SLAVE %s/%d has neither ha_master_address nor namesrv_addr: it does "
@@ -517,11 +608,70 @@ class Replication:
                              self._deliver)
         return [("ha-sync", self.sync.run)]
 
+    # -- controller mode: role changes (RoleSwitch) -----------------------------------------------
+    async def start_master(self, handshake: Callable[[], AutoHandshake]) -> None:
+        """Become the group's master: stop following, serve slaves (AutoSwitch handshake with
+        ``handshake``'s reply) on the HA port (the first one bound is kept)."""
+        await self.stop_slave()
+        c = self.config
+        if self.master is not None or c.ha_listen_port < 0:
+            return
+        master = HaMaster(self.store, c.host, self._ha_port, self._acked,
+                          None if self.acl is None else self.authenticate, acks=self.acks,
+                          auto_switch=handshake)
+        try:
+            await master.start()
+        except OSError as exc:  # sends wait for the SyncStateSet and time out
+            log.error("HA listener not started on %s:%d: %s", c.host, self._ha_port, exc)
+            return
+        self._ha_port, self.master = master.port, master
+
+    async def stop_master(self) -> None:
+        """Stop serving slaves (their acknowledgements are forgotten)."""
+        if self.master is not None:
+            master, self.master = self.master, None
+            await master.close()
+        self.acks.acks.clear()
+        self.acks.caught_up_ms.clear()
+
+    def start_slave(self, ha_addr: str, broker_id: int,
+                    on_handshake: Callable[[AutoHandshake], Awaitable[None]]) -> None:
+        """Follow the master at HA address ``ha_addr`` as slave ``broker_id``."""
+        c = self.config
+        cred = (HaCredentials(c.broker_name, broker_id, c.ha_access_key, c.ha_secret_key)
+                if c.ha_access_key else None)
+        self.slave = HaSlave(self.store, ha_addr, self._flush, self._on_append, cred,
+                             auto_switch=(broker_id, on_handshake))
+        self._slave_task = asyncio.create_task(self.slave.run(), name="ha-slave")
+
+    async def stop_slave(self) -> None:
+        if self._slave_task is not None:
+            self._slave_task.cancel()
+            await asyncio.gather(self._slave_task, return_exceptions=True)
+            self._slave_task = None
+        self.slave = None
+
+    def sss_acked(self) -> int:
+        """The offset the SyncStateSet's slaves all acknowledged (``all_ack_in_sync_state_set``),
+        or that ``min_in_sync_replicas - 1`` slaves did; -1 when this broker is no master."""
+        r, c = self.role, self.config
+        if r.slave or self.master is None:
+            return -1 if r.sync_state_set - {r.controller_id} else 2**63 - 1
+        if not c.all_ack_in_sync_state_set:
+            return self.acks.acked_by(c.min_in_sync_replicas - 1)
+        return self.master.acked_by_brokers(r.sync_state_set - {r.controller_id})
+
+    def told(self, ha_addr: str, master_addr: str) -> None:
+        """EXCHANGE_BROKER_HA_INFO with ``masterHaAddress``: a slave follows it."""
+        if self.slave is not None and ha_addr:
+            self.slave.master = ha_addr
+            self.master_addr = master_addr or self.master_addr
+
     def registered(self, answer: RegisterBrokerResponseHeader) -> None:
         """A name server's REGISTER_BROKER answer: a slave without ``ha_master_address`` follows
         the ``haServerAddr`` it names, and names ``masterAddr`` when it refuses an end
         (RocketMQ ``updateMasterHAServerAddrPeriodically``)."""
-        if self.slave is None:
+        if self.slave is None or self.config.enable_controller_mode:  # (the controller names it)
             return
         if answer.master_addr:
             self.master_addr = answer.master_addr
@@ -551,11 +701,11 @@ class Replication:
         conns = (self.master.connections(c.ha_max_gap_not_in_sync)
                  if self.master is not None else [])
         return HaRuntimeInfo(
-            master=c.broker_role != "SLAVE", master_commit_log_max_offset=self.store.write_offset,
+            master=not self.role.slave, master_commit_log_max_offset=self.store.write_offset,
             in_sync_slave_nums=sum(x.in_sync for x in conns), ha_connection_info=conns,
             ha_client_runtime_info=(self.slave.runtime_info() if self.slave is not None
                                     else HaClientRuntimeInfo()),
-            broker_name=c.broker_name, broker_id=c.broker_id, broker_role=c.broker_role)
+            broker_name=c.broker_name, broker_id=self.role.broker_id, broker_role=self.role.role)
 
     def _acked(self) -> None:
         if self.sync is not None:
@@ -563,7 +713,7 @@ class Replication:
 
     def park(self, reply: Reply, code: int, t0: float) -> bool:
         """A durable reply: True when it waits for slaves (SYNC_MASTER), False to write it now."""
-        return self.sync is not None and self.sync.park(reply, code, t0)
+        return self.sync is not None and not self.role.slave and self.sync.park(reply, code, t0)
 
     def notify(self) -> None:
         """The flusher made more of the log durable: ship it."""
@@ -571,5 +721,6 @@ class Replication:
             self.master.notify()
 
     async def close(self) -> None:
+        await self.stop_slave()
         if self.master is not None:
             await self.master.close()

@@ -54,6 +54,9 @@ class RoleState:
         self.lease_until_ms = 0
         self.min_in_sync_replicas = config.min_in_sync_replicas
         self._clock = clock
+        self.next_epoch_start: Callable[[int], int | None] = lambda epoch: None
+        """Where the epoch after ``epoch`` began in this log (None: none after it); set by the
+        shell from the epoch file."""
 
     @property
     def slave(self) -> bool:
@@ -77,6 +80,28 @@ class RoleState:
             return ResponseCode.SERVICE_NOT_AVAILABLE, LEASE_REMARK
         if len(self.sync_state_set) < self.min_in_sync_replicas:
             return ResponseCode.SYSTEM_ERROR, IN_SYNC_REPLICAS_REMARK
+        return None
+
+    def end_refusal(self, master_epoch: int | None, commit_log_offset: int,
+                    ) -> tuple[ResponseCode, str] | None:
+        """Why an END_TRANSACTION carrying ``master_epoch`` (the half's send answer's) for the
+        half at ``commit_log_offset`` is refused, or None (design: docs/replication.md
+        "Fencing"): a newer epoch than this broker's means this broker is stale
+        (SERVICE_NOT_AVAILABLE: the producer retries at the new master); an older one whose
+        offset lies at or past the start of the epoch that followed names bytes a truncation
+        rewrote (ILLEGAL_OPERATION: the half settles by check-back)."""
+        if master_epoch is None or not self.controller_mode:
+            return None
+        if master_epoch > self.master_epoch:
+            return (ResponseCode.SERVICE_NOT_AVAILABLE,
+                    f"fenced: stale master epoch {self.master_epoch}, the end names epoch "
+                    f"{master_epoch}")
+        if master_epoch < self.master_epoch:
+            start = self.next_epoch_start(master_epoch)
+            if start is not None and commit_log_offset >= start:
+                return (ResponseCode.ILLEGAL_OPERATION,
+                        f"stale end: offset {commit_log_offset} of epoch {master_epoch} was "
+                        f"rewritten from {start} on; the half settles by check-back")
         return None
 
     def to_master(self, epoch: int, sss: frozenset[int], sss_epoch: int) -> None:

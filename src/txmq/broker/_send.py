@@ -374,13 +374,18 @@ class SendPath:
             early[i] = self.reply(conn, order[i], o)
         return [a for i in range(len(order)) for a in early[i]]
 
+    def _epoch(self) -> int | None:
+        """``masterEpoch`` of a send answer: controller mode only."""
+        return self.b.role.master_epoch if self.b.role.controller_mode else None
+
     def reply(self, conn: int, cmd: Command, o: SendOutcome) -> list[Action]:
         """The remoting reply to a send: ``SendMessageResponseHeader`` or the error response."""
         if o.code != _SUCCESS:
             return self.b.error_reply(conn, cmd, o.code, o.remark)
         out = SendMessageResponseHeader(msg_id=o.msg_id, queue_id=o.queue_id,
                                         queue_offset=o.queue_offset,
-                                        transaction_id=o.transaction_id or None)
+                                        transaction_id=o.transaction_id or None,
+                                        master_epoch=self._epoch())
         return ok_reply(conn, cmd, to_ext(out), durable_offset=o.durable_offset)
 
     def handle_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
@@ -416,7 +421,8 @@ class SendPath:
         if first.code != _SUCCESS:
             raise Fail(first.code, first.remark)
         out = SendMessageResponseHeader(msg_id=",".join(o.msg_id for o in outcomes),
-                                        queue_id=first.queue_id, queue_offset=first.queue_offset)
+                                        queue_id=first.queue_id, queue_offset=first.queue_offset,
+                                        master_epoch=self._epoch())
         return ok_reply(conn, cmd, to_ext(out), durable_offset=last.durable_offset)
 
 

@@ -87,6 +87,8 @@ class TransactionRequests:
         self._refuse_end()
         h = from_ext(cmd.ext, EndTransactionRequestHeader)
         check_group(h.producer_group)
+        if (refusal := self.b.role.end_refusal(h.master_epoch, h.commit_log_offset)) is not None:
+            raise InvalidRequest(*refusal)
         return self._end_reply(conn, cmd, self.b.tx.end(h, now))
 
     def end_run(self, conn: int, cmds: list[Command], now: int) -> list[Action]:
@@ -108,6 +110,9 @@ class TransactionRequests:
             try:
                 h = from_ext(cmd.ext, EndTransactionRequestHeader)
                 check_group(h.producer_group)
+                if (refusal := self.b.role.end_refusal(h.master_epoch,
+                                                       h.commit_log_offset)) is not None:
+                    raise InvalidRequest(*refusal)
                 headers.append(h)
             except Exception as exc:  # MalformedHeader, InvalidRequest: that request's own error
                 early[i] = self.b.error_reply(conn, cmd, *failure(exc, "decoding an end"))

@@ -83,6 +83,11 @@ class RoleSwitch:
         self._flush, self._reregister, self._ask = flush, reregister, ask_ha_info
         self._wall_ms = wall_ms
         self._lock = asyncio.Lock()
+        self.role.next_epoch_start = self._next_epoch_start
+
+    def _next_epoch_start(self, epoch: int) -> int | None:
+        nxt = self.store.epochs.cache.next_entry(epoch)
+        return nxt.start_offset if nxt is not None else None
 
     def set_controller_id(self, broker_id: int) -> None:
         """This broker's id at the controller (``.broker.meta``): a slave names it in its HA

@@ -44,10 +44,13 @@ EXCHANGE_HA_INFO_TIMEOUT_MS = 3_000
 ``BrokerOuterAPI.retrieveBrokerHaInfo`` uses 3 s)."""
 
 
-async def exchange_ha_info(master_addr: str) -> ExchangeHaInfoResponseHeader:
+async def exchange_ha_info(master_addr: str, access_key: str = "",
+                           secret_key: str = "") -> ExchangeHaInfoResponseHeader:
     """Ask the broker at ``master_addr`` (remoting ``host:port``) its HA address with
-    EXCHANGE_BROKER_HA_INFO. Raises TransportError, RemoteError (a non-SUCCESS answer)."""
-    conn = AsyncConnection(master_addr, timeout_ms=EXCHANGE_HA_INFO_TIMEOUT_MS)
+    EXCHANGE_BROKER_HA_INFO, signed with the HA account when given (ACL: All on the cluster).
+    Raises TransportError, RemoteError (a non-SUCCESS answer)."""
+    conn = AsyncConnection(master_addr, timeout_ms=EXCHANGE_HA_INFO_TIMEOUT_MS,
+                           access_key=access_key, secret_key=secret_key)
     await conn.connect()
     try:
         got = await conn.request(RequestCode.EXCHANGE_BROKER_HA_INFO,
@@ -76,7 +79,8 @@ class RoleSwitch:
     def __init__(self, broker: Broker, store: FileStore, repl: Replication,
                  flush: Callable[[], Awaitable[int]],
                  reregister: Callable[[int, int | None], Awaitable[None]] | None = None,
-                 ask_ha_info: Callable[[str], Awaitable[ExchangeHaInfoResponseHeader]] = exchange_ha_info,
+                 ask_ha_info: Callable[[str, str, str], Awaitable[ExchangeHaInfoResponseHeader]]
+                 = exchange_ha_info,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.broker, self.store, self.repl = broker, store, repl
         self.role = broker.role
@@ -145,15 +149,18 @@ class RoleSwitch:
         stays a fenced slave; the controller client retries)."""
         async with self._lock:
             r = self.role
-            if master_epoch < r.master_epoch:
-                return
+            if master_epoch < r.master_epoch or (
+                    master_epoch == r.master_epoch and r.slave and not r.fenced
+                    and self.repl.slave is not None and self.broker.master_addr == master_addr):
+                return  # (older, or the same role again)
             r.fenced = True
             r.to_slave(master_epoch)
             self.broker.take_slave_role()
             await self.repl.stop_master()
             await self.repl.stop_slave()
             self.broker.master_addr = self.repl.master_addr = master_addr
-            info = await self._ask(master_addr)
+            c = self.broker.config
+            info = await self._ask(master_addr, c.ha_access_key, c.ha_secret_key)
             if not info.master_ha_address:
                 raise HaProtocolError(f"master {master_addr} has no HA listener")
             self.repl.start_slave(info.master_ha_address, r.controller_id, self._truncate)

@@ -114,3 +114,54 @@ def test_the_master_admits_a_hello_of_its_group_signed_by_a_granted_account(
     got = rep.authenticate(hello, b"n" * 16, "10.0.0.2")
     assert got is None if why is None else why in (got or "")
     assert broker.ha_status is not None and broker.ha_status(0).broker_role == "SYNC_MASTER"
+
+
+def test_a_controller_mode_slave_records_new_epochs_and_refuses_older_ones() -> None:
+    from txmq.errors import HaProtocolError
+    from txmq.protocol import encode_auto_transfer
+
+    core = SlaveCore(0, last_epoch=1)
+    rec = b"\0\0\0\x08\0\0\0\0"  # one 8-byte "record" (size field, magic)
+    assert core.feed(encode_auto_transfer(0, rec, 1, 0, 0)) == [(0, rec)] and core.new_epochs == []
+    assert core.feed(encode_auto_transfer(8, rec, 3, 8, 8)) == [(8, rec)]
+    assert core.new_epochs == [(3, 8)] and core.confirm == 8 and core.last_epoch == 3
+    with pytest.raises(HaProtocolError, match="older than"):
+        core.feed(encode_auto_transfer(16, rec, 2, 16, 8))
+    assert len(core.report(16)) == 12
+
+
+def test_a_controller_mode_master_never_ships_a_frame_across_two_epochs(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from txmq.broker.ha import HaMaster
+    from txmq.broker.ha._shell import AutoSwitchMaster
+    from txmq.protocol import AutoHandshake, HaTransfer, TransferDecoder
+    from txmq.store import EpochCache, FileStore, Record
+
+    store = FileStore(Path(str(tmp_path)))
+    store.append([Record(topic="t", queue_id=0, body=b"x" * 100) for _ in range(5)])
+    cut = store.write_offset
+    store.append([Record(topic="t", queue_id=0, body=b"y" * 100) for _ in range(5)])
+    store.flush()
+    epochs = EpochCache([(1, 0), (2, cut)])
+
+    def frame(at: int) -> tuple[int, int, int, int]:
+        e = epochs.find_by_offset(at)
+        assert e is not None
+        return e.epoch, e.start_offset, e.end_offset, at
+
+    master = HaMaster(store, "127.0.0.1", 0, lambda: None, auto_switch=AutoSwitchMaster(
+        lambda: AutoHandshake(store.write_offset, 2, epochs.pairs()), frame))
+
+    class Sink:
+        data = b""
+
+        def write(self, b: bytes) -> None:
+            self.data += b
+
+    sink, at = Sink(), 0
+    while at < store.write_offset:
+        at += master._send_frame(sink, at, store.write_offset)  # type: ignore[arg-type]
+    frames = [f for f in TransferDecoder(0, auto=True).feed(sink.data) if isinstance(f, HaTransfer)]
+    assert [(f.offset, f.epoch, f.epoch_start) for f in frames] == [(0, 1, 0), (cut, 2, cut)]
+    store.close()

@@ -178,3 +178,18 @@ def test_hello_garbage_raises_only_the_protocol_error(data: bytes) -> None:
     for payload in (data, b"TXHA" + data):
         with contextlib.suppress(HaProtocolError):
             HelloDecoder().feed(payload)
+
+
+def test_auto_switch_frames_round_trip_and_refuse_a_wrong_state() -> None:
+    from txmq.protocol import HA_AUTO_TRANSFER_HEADER, encode_auto_report, encode_auto_transfer
+
+    dec = TransferDecoder(100, auto=True)
+    wire = (encode_auto_transfer(100, b"ab", 3, 40, 90) + encode_auto_transfer(102, b"", 3, 40, 99))
+    assert dec.feed(wire) == [HaTransfer(100, b"ab", 3, 40, 90), HaHeartbeat(102, 3, 40, 99)]
+    rd = ReportDecoder(auto=True)
+    assert rd.feed(encode_auto_report(7) + encode_auto_report(9)) == [7, 9]
+    with pytest.raises(HaProtocolError, match="state"):
+        TransferDecoder(0, auto=True).feed(HA_AUTO_TRANSFER_HEADER.pack(1, 0, 0, 1, 0, 0))
+    with pytest.raises(HaProtocolError, match="state"):
+        ReportDecoder(auto=True).feed(b"\0\0\0\1" + b"\0" * 8)
+    assert len(encode_auto_transfer(0, b"", 1, 0, 0)) == 36 and len(encode_auto_report(0)) == 12

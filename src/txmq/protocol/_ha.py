@@ -41,6 +41,24 @@ RocketMQ's::
 The master checks the hello (:meth:`txmq.broker.acl.AclGuard.check_fields`); a bad or missing one
 closes the connection before any report counts. Then the slave reports as above.
 
+In controller mode (after the AutoSwitch handshake of :mod:`txmq.protocol._ha_auto`) the frames
+are RocketMQ 5's ``AutoSwitchHAClient`` / ``AutoSwitchHAConnection`` ones (``auto=True``)::
+
+    slave -> master: report (HA_AUTO_REPORT, 12 bytes)          struct ">iq"
+    +-----------+-----------------------------+
+    | state i32 | slaveMaxOffset  i64         |   state 2 (TRANSFER)
+    +-----------+-----------------------------+
+      0           4                           12
+
+    master -> slave: transfer (HA_AUTO_TRANSFER_HEADER, 36 bytes)  struct ">iiqiqq"
+    +-----------+--------------+---------------+----------------+------------------+----------------+-------+
+    | state i32 | bodySize i32 | phyOffset i64 | masterEpoch i32| epochStartOffset | confirmOffset  | body  |
+    | = 2       |              |               |                | i64              | i64            |       |
+    +-----------+--------------+---------------+----------------+------------------+----------------+-------+
+      0           4              8               16               20                 28               36
+    masterEpoch / epochStartOffset: the epoch that wrote the body (a frame never spans two
+    epochs); confirmOffset: what every SyncStateSet member has. bodySize 0 is a heartbeat.
+
 The master sends at most ``limits.HA_TRANSFER_BATCH_BYTES`` (RocketMQ ``haTransferBatchSize``)
 per frame, contiguous from the slave's reported offset. A frame's bytes need not end on a record
 boundary: the slave joins them (:class:`txmq.broker.ha.SlaveCore`).
@@ -62,6 +80,8 @@ from txmq.errors import HaProtocolError
 from txmq.protocol._acl_sign import SIGNATURE, sign_remoting
 
 __all__ = [
+    "HA_AUTO_REPORT",
+    "HA_AUTO_TRANSFER_HEADER",
     "HA_CHALLENGE",
     "HA_HELLO_FIELD_MAX_BYTES",
     "HA_HELLO_HEADER",
@@ -76,6 +96,8 @@ __all__ = [
     "ReportDecoder",
     "TransferDecoder",
     "decode_challenge",
+    "encode_auto_report",
+    "encode_auto_transfer",
     "encode_challenge",
     "encode_heartbeat",
     "encode_hello",
@@ -89,6 +111,17 @@ HA_REPORT = struct.Struct(">q")
 
 HA_TRANSFER_HEADER = struct.Struct(">qi")
 """A transfer frame's header: physical offset, body size (RocketMQ ``TRANSFER_HEADER_SIZE`` = 12)."""
+
+HA_AUTO_REPORT = struct.Struct(">iq")
+"""A controller-mode slave's report: state (2, TRANSFER), max offset (RocketMQ
+``AutoSwitchHAClient``'s 12-byte ack)."""
+
+HA_AUTO_TRANSFER_HEADER = struct.Struct(">iiqiqq")
+"""A controller-mode transfer header: state, body size, offset, master epoch, epoch start offset,
+confirm offset (RocketMQ ``AutoSwitchHAConnection``, 36 bytes)."""
+
+_STATE_TRANSFER = 2
+"""RocketMQ ``HAConnectionState.TRANSFER``."""
 
 HA_MAGIC = b"TXHA"
 """First bytes of the handshake frames (txmq's; as the high half of a transfer's phyOffset they
@@ -112,16 +145,25 @@ _F_NAME, _F_ID, _F_NONCE, _F_AK = "brokerName", "brokerId", "haNonce", "AccessKe
 
 
 class HaTransfer(msgspec.Struct, frozen=True):
-    """Commit-log bytes ``data`` that belong at physical offset ``offset``."""
+    """Commit-log bytes ``data`` that belong at physical offset ``offset`` (controller mode: of
+    master epoch ``epoch``, which began at ``epoch_start``; ``confirm``: the master's confirm
+    offset; -1 in the plain protocol)."""
 
     offset: int
     data: bytes
+    epoch: int = -1
+    epoch_start: int = -1
+    confirm: int = -1
 
 
 class HaHeartbeat(msgspec.Struct, frozen=True):
-    """An empty transfer frame: the master is alive, and its next transfer starts at ``offset``."""
+    """An empty transfer frame: the master is alive, and its next transfer starts at ``offset``
+    (controller mode: with the epoch fields of :class:`HaTransfer`)."""
 
     offset: int
+    epoch: int = -1
+    epoch_start: int = -1
+    confirm: int = -1
 
 
 def encode_report(max_offset: int) -> bytes:
@@ -148,6 +190,23 @@ def encode_transfer(offset: int, data: bytes | memoryview) -> bytes:
         raise HaProtocolError(f"HA transfer of {len(data)} bytes is above "
                               f"HA_TRANSFER_BATCH_BYTES {limits.HA_TRANSFER_BATCH_BYTES}")
     return HA_TRANSFER_HEADER.pack(offset, len(data)) + bytes(data)
+
+
+def encode_auto_report(max_offset: int) -> bytes:
+    """A controller-mode report (12 bytes). Raises HaProtocolError for a negative offset."""
+    if not 0 <= max_offset <= _OFFSET_MAX:
+        raise HaProtocolError(f"HA report offset {max_offset} out of range")
+    return HA_AUTO_REPORT.pack(_STATE_TRANSFER, max_offset)
+
+
+def encode_auto_transfer(offset: int, data: bytes | memoryview, epoch: int, epoch_start: int,
+                         confirm: int) -> bytes:
+    """A controller-mode transfer frame (``data`` empty: a heartbeat); the caller keeps ``data``
+    within one epoch. Raises HaProtocolError as :func:`encode_transfer`."""
+    if not 0 <= offset <= _OFFSET_MAX - len(data) or len(data) > limits.HA_TRANSFER_BATCH_BYTES:
+        raise HaProtocolError(f"HA transfer of {len(data)} bytes at {offset} out of range")
+    return HA_AUTO_TRANSFER_HEADER.pack(_STATE_TRANSFER, len(data), offset, epoch, epoch_start,
+                                        confirm) + bytes(data)
 
 
 def encode_heartbeat(offset: int) -> bytes:
@@ -184,10 +243,12 @@ class ReportDecoder:
     caller acts on the last one, like RocketMQ's ``ReadSocketService``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, auto: bool = False) -> None:
         self._b = _Buffer()
         self.last = -1
         """The last offset reported (-1: none yet)."""
+        self._auto = auto
+        self._size = HA_AUTO_REPORT.size if auto else HA_REPORT.size
 
     def feed(self, data: bytes | memoryview) -> list[int]:
         """The complete reports in what arrived so far (partial ones wait for more bytes).
@@ -199,9 +260,14 @@ class ReportDecoder:
         b = self._b
         b.add(data)
         out: list[int] = []
-        while b.available >= HA_REPORT.size:
-            (offset,) = HA_REPORT.unpack_from(b.buf, b.pos)
-            b.pos += HA_REPORT.size
+        while b.available >= self._size:
+            if self._auto:
+                state, offset = HA_AUTO_REPORT.unpack_from(b.buf, b.pos)
+                if state != _STATE_TRANSFER:
+                    raise HaProtocolError(f"slave report in state {state}, not TRANSFER")
+            else:
+                (offset,) = HA_REPORT.unpack_from(b.buf, b.pos)
+            b.pos += self._size
             if offset < 0 or offset < self.last:
                 raise HaProtocolError(f"slave reported offset {offset} after {self.last}")
             self.last = offset
@@ -218,11 +284,13 @@ class TransferDecoder:
             transfer moves it on by its size.
     """
 
-    def __init__(self, expected: int) -> None:
+    def __init__(self, expected: int, auto: bool = False) -> None:
         if expected < 0:
             raise HaProtocolError(f"HA stream cannot start at offset {expected}")
         self._b = _Buffer()
         self.expected = expected
+        self._auto = auto
+        self._head = HA_AUTO_TRANSFER_HEADER if auto else HA_TRANSFER_HEADER
 
     def feed(self, data: bytes | memoryview) -> list[HaTransfer | HaHeartbeat]:
         """The complete frames in what arrived so far (a partial frame waits for more bytes).
@@ -234,18 +302,25 @@ class TransferDecoder:
         b = self._b
         b.add(data)
         out: list[HaTransfer | HaHeartbeat] = []
-        while b.available >= HA_TRANSFER_HEADER.size:
-            offset, size = HA_TRANSFER_HEADER.unpack_from(b.buf, b.pos)
+        head = self._head
+        while b.available >= head.size:
+            if self._auto:
+                state, size, offset, epoch, start, confirm = head.unpack_from(b.buf, b.pos)
+                if state != _STATE_TRANSFER or epoch < 0 or not 0 <= start <= offset:
+                    raise HaProtocolError(f"HA transfer state {state}, epoch {epoch} from {start}")
+            else:
+                (offset, size), epoch, start, confirm = head.unpack_from(b.buf, b.pos), -1, -1, -1
             if offset != self.expected or not 0 <= size <= limits.HA_TRANSFER_BATCH_BYTES:
                 raise self._refusal(b, offset, size)
-            end = b.pos + HA_TRANSFER_HEADER.size + size
+            end = b.pos + head.size + size
             if len(b.buf) < end:
                 break
             if size:
-                out.append(HaTransfer(offset, bytes(b.buf[end - size : end])))
+                out.append(HaTransfer(offset, bytes(b.buf[end - size : end]), epoch, start,
+                                      confirm))
                 self.expected += size
             else:
-                out.append(HaHeartbeat(offset))
+                out.append(HaHeartbeat(offset, epoch, start, confirm))
             b.pos = end
         return out
 

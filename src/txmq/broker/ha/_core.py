@@ -13,7 +13,13 @@ from typing import Generic, TypeVar
 
 from txmq import limits
 from txmq.errors import HaProtocolError
-from txmq.protocol import HaHeartbeat, HaTransfer, TransferDecoder, encode_report
+from txmq.protocol import (
+    HaHeartbeat,
+    HaTransfer,
+    TransferDecoder,
+    encode_auto_report,
+    encode_report,
+)
 
 __all__ = ["AckTable", "ReplicaWait", "SlaveCore"]
 
@@ -32,29 +38,56 @@ class SlaveCore:
     complete wait here (a transfer frame need not end on a record boundary). After appending, the
     slave reports its new end with :meth:`report`.
 
+    ``last_epoch`` (controller mode, the AutoSwitch frames): the newest epoch of the slave's
+    epoch file (0 if none).
+
     Raises:
         HaProtocolError: (from :meth:`feed`) a frame breaks the protocol, or a record's declared
-            size is out of ``[8, limits.HA_RECORD_SIZE_MAX_BYTES]``.
+            size is out of ``[8, limits.HA_RECORD_SIZE_MAX_BYTES]``, or (controller mode) is of an
+            older epoch than the slave's newest.
     """
 
-    def __init__(self, end: int) -> None:
-        self.decoder = TransferDecoder(end)
+    def __init__(self, end: int, last_epoch: int | None = None) -> None:
+        self.decoder = TransferDecoder(end, auto=last_epoch is not None)
         self._pending = bytearray()
         self._pending_at = end
         self.last_frame_offset = end
+        self._encode = encode_report if last_epoch is None else encode_auto_report
+        self.last_epoch = -1 if last_epoch is None else last_epoch
+        """Controller mode: the newest epoch this slave holds or received (None: plain)."""
+        self.new_epochs: list[tuple[int, int]] = []
+        """Controller mode: ``(epoch, start offset)`` of epochs newer than :attr:`last_epoch`
+        the last :meth:`feed` met, in order: append them to the epoch file before its runs."""
+        self.confirm = -1
+        """Controller mode: the master's last confirm offset."""
 
     def hello(self) -> bytes:
-        return encode_report(self._pending_at)
+        return self._encode(self._pending_at)
 
-    @staticmethod
-    def report(end: int) -> bytes:
-        """The 8-byte report of a slave whose commit log now ends at ``end``."""
-        return encode_report(end)
+    def report(self, end: int) -> bytes:
+        """The report of a slave whose commit log now ends at ``end`` (8 bytes; 12 in
+        controller mode)."""
+        return self._encode(end)
+
+    def _epoch(self, ev: HaTransfer | HaHeartbeat) -> None:
+        """Controller mode: a frame of an epoch older than the newest held is refused; a newer
+        one is recorded (RocketMQ ``AutoSwitchHAClient``)."""
+        if ev.epoch < 0:
+            return
+        if ev.epoch < self.last_epoch:
+            raise HaProtocolError(f"HA frame of master epoch {ev.epoch}, older than this slave's "
+                                  f"{self.last_epoch}")
+        if ev.epoch > self.last_epoch and isinstance(ev, HaTransfer):
+            self.new_epochs.append((ev.epoch, ev.epoch_start))
+            self.last_epoch = ev.epoch
+        self.confirm = max(self.confirm, ev.confirm)
 
     def feed(self, data: bytes | memoryview) -> list[tuple[int, bytes]]:
         out: list[tuple[int, bytes]] = []
+        self.new_epochs = []
         for ev in self.decoder.feed(data):
             self.last_frame_offset = ev.offset
+            self._epoch(ev)
             if isinstance(ev, HaHeartbeat):
                 continue
             assert isinstance(ev, HaTransfer)

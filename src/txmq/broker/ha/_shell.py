@@ -23,6 +23,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from itertools import count
+from typing import NamedTuple
 
 import msgspec
 
@@ -50,6 +51,7 @@ from txmq.protocol import (
     decode_master_handshake_body,
     decode_master_handshake_head,
     decode_slave_handshake,
+    encode_auto_transfer,
     encode_challenge,
     encode_heartbeat,
     encode_hello,
@@ -61,7 +63,8 @@ from txmq.protocol import (
 )
 from txmq.store import Store
 
-__all__ = ["Authenticate", "HaCredentials", "HaMaster", "HaSlave", "Replication", "SyncWait"]
+__all__ = ["Authenticate", "AutoSwitchMaster", "AutoSwitchSlave", "HaCredentials", "HaMaster",
+           "HaSlave", "Replication", "SyncWait"]
 
 log = logging.getLogger("txmq.broker.ha")
 
@@ -76,6 +79,26 @@ the connect timeout's order of magnitude, ``limits.CONNECT_TIMEOUT_MS``)."""
 Authenticate = Callable[[HaHello, bytes, str], "str | None"]
 """A master's check of a slave's hello: (hello, the connection's nonce, the peer's IP) → None to
 admit it, or why it is refused."""
+
+
+class AutoSwitchMaster(NamedTuple):
+    """A controller-mode master's side of the AutoSwitch protocol."""
+
+    handshake: Callable[[], AutoHandshake]
+    """The handshake reply: log end, master epoch, epoch entries."""
+    frame: Callable[[int], tuple[int, int, int, int]]
+    """For a commit log offset: (epoch, epoch start, epoch end, confirm offset)."""
+
+
+class AutoSwitchSlave(NamedTuple):
+    """A controller-mode slave's side of the AutoSwitch protocol."""
+
+    broker_id: int
+    on_handshake: Callable[[AutoHandshake], Awaitable[None]]
+    """Truncates to the consistent point with the master's epochs."""
+    last_epoch: Callable[[], int]
+    on_epochs: Callable[[list[tuple[int, int]]], None]
+    """Appends ``(epoch, start)`` entries met in transfer frames to the epoch file."""
 
 
 class HaCredentials(msgspec.Struct, frozen=True):
@@ -114,7 +137,7 @@ class HaMaster:
 
     def __init__(self, store: Store, host: str, port: int, on_ack: Callable[[], None],
                  authenticate: Authenticate | None = None, *, acks: AckTable | None = None,
-                 auto_switch: Callable[[], AutoHandshake] | None = None) -> None:
+                 auto_switch: AutoSwitchMaster | None = None) -> None:
         self.store, self.host, self.port = store, host, port
         self.acks = acks if acks is not None else AckTable()
         self._auto = auto_switch
@@ -167,7 +190,7 @@ class HaMaster:
         if me is not None:
             self._handlers.add(me)
             me.add_done_callback(self._handlers.discard)
-        decoder = ReportDecoder()
+        decoder = ReportDecoder(auto=self._auto is not None)
         tasks: set[asyncio.Task[None]] = set()
         try:
             hello, rest = await self._handshake(reader, writer, peer)
@@ -217,7 +240,7 @@ class HaMaster:
                 buf += data
             slave_id = decode_slave_handshake(bytes(buf[:n]))
             assert self._auto is not None
-            writer.write(encode_master_handshake(self._auto()))
+            writer.write(encode_master_handshake(self._auto.handshake()))
             await writer.drain()
         return slave_id, bytes(buf[n:])
 
@@ -292,6 +315,19 @@ class HaMaster:
                 lag_ms=self.acks.lag_ms(link, end, now)))
         return out
 
+    def _send_frame(self, writer: asyncio.StreamWriter, at: int, stop: int) -> int:
+        """Write one transfer frame of the log from ``at`` (below ``stop``); returns its size.
+        Controller mode: the frame carries its epoch and ends at the epoch's end."""
+        if self._auto is None:
+            data = self.store.read_log(at, min(limits.HA_TRANSFER_BATCH_BYTES, stop - at))
+            writer.write(encode_transfer(at, data))
+            return len(data)
+        epoch, start, epoch_end, confirm = self._auto.frame(at)
+        data = self.store.read_log(at, min(limits.HA_TRANSFER_BATCH_BYTES, stop - at,
+                                           epoch_end - at))
+        writer.write(encode_auto_transfer(at, data, epoch, start, confirm))
+        return len(data)
+
     async def _read_reports(self, link: int, reader: asyncio.StreamReader,
                             decoder: ReportDecoder) -> None:
         while True:
@@ -310,11 +346,13 @@ class HaMaster:
             if at < end:  # frames of up to 32 KiB, up to _READ_BYTES of them before a drain
                 stop = min(end, at + _READ_BYTES)
                 while at < stop:
-                    data = self.store.read_log(at, min(limits.HA_TRANSFER_BATCH_BYTES, stop - at))
-                    writer.write(encode_transfer(at, data))
-                    at += len(data)
+                    at += self._send_frame(writer, at, stop)
             elif _mono_ms() - last_write >= limits.HA_SEND_HEARTBEAT_INTERVAL_MS:
-                writer.write(encode_heartbeat(at))
+                if self._auto is not None:
+                    epoch, start, _, confirm = self._auto.frame(at)
+                    writer.write(encode_auto_transfer(at, b"", epoch, start, confirm))
+                else:
+                    writer.write(encode_heartbeat(at))
             else:
                 wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -340,7 +378,7 @@ class HaSlave:
     def __init__(self, store: Store, master: str, flush: Callable[[], Awaitable[int]],
                  on_append: Callable[[set[tuple[str, int]]], None],
                  credentials: HaCredentials | None = None,
-                 auto_switch: tuple[int, Callable[[AutoHandshake], Awaitable[None]]] | None = None,
+                 auto_switch: AutoSwitchSlave | None = None,
                  ) -> None:
         self.store, self.master = store, master
         self.auto_switch = auto_switch
@@ -400,9 +438,10 @@ class HaSlave:
         bytes, sent as each fsync ends (:meth:`_flush_and_report`)."""
         if self.credentials is not None:
             await self._answer_challenge(reader, writer, self.credentials)
-        if self.auto_switch is not None:
-            await self._auto_handshake(reader, writer, *self.auto_switch)
-        core = SlaveCore(self.store.write_offset)
+        auto = self.auto_switch
+        if auto is not None:
+            await self._auto_handshake(reader, writer, auto.broker_id, auto.on_handshake)
+        core = SlaveCore(self.store.write_offset, auto.last_epoch() if auto is not None else None)
         writer.write(core.hello())
         self.connected, self._last_report, self.last_write_ms = True, _mono_ms(), _wall_ms()
         log.info("HA: following master %s from offset %d", self.master, self.store.write_offset)
@@ -415,6 +454,8 @@ class HaSlave:
                     raise ConnectionError("master closed the HA connection")
                 got[0], self.last_read_ms = True, _wall_ms()
                 pieces = core.feed(data)
+                if core.new_epochs and auto is not None:
+                    auto.on_epochs(core.new_epochs)
                 touched: set[tuple[str, int]] = set()
                 for offset, chunk in pieces:
                     self.store.append_replica(offset, chunk, touched)
@@ -609,16 +650,16 @@ class Replication:
         return [("ha-sync", self.sync.run)]
 
     # -- controller mode: role changes (RoleSwitch) -----------------------------------------------
-    async def start_master(self, handshake: Callable[[], AutoHandshake]) -> None:
+    async def start_master(self, auto: AutoSwitchMaster) -> None:
         """Become the group's master: stop following, serve slaves (AutoSwitch handshake with
-        ``handshake``'s reply) on the HA port (the first one bound is kept)."""
+        ``auto``) on the HA port (the first one bound is kept)."""
         await self.stop_slave()
         c = self.config
         if self.master is not None or c.ha_listen_port < 0:
             return
         master = HaMaster(self.store, c.host, self._ha_port, self._acked,
                           None if self.acl is None else self.authenticate, acks=self.acks,
-                          auto_switch=handshake)
+                          auto_switch=auto)
         try:
             await master.start()
         except OSError as exc:  # sends wait for the SyncStateSet and time out
@@ -634,14 +675,13 @@ class Replication:
         self.acks.acks.clear()
         self.acks.caught_up_ms.clear()
 
-    def start_slave(self, ha_addr: str, broker_id: int,
-                    on_handshake: Callable[[AutoHandshake], Awaitable[None]]) -> None:
-        """Follow the master at HA address ``ha_addr`` as slave ``broker_id``."""
+    def start_slave(self, ha_addr: str, auto: AutoSwitchSlave) -> None:
+        """Follow the master at HA address ``ha_addr`` (AutoSwitch protocol: ``auto``)."""
         c = self.config
-        cred = (HaCredentials(c.broker_name, broker_id, c.ha_access_key, c.ha_secret_key)
+        cred = (HaCredentials(c.broker_name, auto.broker_id, c.ha_access_key, c.ha_secret_key)
                 if c.ha_access_key else None)
         self.slave = HaSlave(self.store, ha_addr, self._flush, self._on_append, cred,
-                             auto_switch=(broker_id, on_handshake))
+                             auto_switch=auto)
         self._slave_task = asyncio.create_task(self.slave.run(), name="ha-slave")
 
     async def stop_slave(self) -> None:

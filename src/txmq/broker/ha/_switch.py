@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from txmq.broker._broker import Broker
-from txmq.broker.ha._shell import Replication
+from txmq.broker.ha._shell import AutoSwitchMaster, AutoSwitchSlave, Replication
 from txmq.client import AsyncConnection
 from txmq.errors import HaProtocolError, RemoteError, ResponseCode
 from txmq.protocol import (
@@ -38,6 +38,9 @@ from txmq.store import EpochCache, FileStore
 __all__ = ["RoleSwitch", "exchange_ha_info"]
 
 log = logging.getLogger("txmq.broker.ha")
+
+_OPEN_END = 2**63 - 1
+"""The end of an epoch that has none yet (RocketMQ ``Long.MAX_VALUE``, ``EpochEntry``'s default)."""
 
 EXCHANGE_HA_INFO_TIMEOUT_MS = 3_000
 """Longest a slave waits for its master's EXCHANGE_BROKER_HA_INFO answer (RocketMQ
@@ -135,7 +138,7 @@ class RoleSwitch:
             r.to_master(master_epoch, sync_state_set, sync_state_set_epoch)
             pending = self.broker.take_master_role(self._wall_ms(),
                                                    prev.start_offset if prev else 0)
-            await self.repl.start_master(self._handshake)
+            await self.repl.start_master(AutoSwitchMaster(self._handshake, self._frame))
             log.warning("became master of %s, epoch %d, log end %d, SyncStateSet %s; %d pending "
                         "halves to check back", self.broker.config.broker_name, master_epoch, end,
                         sorted(sync_state_set), pending)
@@ -163,7 +166,8 @@ class RoleSwitch:
             info = await self._ask(master_addr, c.ha_access_key, c.ha_secret_key)
             if not info.master_ha_address:
                 raise HaProtocolError(f"master {master_addr} has no HA listener")
-            self.repl.start_slave(info.master_ha_address, r.controller_id, self._truncate)
+            self.repl.start_slave(info.master_ha_address, AutoSwitchSlave(
+                r.controller_id, self._truncate, self.store.epochs.last_epoch, self._received))
             log.warning("became slave (id %d) of %s (id %d, HA %s), epoch %d", r.controller_id,
                         master_addr, master_broker_id, info.master_ha_address, master_epoch)
         if self._reregister is not None:
@@ -196,11 +200,26 @@ class RoleSwitch:
         return AutoHandshake(self.store.write_offset, self.role.master_epoch,
                              self.store.epochs.cache.pairs())
 
+    def _frame(self, offset: int) -> tuple[int, int, int, int]:
+        """A master's transfer frame at ``offset``: (epoch, its start, its end, confirm offset)."""
+        entry = self.store.epochs.cache.find_by_offset(offset)
+        if entry is None:  # below the first entry: written before controller mode, "epoch 0"
+            entries = self.store.epochs.cache.entries()
+            return 0, 0, entries[0].start_offset if entries else _OPEN_END, self.confirm_offset()
+        return entry.epoch, entry.start_offset, entry.end_offset, self.confirm_offset()
+
+    def _received(self, epochs: list[tuple[int, int]]) -> None:
+        """A slave met newer epochs in transfer frames: into the epoch file, before their bytes."""
+        for epoch, start in epochs:
+            if not self.store.epochs.append(epoch, start):
+                raise HaProtocolError(f"epoch {epoch} from {start} does not follow the epoch file "
+                                      f"{self.store.epochs.cache.pairs()}")
+
     async def _truncate(self, hs: AutoHandshake) -> None:
-        """A slave got its master's handshake: cut its log to the consistent point (crash-safe),
-        then take the master's epoch entries. Raises HaProtocolError when the logs share no
-        epoch and this one is not empty (RocketMQ: no consistent point is an error), or when
-        the master's epoch is older than this slave's."""
+        """A slave got its master's handshake: cut its log to the consistent point (crash-safe;
+        the epoch file's entries after it go too: transfer frames bring the master's). Raises
+        HaProtocolError when the logs share no epoch and this one is not empty (RocketMQ: no
+        consistent point is an error), or when the master's epoch is older than this slave's."""
         if hs.master_epoch < self.role.master_epoch:
             raise HaProtocolError(f"master epoch {hs.master_epoch} is older than "
                                   f"{self.role.master_epoch}")
@@ -214,5 +233,5 @@ class RoleSwitch:
             log.warning("truncating the commit log from %d to %d, the consistent point with the "
                         "master (epochs %s, its %s)", end, point, mine.pairs(), hs.entries)
             await asyncio.to_thread(self.store.truncate_log, point)
-        self.store.epochs.cache = theirs
-        self.store.epochs.persist()
+        else:  # (epochs that began at the end and wrote nothing: the master's frames decide)
+            self.store.epochs.truncate_suffix_by_offset(point)

@@ -93,3 +93,15 @@ def test_a_new_master_checks_back_every_pending_half_at_once() -> None:
     checks = h.tick(1)
     assert len(checks) == 3 and {c.command.code for c in checks} == {
         RequestCode.CHECK_TRANSACTION_STATE}
+
+
+def test_a_fenced_master_runs_no_check_back() -> None:
+    h = _harness()
+    _master(h, 1)
+    h.heartbeat(1, "producer-1", ["pg"])
+    h.send(1, "t", b"x", transactional=True)
+    h.broker.take_master_role(h.now_ms, 0)
+    CLOCK[0] += 3000  # the lease ran out: no check-back (its answer could not be stored)
+    assert h.tick(1) == []
+    h.broker.role.lease_until_ms = CLOCK[0] + 3000
+    assert len(h.tick(1)) == 1

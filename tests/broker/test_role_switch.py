@@ -178,3 +178,18 @@ def test_exchange_ha_info_names_the_ha_listener(tmp_path: Path) -> None:
             assert info.master_flush_offset == a.store.flushed_offset
 
     asyncio.run(main())
+
+
+def test_a_controller_mode_broker_process_starts_fenced(tmp_path: Path) -> None:
+    from txmq.client import Producer
+    from txmq.testing import run_broker
+
+    with run_broker(tmp_path, enable_controller_mode=True, controller_addr="127.0.0.1:1",
+                    topics={"t": 1}) as bp:
+        p = Producer("pg", endpoints=bp.endpoints, retry_times_when_send_failed=0)
+        p.start()
+        try:
+            with pytest.raises(RemoteError, match="fenced: no role"):
+                p.send(Message(topic="t", body=b"x"))
+        finally:
+            p.shutdown()

@@ -396,10 +396,12 @@ class Broker:
         part runs guarded (:class:`TimerHealth`), so one failing part stops neither the others
         nor later ticks; each part's last successful run is in ``health.last_tick_ms``."""
         actions: list[Action] = []
-        slave = self.role.slave  # RocketMQ: only a master checks back,
-        if not slave:                               # delivers delays and revives pops
+        fenced = self.role.write_refusal() is not None  # controller mode: it may not write now
+        slave = self.role.slave or fenced  # RocketMQ: only a master checks back,
+        if not slave:                      # delivers delays and revives pops
             self.health.run("schedule", now_ms, lambda: self.schedule.tick(now_ms))
-        self.health.run("meta", now_ms, lambda: self.meta.tick(now_ms))  # write / follow
+        if not fenced or self.role.slave:
+            self.health.run("meta", now_ms, lambda: self.meta.tick(now_ms))  # write / follow
         actions += self.health.run("clients", now_ms, lambda: self._expire_clients(now_ms)) or []
         if slave:  # (``BrokerRole.SLAVE != role``)
             return actions

@@ -105,3 +105,19 @@ def test_a_fenced_master_runs_no_check_back() -> None:
     assert h.tick(1) == []
     h.broker.role.lease_until_ms = CLOCK[0] + 3000
     assert len(h.tick(1)) == 1
+
+
+def test_end_batch_checks_each_master_epoch() -> None:
+    from txmq.protocol import decode_body, encode_body
+
+    h = _harness()
+    _master(h, 2)
+    half = h.send(1, "t", b"x", transactional=True)
+    sent = from_ext(half.ext, SendMessageResponseHeader)
+    ends = [to_ext(EndTransactionRequestHeader(
+        producer_group="pg", tran_state_table_offset=sent.queue_offset,
+        commit_log_offset=decode_offset_msg_id(sent.msg_id)[1], commit_or_rollback=8,
+        msg_id=sent.transaction_id or "", master_epoch=e)) for e in (3, 2)]
+    r = h.request(1, RequestCode.END_TRANSACTION_BATCH, body=encode_body(ends))
+    items = decode_body(r.body, list[dict[str, object]])
+    assert [i["code"] for i in items] == [ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SUCCESS]

@@ -268,13 +268,15 @@ class Broker:
 
     def take_master_role(self, now_ms: int, torn_from: int) -> int:
         """The role became master (controller mode): system records written here from now on,
-        the transaction index rebuilt from the whole log (it replicated halves and ends it did
-        not index; its snapshot may predate a truncation), and every pending half checked back
+        pop state replayed from the revive topic, the transaction index rebuilt from the whole
+        log (it replicated halves and ends it did not index; its snapshot may predate a
+        truncation), and every pending half checked back
         at the next tick (issue #26: the new master checks back every pending half it holds;
         RocketMQ ``changeSpecialServiceStatus(true)``). ``torn_from``: where the last epoch
         began (a batch torn by the old master's crash can only be after it). Returns how many
         halves are pending."""
         self.meta.set_slave(False)
+        self.pop = build_pop_service(self)  # (its checkpoints arrived by replication)
         self.tx = TransactionService(self.config, self.store, self.append, self.clients,
                                      self.destination_problem, lambda: self.store_host)
         self._recover(torn_from=torn_from)

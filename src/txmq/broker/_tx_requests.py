@@ -137,7 +137,7 @@ class TransactionRequests:
             raise InvalidRequest(ResponseCode.INVALID_PARAMETER, f"end batch body: {exc}") from exc
         if len(exts) > limits.BATCH_MESSAGES_MAX:
             raise InvalidRequest(ResponseCode.MESSAGE_ILLEGAL, f"more than {limits.BATCH_MESSAGES_MAX} ends")
-        parsed: list[EndTransactionRequestHeader | str]
+        parsed: list[EndTransactionRequestHeader | str | tuple[ResponseCode, str]]
         try:  # every header at once (the usual case), else each on its own for its error
             parsed = list(from_ext_list(exts, EndTransactionRequestHeader))
         except MalformedHeader:
@@ -147,11 +147,19 @@ class TransactionRequests:
                     parsed.append(from_ext(ext, EndTransactionRequestHeader))
                 except MalformedHeader as exc:
                     parsed.append(str(exc))
-        decided = iter(self.b.tx.end_many([h for h in parsed if not isinstance(h, str)], now))
+        for i, h in enumerate(parsed):  # controller mode: each end's master epoch
+            if isinstance(h, EndTransactionRequestHeader) and (
+                    refusal := self.b.role.end_refusal(h.master_epoch, h.commit_log_offset)):
+                parsed[i] = refusal
+        decided = iter(self.b.tx.end_many([h for h in parsed if isinstance(
+            h, EndTransactionRequestHeader)], now))
         items, durable = [], 0
         for h in parsed:
             if isinstance(h, str):
                 items.append({"code": int(ResponseCode.INVALID_PARAMETER), "remark": h})
+                continue
+            if isinstance(h, tuple):
+                items.append({"code": int(h[0]), "remark": h[1]})
                 continue
             r = next(decided)
             durable = max(durable, r.durable_offset)

@@ -193,3 +193,21 @@ def test_a_controller_mode_broker_process_starts_fenced(tmp_path: Path) -> None:
                 p.send(Message(topic="t", body=b"x"))
         finally:
             p.shutdown()
+
+
+def test_a_sync_send_waits_for_every_sync_state_set_member(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with _brokers(tmp_path) as (a, _b):
+            ra = _roles(a, A)
+            await ra.become_master(1, frozenset({A, B}), 1)  # B never connects
+            _lease(ra)
+            t0 = time.monotonic()
+            sending = asyncio.create_task(_send(a, 1, "wait"))
+            await asyncio.sleep(0.3)
+            assert not sending.done()  # held for B's acknowledgement
+            ra.set_sync_state_set(frozenset({A}), 2)  # the controller shrank the set
+            await asyncio.wait_for(sending, 1.5)  # released at once, not at the 2 s timeout
+            assert time.monotonic() - t0 < 1.8
+            assert ra.confirm_offset() == ra.max_phy_offset() > 0
+
+    asyncio.run(main())

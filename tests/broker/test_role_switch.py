@@ -211,3 +211,30 @@ def test_a_sync_send_waits_for_every_sync_state_set_member(tmp_path: Path) -> No
             assert ra.confirm_offset() == ra.max_phy_offset() > 0
 
     asyncio.run(main())
+
+
+def test_a_restarted_master_of_the_same_epoch_keeps_its_epoch_entry(tmp_path: Path) -> None:
+    async def main() -> None:
+        a = BrokerServer(_config(tmp_path, "a"))
+        await a.start()
+        try:
+            ra = _roles(a, A)
+            await ra.become_master(1, frozenset({A}), 1)
+            _lease(ra)
+            await _send(a, 3, "before")
+        finally:
+            await a.close()
+        a = BrokerServer(_config(tmp_path, "a"))
+        await a.start()
+        try:
+            ra = _roles(a, A)
+            assert a.broker.role.master_epoch == 1 and a.broker.role.fenced
+            await ra.become_slave(0, B, "127.0.0.1:1")  # older than what it saw: ignored
+            await ra.become_master(1, frozenset({A}), 1)  # the controller: still master, epoch 1
+            assert a.store.epochs.cache.pairs() == [(1, 0)]  # not restarted at the log's end
+            _lease(ra)
+            await _send(a, 1, "after")
+        finally:
+            await a.close()
+
+    asyncio.run(main())

@@ -91,6 +91,7 @@ class RoleSwitch:
         self._wall_ms = wall_ms
         self._lock = asyncio.Lock()
         self.role.next_epoch_start = self._next_epoch_start
+        self.role.master_epoch = store.epochs.last_epoch()  # (a restart: older roles ignored)
 
     def _next_epoch_start(self, epoch: int) -> int | None:
         nxt = self.store.epochs.cache.next_entry(epoch)
@@ -128,22 +129,32 @@ class RoleSwitch:
             await self.repl.stop_slave()
             end = await self._flush()
             epochs = self.store.epochs
-            prev = epochs.cache.last_entry()
-            epochs.truncate_suffix_by_offset(end)  # epochs that wrote nothing here
-            epochs.truncate_suffix_by_epoch(master_epoch)
-            if not epochs.append(master_epoch, end):
-                log.error("epoch %d at %d does not follow the epoch file %s", master_epoch, end,
-                          epochs.cache.pairs())
+            last = epochs.cache.last_entry()
+            torn_from = last.start_offset if last is not None else 0
+            if last is not None and last.epoch == master_epoch and last.start_offset <= end:
+                pass  # its own epoch again after a restart: the entry stands
+            elif not self._new_epoch(master_epoch, end):
                 return  # (stays fenced: the controller elects again or the operator looks)
             r.to_master(master_epoch, sync_state_set, sync_state_set_epoch)
-            pending = self.broker.take_master_role(self._wall_ms(),
-                                                   prev.start_offset if prev else 0)
+            pending = self.broker.take_master_role(self._wall_ms(), torn_from)
             await self.repl.start_master(AutoSwitchMaster(self._handshake, self._frame))
             log.warning("became master of %s, epoch %d, log end %d, SyncStateSet %s; %d pending "
                         "halves to check back", self.broker.config.broker_name, master_epoch, end,
                         sorted(sync_state_set), pending)
         if self._reregister is not None:
             await self._reregister(0, master_epoch)
+
+    def _new_epoch(self, master_epoch: int, end: int) -> bool:
+        """Append ``<master_epoch, end>`` after dropping entries that begin at or past ``end``
+        (epochs that wrote nothing here) and any of ``master_epoch`` or later."""
+        epochs = self.store.epochs
+        epochs.truncate_suffix_by_offset(end)
+        epochs.truncate_suffix_by_epoch(master_epoch)
+        if epochs.append(master_epoch, end):
+            return True
+        log.error("epoch %d at %d does not follow the epoch file %s", master_epoch, end,
+                  epochs.cache.pairs())
+        return False
 
     async def become_slave(self, master_epoch: int, master_broker_id: int,
                            master_addr: str) -> None:
@@ -232,6 +243,6 @@ class RoleSwitch:
         if point < end:
             log.warning("truncating the commit log from %d to %d, the consistent point with the "
                         "master (epochs %s, its %s)", end, point, mine.pairs(), hs.entries)
-            await asyncio.to_thread(self.store.truncate_log, point)
+            self.store.truncate_log(point)  # (on the loop: no checkpoint runs meanwhile)
         else:  # (epochs that began at the end and wrote nothing: the master's frames decide)
             self.store.epochs.truncate_suffix_by_offset(point)

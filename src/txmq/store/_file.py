@@ -50,10 +50,10 @@ from txmq.store._consumequeue import ConsumeQueue, topic_dir_problem
 from txmq.store._epoch import EpochFile
 from txmq.store._index import Index, id_key, key_key
 from txmq.store._quarantine import Quarantine
-from txmq.store._recovery import dispatch_record, keep_tail, recover, sweep_commit_log_dir
+from txmq.store._recovery import dispatch_record, recover, sweep_commit_log_dir
 from txmq.store._retention import SegmentInfo, log_report, plan_clean
 from txmq.store._table import FileStateTable, StateTable
-from txmq.store._truncate import CUT_REASON, TRUNCATE_MARKER, cut_files, read_marker
+from txmq.store._truncate import TRUNCATE_MARKER, cut_files, finish_cut, read_marker, redo_cut
 
 __all__ = ["MIGRATING_MARKER", "FileStore"]
 
@@ -135,7 +135,7 @@ class FileStore(Store):
                                 self.config.max_index_num) if self.config.message_index_enable else None
             cp = self._load_checkpoint()
             if (cut := read_marker(self.root)) is not None:
-                self._redo_truncation(self._log, cut)
+                redo_cut(self._log, cut, self.quarantine)
                 cp = None
             self._queues, self.recovery = recover(self._log, self.root / "consumequeue",
                                                   self._make_queue, self._index, cp,
@@ -157,37 +157,17 @@ class FileStore(Store):
         self.check_disk()
         self.checkpoint()()
         if cut is not None:
-            self._finish_truncation(cut)
-
-    def _redo_truncation(self, clog: CommitLog, cut: int) -> None:
-        """Opening found a truncation marker (:mod:`txmq.store._truncate`): cut the commit log
-        there again (a damaged marker, ``cut`` -1, names nothing to cut); the checkpoint may be
-        past the cut, so recovery rebuilds queues and index without it."""
-        log.warning("store %s: a truncation at offset %d did not finish; redoing it", self.root,
-                    cut)
-        if 0 <= cut < clog.end:
-            keep_tail(clog, cut, CUT_REASON, self.quarantine)
-            clog.truncate(cut)
-
-    def _finish_truncation(self, cut: int) -> None:
-        """After a redone cut and a fresh checkpoint: the epoch file, then the marker goes."""
-        if cut >= 0:
-            self.epochs.truncate_suffix_by_offset(cut)
-        (self.root / TRUNCATE_MARKER).unlink(missing_ok=True)
-        fsync_dir(self.root)
+            finish_cut(self.root, cut, self.epochs)
 
     def truncate_log(self, offset: int, step: Callable[[str], None] = lambda _: None) -> int:
-        """Cut the commit log at ``offset`` and everything derived from it (consume queue and
-        index entries of records at or after it, epoch entries starting at or after it),
-        crash-safe: an fsynced intent marker first, removed last; a store opened with the marker
-        redoes the cut (:mod:`txmq.store._truncate`). What is cut is copied to the quarantine.
-        ``offset`` must be a record boundary (a consistent point, an epoch start). The caller
-        stops appends while it runs; ``step`` is called after each stage (tests crash there).
-        Returns the bytes removed.
+        """Cut the commit log at ``offset`` (a record boundary) and what derives from it, crash-
+        safe behind an intent marker (:mod:`txmq.store._truncate`); the cut goes to the
+        quarantine. The caller stops appends meanwhile; ``step(stage)`` runs after each stage
+        (tests crash there). Returns the bytes removed.
 
         Raises:
-            StoreError: ``offset`` is past the end or below the log's start, or a file failed
-                (the marker stays: reopening the store finishes the cut).
+            StoreError: ``offset`` is outside the log, or a file failed (the marker stays:
+                reopening the store finishes the cut).
         """
         if not self._log.min_offset <= offset <= self._write:
             raise StoreError(f"cannot truncate the commit log at {offset}: it holds "

@@ -19,13 +19,14 @@ The marker, ``<store>/truncating`` (big-endian)::
 
 from __future__ import annotations
 
+import logging
 import struct
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 from txmq.errors import StoreError
-from txmq.store._commitlog import CommitLog
+from txmq.store._commitlog import CommitLog, fsync_dir
 from txmq.store._consumequeue import ConsumeQueue
 from txmq.store._epoch import EpochFile, write_durably
 from txmq.store._index import Index
@@ -33,7 +34,9 @@ from txmq.store._quarantine import Quarantine
 from txmq.store._recovery import keep_tail
 
 __all__ = ["CUT_REASON", "TRUNCATE_MARKER", "cut_files", "decode_marker", "encode_marker",
-           "read_marker"]
+           "finish_cut", "read_marker", "redo_cut"]
+
+log = logging.getLogger("txmq.store")
 
 CUT_REASON = "truncated to the consistent point"
 """Why the quarantine holds a cut tail."""
@@ -97,3 +100,22 @@ def cut_files(root: Path, offset: int, clog: CommitLog, queues: list[ConsumeQueu
     epochs.truncate_suffix_by_offset(offset)
     step("epochs")
     return removed
+
+
+def redo_cut(clog: CommitLog, cut: int, quarantine: Quarantine) -> None:
+    """Opening found a marker: cut the commit log there again (``cut`` -1, a damaged marker,
+    names nothing to cut). The checkpoint may be past the cut: the caller recovers without it."""
+    log.warning("commit log %s: a truncation at offset %d did not finish; redoing it", clog.dir,
+                cut)
+    if 0 <= cut < clog.end:
+        keep_tail(clog, cut, CUT_REASON, quarantine)
+        clog.truncate(cut)
+
+
+def finish_cut(root: Path, cut: int, epochs: EpochFile) -> None:
+    """After a redone cut and a fresh checkpoint: the epoch file, then the marker goes.
+    Raises OSError."""
+    if cut >= 0:
+        epochs.truncate_suffix_by_offset(cut)
+    (root / TRUNCATE_MARKER).unlink(missing_ok=True)
+    fsync_dir(root)

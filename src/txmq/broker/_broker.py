@@ -134,6 +134,8 @@ class Broker:
         None: no replication runs (GET_BROKER_HA_STATUS answers the role and end only)."""
         self.ha_addr: Callable[[], str] = lambda: ""
         """``host:port`` of this broker's HA listener now, "" when none (set by the shell)."""
+        self.role_notified: Callable[[Command], None] = lambda cmd: None
+        """Controller mode: hands NOTIFY_BROKER_ROLE_CHANGED to the replicas manager (shell)."""
         self.ha_told: Callable[[str, str], None] = lambda ha, master: None
         """What a slave does when EXCHANGE_BROKER_HA_INFO names its master (set by the shell)."""
         self.store = store
@@ -192,6 +194,7 @@ class Broker:
             RequestCode.GET_BROKER_RUNTIME_INFO: self._runtime_info,
             RequestCode.GET_BROKER_HA_STATUS: self._ha_status,
             RequestCode.EXCHANGE_BROKER_HA_INFO: self._exchange_ha_info,
+            RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self._role_notified,
         }
 
     # -- storage helpers --------------------------------------------------------------------------
@@ -439,6 +442,12 @@ class Broker:
 
     def _runtime_info(self, conn: int, cmd: Command, now: int) -> list[Action]:
         return ok_reply(conn, cmd, body=self.runtime_info(now).encode())
+
+    def _role_notified(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        """NOTIFY_BROKER_ROLE_CHANGED (1008, one-way from a controller): to the replicas
+        manager, which checks it against what it knows (RocketMQ ``BrokerController``)."""
+        self.role_notified(cmd)
+        return [] if cmd.is_oneway else ok_reply(conn, cmd)
 
     def _exchange_ha_info(self, conn: int, cmd: Command, now: int) -> list[Action]:
         """EXCHANGE_BROKER_HA_INFO (906; RocketMQ ``AdminBrokerProcessor.exchangeHAInfo``): with

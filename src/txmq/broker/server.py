@@ -62,6 +62,8 @@ from txmq.broker._budget import BufferBudget
 from txmq.broker._committer import GroupCommitter
 from txmq.broker._config import BrokerConfig
 from txmq.broker._registrar import Registrar
+from txmq.broker._replicas import ReplicasConfig
+from txmq.broker._replicas_shell import ReplicasManager
 from txmq.broker._server_setup import END, ip_of, max_connections, now_ms, request_runs, store_config
 from txmq.broker._tls import TlsListener
 from txmq.broker.acl import AccountsWatcher, AclGuard, source_ip
@@ -167,6 +169,8 @@ class BrokerServer:
         self._registering = False
         self.roles: RoleSwitch | None = None
         """Controller mode: what the controller client drives (a RoleTarget), once started."""
+        self.replicas: ReplicasManager | None = None
+        """Controller mode: the controller client driving :attr:`roles` (started by start())."""
         if config.enable_controller_mode:
             if not isinstance(self.store, FileStore):
                 raise ConfigError("controller mode needs the file store (epoch file, truncation)")
@@ -205,6 +209,7 @@ class BrokerServer:
             if not c.enable_controller_mode:  # (else it registers once it has a role)
                 timers.append(("registrar", self._registrar.run))
         self._tasks = [asyncio.create_task(self._supervised(name, body)) for name, body in timers]
+        await self._start_replicas()
         if self.config.grpc_port:  # the gRPC door (issue 13): same broker, its own port
             from txmq.broker.grpc import GrpcDoor
 
@@ -269,6 +274,8 @@ class BrokerServer:
         store."""
         if self._server is not None:
             self._server.close()
+        if self.replicas is not None:
+            await self.replicas.close()
         await self._repl.close()
         if self._grpc is not None:
             await self._grpc.stop()
@@ -602,6 +609,25 @@ class BrokerServer:
         self.broker.touch(touched)  # a slave appended: its held pulls wake once it is flushed
         if self._committer is not None:  # (a slave appended: checkpoints follow the flushes)
             self._committer.kick()
+
+    async def _start_replicas(self) -> None:
+        """Controller mode: start the replicas manager (the controller client) on :attr:`roles`;
+        it tells the broker its controller id and hands it the controllers' role pushes."""
+        if self.roles is None or not self.config.controller_addr:
+            return
+        c = self.config
+        rc = ReplicasConfig(cluster_name=c.broker_cluster_name, broker_name=c.broker_name,
+                            broker_addr=self.broker.store_host,
+                            controller_addrs=tuple(c.controller_addresses()),
+                            heartbeat_interval_ms=c.broker_heartbeat_interval_ms,
+                            lease_ms=c.controller_lease_ms,
+                            heartbeat_timeout_ms=c.controller_heartbeat_timeout_ms,
+                            election_priority=c.broker_election_priority)
+        manager = self.replicas = ReplicasManager(rc, self.roles, Path(c.data_dir))
+        self.roles.controller_id = lambda: (manager.core.broker_id if manager.core is not None
+                                            and manager.core.broker_id is not None else -1)
+        self.broker.role_notified = manager.on_notify
+        await manager.start()
 
     async def _reregister(self, broker_id: int, master_epoch: int | None) -> None:
         """Controller mode: a role change registers with the name servers at once, as

@@ -20,8 +20,10 @@ controller can name the leader's remoting address (CONTROLLER_GET_METADATA_INFO)
 
 from __future__ import annotations
 
+import _socket
 import contextlib
 import os
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +34,11 @@ from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.syncobj import _RAFT_STATE
 
 from txmq.controller._state import ControllerEvent, ControllerState, GroupView, Outcome
+
+socket.inet_ntop = _socket.inet_ntop
+"""pysyncobj 0.3.17's ``win_inet_pton`` (imported with it) replaces ``socket.inet_ntop`` on every
+OS with a Windows-only one that raises TypeError: every process that imported the controller (the
+``txmq`` CLI registers it) could then decode no message's hosts, and a slave refused every record."""
 
 __all__ = ["LEADER_FALLBACK_MS", "RAFT_MAX_TIMEOUT_MS", "RAFT_MIN_TIMEOUT_MS", "ControllerRaft"]
 

@@ -81,6 +81,12 @@ Authenticate = Callable[[HaHello, bytes, str], "str | None"]
 admit it, or why it is refused."""
 
 
+def _log_end(task: asyncio.Task[None]) -> None:
+    """A controller-mode HA client that ended other than by cancellation: say why."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("HA client stopped: %r", task.exception(), exc_info=task.exception())
+
+
 class AutoSwitchMaster(NamedTuple):
     """A controller-mode master's side of the AutoSwitch protocol."""
 
@@ -683,6 +689,7 @@ class Replication:
         self.slave = HaSlave(self.store, ha_addr, self._flush, self._on_append, cred,
                              auto_switch=auto)
         self._slave_task = asyncio.create_task(self.slave.run(), name="ha-slave")
+        self._slave_task.add_done_callback(_log_end)
 
     async def stop_slave(self) -> None:
         if self._slave_task is not None:

@@ -97,12 +97,20 @@ class RoleSwitch:
         nxt = self.store.epochs.cache.next_entry(epoch)
         return nxt.start_offset if nxt is not None else None
 
+    controller_id: Callable[[], int] | None = None
+    """Where this broker's id at the controller comes from (the replicas manager's
+    ``.broker.meta``); read at each role change (:meth:`set_controller_id` sets it directly)."""
+
     def set_controller_id(self, broker_id: int) -> None:
-        """This broker's id at the controller (``.broker.meta``): a slave names it in its HA
-        handshake, and a master leaves it out of the SyncStateSet members it waits for."""
+        """This broker's id at the controller: a slave names it in its HA handshake and its
+        registration, and a master leaves it out of the SyncStateSet members it waits for."""
         self.role.controller_id = broker_id
         if self.role.slave:
             self.role.broker_id = broker_id
+
+    def _learn_id(self) -> None:
+        if self.controller_id is not None and (bid := self.controller_id()) > 0:
+            self.set_controller_id(bid)
 
     # -- RoleTarget -------------------------------------------------------------------------------
     def max_phy_offset(self) -> int:
@@ -120,6 +128,7 @@ class RoleSwitch:
         """Take the master role of ``master_epoch`` (module docstring). An epoch older than the
         current one is ignored; the current one again only updates the SyncStateSet."""
         async with self._lock:
+            self._learn_id()
             r = self.role
             if master_epoch < r.master_epoch or (master_epoch == r.master_epoch and not r.slave):
                 if master_epoch == r.master_epoch:
@@ -162,6 +171,7 @@ class RoleSwitch:
         TransportError / RemoteError when the master cannot tell its HA address (the broker
         stays a fenced slave; the controller client retries)."""
         async with self._lock:
+            self._learn_id()
             r = self.role
             if master_epoch < r.master_epoch or (
                     master_epoch == r.master_epoch and r.slave and not r.fenced

@@ -370,8 +370,7 @@ def test_async_push_consumer_with_a_coroutine_listener(broker: BrokerProcess) ->
 
 
 def test_operator_cli_lists_groups_lag_and_exports_the_dlq(broker: BrokerProcess, tmp_path: Path) -> None:
-    from txmq.cli import _group  # noqa: F401
-    from txmq.cli._app import app
+    from txmq.cli import app  # every command registered
 
     send(broker.endpoints, 1, topic="one")
     c = consumer(broker.endpoints, "cli", lambda ms: ConsumeStatus.RECONSUME_LATER, topic="one",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from txmq.cli._app import app
+from txmq.cli import app
 from txmq.errors import CommitLogDamaged, StoreError
 from txmq.store import FileStore, Record, StoreConfig, check_store, repair_store
 

@@ -1,7 +1,20 @@
-"""The ``txmq`` command."""
+"""The ``txmq`` command. ``app`` has every command registered; ``main()`` (``python -m txmq``)
+registers only the one it runs."""
 
-from txmq.cli._app import app, main, register_commands
+from __future__ import annotations
 
-register_commands()
+import typer
+
+from txmq.cli._app import main, register_commands
 
 __all__ = ["app", "main"]
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``txmq.cli.app``: the Typer app with every command registered (on first access)."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from txmq.cli._app import app
+
+    register_commands()
+    return app

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -20,53 +20,61 @@ broker_app = typer.Typer(help="Run a broker (`txmq broker [options]`), or ask on
 app.add_typer(broker_app, name="broker")
 
 
-_registered = False
+_SUB_APPS: dict[str, tuple[str, str]] = {
+    "tx": ("txmq.cli._tx", "tx_app"), "outbox": ("txmq.cli._outbox", "outbox_app"),
+    "store": ("txmq.cli._store", "store_app"), "group": ("txmq.cli._group", "group_app"),
+    "dlq": ("txmq.cli._group", "dlq_app"), "message": ("txmq.cli._message", "message_app"),
+    "parked": ("txmq.cli._status", "parked_app"), "bench": ("txmq.cli._bench", "bench_app"),
+    "topic": ("txmq.cli._topic", "topic_app"), "acl": ("txmq.cli._acl", "acl_app")}
+"""Top-level sub-apps: name → (module, attribute), imported only when registered."""
+
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "reconcile": ("txmq.cli._reconcile", "reconcile"), "namesrv": ("txmq.namesrv._main", "namesrv"),
+    "demo": ("txmq.cli._demo_cmd", "demo"), "controller": ("txmq.controller._main", "controller"),
+    "chaos": ("txmq.cli._chaos", "chaos"),
+    "fuzz": ("txmq.cli._fuzz", "fuzz"), "send": ("txmq.cli._console", "send"),
+    "consume": ("txmq.cli._console", "consume"), "console": ("txmq.cli._console_app", "console_cmd")}
+"""Top-level commands: name → (module, function)."""
+
+_BENCH_COMMANDS: dict[str, tuple[str, str]] = {
+    "consume": ("txmq.cli._bench_consume", "consume"), "outbox": ("txmq.cli._bench_outbox", "outbox"),
+    "send": ("txmq.cli._bench_send", "send"), "spark": ("txmq.cli._bench_spark", "spark"),
+    "tx": ("txmq.cli._bench_tx", "tx"), "grpc": ("txmq.cli._bench_grpc", "grpc_cmd"),
+    "console": ("txmq.cli._bench_console", "console")}
+"""``txmq bench`` commands: name → (module, function)."""
+
+_registered: set[str] = set()
 
 
-def register_commands() -> None:
-    """Add every sub-app and command to :data:`app`, explicitly (no module registers itself on
-    import). Idempotent."""
-    global _registered
-    if _registered:
+def _load(where: tuple[str, str]) -> Any:
+    return getattr(importlib.import_module(where[0]), where[1])
+
+
+def _register_one(name: str) -> None:
+    """Add the top-level command or sub-app ``name`` (``broker``: its ``status``) to :data:`app`."""
+    if name in _registered:
         return
-    _registered = True
-    from txmq.cli import _bench_consume, _bench_grpc, _bench_outbox, _bench_send, _bench_spark, _bench_tx
-    from txmq.cli._acl import acl_app
-    from txmq.cli._bench import bench_app
-    from txmq.cli._bench_console import console as bench_console
-    from txmq.cli._chaos import chaos
-    from txmq.cli._console import consume, send
-    from txmq.cli._console_app import console_cmd
-    from txmq.cli._demo_cmd import demo
-    from txmq.cli._fuzz import fuzz
-    from txmq.cli._group import dlq_app, group_app
-    from txmq.cli._message import message_app
-    from txmq.cli._outbox import outbox_app
-    from txmq.cli._reconcile import reconcile
-    from txmq.cli._status import parked_app, status
-    from txmq.cli._store import store_app
-    from txmq.cli._topic import topic_app
-    from txmq.cli._tx import tx_app
-    from txmq.controller._main import controller
-    from txmq.namesrv._main import namesrv
-
-    broker_app.command("status")(status)
-    for name, sub in (("tx", tx_app), ("outbox", outbox_app), ("store", store_app),
-                      ("group", group_app), ("dlq", dlq_app), ("message", message_app),
-                      ("parked", parked_app), ("bench", bench_app),
-                      ("topic", topic_app), ("acl", acl_app)):
+    _registered.add(name)
+    if name == "broker":
+        broker_app.command("status")(_load(("txmq.cli._status", "status")))
+    elif name in _SUB_APPS:
+        sub = _load(_SUB_APPS[name])
+        if name == "bench":
+            for cmd, where in _BENCH_COMMANDS.items():
+                sub.command(cmd)(_load(where))
         app.add_typer(sub, name=name)
-    commands: list[tuple[typer.Typer, str, Callable[..., None]]] = [
-        (app, "reconcile", reconcile), (app, "namesrv", namesrv), (app, "demo", demo),
-        (app, "controller", controller),
-        (app, "chaos", chaos), (app, "fuzz", fuzz), (app, "send", send), (app, "consume", consume),
-        (app, "console", console_cmd),
-        (bench_app, "consume", _bench_consume.consume), (bench_app, "outbox", _bench_outbox.outbox),
-        (bench_app, "send", _bench_send.send), (bench_app, "spark", _bench_spark.spark),
-        (bench_app, "tx", _bench_tx.tx), (bench_app, "grpc", _bench_grpc.grpc_cmd),
-        (bench_app, "console", bench_console)]
-    for target, name, fn in commands:
-        target.command(name)(fn)
+    else:
+        app.command(name)(_load(_COMMANDS[name]))
+
+
+def register_commands(only: str | None = None) -> None:
+    """Add every sub-app and command to :data:`app`, explicitly (no module registers itself on
+    import); with ``only`` a top-level name (``broker``, ``namesrv``, ``tx`` …), just that one, so
+    that ``python -m txmq broker`` does not import every command's dependencies (SQLAlchemy,
+    NumPy, PySpark's helpers …: about 1.8 s of a broker's start). Idempotent."""
+    names = [*_SUB_APPS, *_COMMANDS, "broker"]
+    for name in [only] if only in names else names:
+        _register_one(name)
 
 
 @broker_app.callback(invoke_without_command=True)
@@ -131,6 +139,8 @@ def broker(
 
 
 def main() -> None:
-    """Entry point of the ``txmq`` script."""
-    register_commands()
+    """Entry point of the ``txmq`` script: registers only the command named in ``sys.argv``
+    (every command when it names none, e.g. ``txmq --help``)."""
+    register_commands(sys.argv[1] if len(sys.argv) > 1 else None)
     app()
+

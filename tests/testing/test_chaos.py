@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 
 def test_a_small_chaos_schedule_leaves_no_violation(tmp_path: Path) -> None:
-    res = run_chaos(tmp_path / "run", ChaosConfig(seed=11, faults=len(KINDS) + 2, duration_s=55))
+    res = run_chaos(tmp_path / "run", ChaosConfig(seed=11, faults=len(KINDS) + 2, duration_s=33))
     report = render_markdown(res)
     (tmp_path / "report.md").write_text(report)
     if res.skipped_kinds and os.environ.get("TXMQ_REQUIRE_TMPFS") == "1":
@@ -40,7 +40,7 @@ def test_a_broker_killed_in_a_cluster_leaves_no_violation(tmp_path: Path) -> Non
     """A cluster run: a name server and two brokers, the workload finding them through it; the
     nemesis SIGKILLs one broker at a time (restarted after its slot) while the other keeps serving,
     besides killing and pausing the workload's processes. The history check finds nothing."""
-    res = run_chaos(tmp_path / "run", ChaosConfig(seed=23, brokers=2, faults=4, duration_s=30,
+    res = run_chaos(tmp_path / "run", ChaosConfig(seed=23, brokers=2, faults=4, duration_s=20,
                                                    warmup_s=3))
     report = render_markdown(res)
     (tmp_path / "report.md").write_text(report)

@@ -1,5 +1,15 @@
 """The wire protocol: RocketMQ's remoting protocol as a sans-IO codec of frames, commands, typed
-headers, bodies and messages."""
+headers, bodies and messages.
+
+``MessageIndex`` and ``index_message_exts`` (the Spark source's numpy index of a pull reply) are
+imported on first use, so that a broker, a name server or a client process does not import numpy
+(about 0.3 s of every process start).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from txmq.protocol._acl_sign import *  # noqa: F403
 from txmq.protocol._acl_sign import __all__ as _acl_sign_all
@@ -25,8 +35,6 @@ from txmq.protocol._message_codec import *  # noqa: F403
 from txmq.protocol._message_codec import __all__ as _message_codec_all
 from txmq.protocol._message_id import *  # noqa: F403
 from txmq.protocol._message_id import __all__ as _message_id_all
-from txmq.protocol._message_index import *  # noqa: F403
-from txmq.protocol._message_index import __all__ as _message_index_all
 from txmq.protocol._parked import *  # noqa: F403
 from txmq.protocol._parked import __all__ as _parked_all
 from txmq.protocol._remoting import *  # noqa: F403
@@ -40,6 +48,12 @@ from txmq.protocol._topics import __all__ as _topics_all
 from txmq.protocol._validate import *  # noqa: F403
 from txmq.protocol._validate import __all__ as _validate_all
 
+if TYPE_CHECKING:
+    from txmq.protocol._message_index import MessageIndex as MessageIndex
+    from txmq.protocol._message_index import index_message_exts as index_message_exts
+
+_MESSAGE_INDEX_ALL = ("MessageIndex", "index_message_exts")
+
 __all__ = [
     *_acl_sign_all,
     *_codes_all,
@@ -52,7 +66,8 @@ __all__ = [
     *_message_all,
     *_message_bulk_all,
     *_message_codec_all,
-    *_message_index_all,
+    "MessageIndex",
+    "index_message_exts",
     *_message_id_all,
     *_parked_all,
     *_topic_admin_all,
@@ -61,3 +76,10 @@ __all__ = [
     *_route_all,
     *_validate_all,
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The names of ``txmq.protocol._message_index``, imported (with numpy) on first access."""
+    if name in _MESSAGE_INDEX_ALL:
+        return getattr(importlib.import_module("txmq.protocol._message_index"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,8 @@ duplicated key) and by the broker (no half message left pending):
 
 A task is held at a known point by an identity ``mapInArrow`` between source and sink that writes
 a marker file ``<batch>.<partition>.<attempt>.<pid>`` and, for the chosen (batch, partition)'s first
-attempt, sleeps: the test waits for the marker, so the fault lands inside that batch.
+attempt, waits (at most the hold's seconds) until the test creates the driver's release file: the test
+waits for the marker, so the fault lands inside that batch.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ _DRIVER = textwrap.dedent("""
     from pathlib import Path
     import txmq.spark
     from txmq.spark import spark_session
-    master, endpoints, ckpt, marks, hold, trigger = sys.argv[1:7]
+    master, endpoints, ckpt, marks, hold, trigger, release = sys.argv[1:8]
     spark = spark_session("txmq-cluster-test", master=master,
                           conf={"spark.task.maxFailures": "8", "spark.cores.max": "2"})
     txmq.spark.register(spark)
@@ -52,7 +53,9 @@ _DRIVER = textwrap.dedent("""
         at = f"{ctx.getLocalProperty('streaming.sql.batchId')}.{ctx.partitionId()}"
         Path(marks, f"{at}.{ctx.attemptNumber()}.{os.getpid()}").touch()
         if ctx.attemptNumber() == 0 and hold.startswith(at + ":"):
-            time.sleep(float(hold.split(":")[1]))
+            deadline = time.monotonic() + float(hold.split(":")[1])
+            while time.monotonic() < deadline and not Path(release).exists():
+                time.sleep(0.05)
         yield from batches
 
     src = (spark.readStream.format("txmq").option("endpoints", endpoints).option("topic", "in")
@@ -87,10 +90,16 @@ class Driver:
         self.marks.mkdir()
         self.ckpt = tmp / "ckpt"
         self.log = tmp / f"{name}.log"
+        self.release_file = tmp / f"{name}-release"
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _DRIVER, cluster.master_url, endpoints, str(self.ckpt),
-                 str(self.marks), hold, trigger], stdout=log, stderr=log, start_new_session=True)
+                 str(self.marks), hold, trigger, str(self.release_file)],
+                stdout=log, stderr=log, start_new_session=True)
+
+    def release(self) -> None:
+        """End the held task's wait (``hold``) now."""
+        self.release_file.touch()
 
     def batches_run(self) -> set[int]:
         """Batch ids whose tasks this driver ran."""
@@ -185,7 +194,7 @@ def test_a_driver_killed_between_batches_restarts_from_its_checkpoint(
 
 def test_a_broker_restart_during_a_batch(spark: SparkSession, spark_cluster: SparkCluster,
                                          broker: BrokerProcess, tmp_path: Path) -> None:
-    driver = Driver(spark_cluster, broker.endpoints, tmp_path, hold="1.0:20")
+    driver = Driver(spark_cluster, broker.endpoints, tmp_path, hold="1.0:60")
     try:
         wait_until(lambda: bool(driver.marked(1, 0, 0)), DRIVER_TIMEOUT_S)
         wait_until(lambda: stats(broker.endpoints)["PENDING"] > 0, 15)  # the other task's halves
@@ -193,6 +202,7 @@ def test_a_broker_restart_during_a_batch(spark: SparkSession, spark_cluster: Spa
         broker.start()
         assert stats(broker.endpoints)["PENDING"] > 0  # the halves survive the restart
         assert driver.proc.poll() is None and not driver.marked(1, 0, 1)  # the batch still runs
+        driver.release()  # the held task goes on against the restarted broker (it slept 20 s)
         driver.wait()
     finally:
         if driver.proc.poll() is None:

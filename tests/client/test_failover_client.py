@@ -239,22 +239,28 @@ def test_an_end_refused_for_another_reason_is_not_retried() -> None:
     with_group(body)
 
 
+def slave_only_when_no_master(g: Group) -> Callable[[Command], Command | None]:
+    """A name server whose route of "g" names ``g.master``, or only the slave ``g.b`` while
+    ``g.master`` is ""."""
+    def namesrv(cmd: Command) -> Command | None:
+        if cmd.code != RequestCode.GET_ROUTEINFO_BY_TOPIC:
+            return cmd.response(0)
+        return cmd.response(0, body=encode_route(TopicRouteData(
+            queue_datas=[QueueData(broker_name="g", read_queue_nums=2, write_queue_nums=2,
+                                   perm=6)],
+            broker_datas=[BrokerData(cluster="c", broker_name="g",
+                                     broker_addrs={0: g.master} if g.master else
+                                     {1: g.b.addr})])))
+    return namesrv
+
+
 def test_sends_while_the_group_has_no_master_ask_the_name_server_a_few_times_a_second() -> None:
     """Between the old master's departure and the new one's registration the route names a slave
     only: sends fail with BrokerUnavailable, looking the route up at most once per
     NAMESRV_REFRESH_MIN_INTERVAL_MS, and the first send after the new master registers goes
     there."""
     def body(g: Group) -> None:
-        def namesrv(cmd: Command) -> Command | None:
-            if cmd.code != RequestCode.GET_ROUTEINFO_BY_TOPIC:
-                return cmd.response(0)
-            return cmd.response(0, body=encode_route(TopicRouteData(
-                queue_datas=[QueueData(broker_name="g", read_queue_nums=2, write_queue_nums=2,
-                                       perm=6)],
-                broker_datas=[BrokerData(cluster="c", broker_name="g",
-                                         broker_addrs={0: g.master} if g.master else
-                                         {1: g.b.addr})])))
-        g.ns.handler = namesrv
+        g.ns.handler = slave_only_when_no_master(g)
 
         async def main() -> None:
             p = producer(g)
@@ -270,6 +276,33 @@ def test_sends_while_the_group_has_no_master_ask_the_name_server_a_few_times_a_s
                 g.master = g.b.addr
                 await asyncio.sleep(0.25)  # NAMESRV_REFRESH_MIN_INTERVAL_MS
                 assert (await p.send(Message(topic="t", body=b"y"))).master_epoch == 2
+            finally:
+                await p.shutdown()
+        asyncio.run(main())
+    with_group(body)
+
+
+def test_a_send_lost_with_its_master_while_the_route_has_none_raises_broker_unavailable() -> None:
+    """A send in flight when its master dies (connection reset: it may be stored) and a route
+    fetched again that names no master yet: the send fails with BrokerUnavailable (TxmqError), not
+    ValueError from the queue selector (found by benchmarks/failover.py)."""
+    def body(g: Group) -> None:
+        def dying_master(cmd: Command) -> Command | None:
+            if cmd.code != RequestCode.SEND_MESSAGE_V2:
+                return cmd.response(0)
+            g.master = ""  # the name server lists the slave only
+            g.a.close()    # SIGKILL with the request in flight
+            return None
+
+        g.ns.handler = slave_only_when_no_master(g)
+
+        async def main() -> None:
+            p = producer(g)
+            try:
+                await p.send(Message(topic="t", body=b"1"))
+                g.a.handler = dying_master
+                with pytest.raises(BrokerUnavailable):
+                    await p.send(Message(topic="t", body=b"x"))
             finally:
                 await p.shutdown()
         asyncio.run(main())

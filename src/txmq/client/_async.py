@@ -249,9 +249,9 @@ class AsyncProducer(ClientBase):
         at = _Attempt()
         for attempt in range(1 + self.retry_times_when_send_failed):
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or (attempt and fixed is None and at.ambiguous_mq is None
+            if remaining <= 0 or (attempt and fixed is None and not (half and at.ambiguous_mq)
                                   and not route.publish):
-                break
+                break  # (a plain send whose attempt was lost goes on only where there is a master)
             mq = at.ambiguous_mq if (half and at.ambiguous_mq) else fixed or self._selector.select(
                 route.topic, route.publish, at.last_broker, _now_ms())
             result = await self._attempt(msg, msg_id, code, body, mq, remaining, at, batch=batch)

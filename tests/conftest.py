@@ -3,6 +3,7 @@ and one tiny TPC-H data set."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +14,18 @@ from txmq.demo import tpch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With ``TXMQ_REQUIRE_INSTALLED=1`` (``.ci/test``), stop unless txmq is the installed wheel
+    (site-packages), not the source tree."""
+    import txmq
+
+    where = Path(txmq.__file__).resolve()
+    if os.environ.get("TXMQ_REQUIRE_INSTALLED") == "1" and "site-packages" not in where.parts:
+        raise pytest.UsageError(f"txmq imported from {where}, not from the installed wheel")
+
 
 SPARK_TPCH_SF = 0.002
 """3,000 orders, about 12,000 line items: enough for every Q1 group, quick in local Spark."""

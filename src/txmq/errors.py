@@ -13,6 +13,7 @@ The tree (as httpx/httpcore document theirs)::
     TxmqError
     ├── LocalError
     │   ├── ConfigError
+    │   │   └── MissingExtra           an optional dependency is not installed (also a ModuleNotFoundError)
     │   ├── ProtocolError
     │   │   ├── MalformedFrame
     │   │   ├── MalformedHeader
@@ -80,6 +81,7 @@ __all__ = [
     "MalformedMessage",
     "MessageIllegal",
     "MessageTooLarge",
+    "MissingExtra",
     "NetnsUnavailable",
     "NoPermission",
     "OutboxError",
@@ -189,6 +191,26 @@ class ConfigError(LocalError):
     """An invalid configuration value or argument."""
 
     code = "CONFIG_ERROR"
+
+
+class MissingExtra(ConfigError, ModuleNotFoundError):
+    """A feature's optional dependency is not installed: the message names the ``pip install
+    'txmq[<extra>]'`` that installs it. Also a :class:`ModuleNotFoundError` (``name`` is the missing
+    module), so ``except ImportError`` keeps working.
+
+    Attributes:
+        extra: the extra that installs the missing module (``spark``, ``broker`` …).
+        feature: what needs it (``txmq.spark``, ``txmq broker`` …).
+    """
+
+    code = "MISSING_EXTRA"
+
+    def __init__(self, extra: str, feature: str, module: str) -> None:
+        super().__init__(f"{feature} needs {module}, which is not installed: "
+                         f"pip install 'txmq[{extra}]'")
+        self.name = module
+        self.extra = extra
+        self.feature = feature
 
 
 class ProtocolError(LocalError):

@@ -3,6 +3,10 @@ registers only the one it runs."""
 
 from __future__ import annotations
 
+from txmq.extras import require_extra
+
+require_extra("broker", "the txmq command", "typer", "rich")
+
 import typer
 
 from txmq.cli._app import main, register_commands

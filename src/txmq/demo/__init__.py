@@ -1,1 +1,5 @@
 """The `txmq demo`: TPC-H orders as transactional messages, checked by Spark against SQLite."""
+
+from txmq.extras import require_extra
+
+require_extra("demo", "txmq.demo", "pyspark", "sqlalchemy")

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from txmq import limits
 from txmq.client import AsyncProducer, AsyncPullConsumer, AsyncPushConsumer
 from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, TxmqError
+from txmq.extras import require_extra
 from txmq.outbox._bridge import AsyncCore, Stop
 from txmq.outbox._open import not_routed_yet
 from txmq.outbox._transport import Listener, parse_transport_url, txmq_addresses
@@ -235,8 +236,10 @@ def open_async_transport(url: str, **kw: Any) -> AsyncTransport:
             endpoints, namesrv_addr = txmq_addresses(url)
             return AsyncTxmqTransport(url, endpoints, namesrv_addr=namesrv_addr, **kw)
         if kind == "rabbitmq":
+            require_extra("rabbitmq", "the outbox's RabbitMQ transport", "aio_pika")
             from txmq.outbox._amqp import RabbitCore
             return AsyncCoreTransport(url, RabbitCore(address, **kw))
+        require_extra("nats", "the outbox's NATS transport", "nats")
         from txmq.outbox._nats import NatsCore
         return AsyncCoreTransport(url, NatsCore(address, **kw))
     except TypeError as exc:

@@ -16,6 +16,7 @@ from typing import Any
 from txmq import limits
 from txmq.client import Producer, PullConsumer, PushConsumer
 from txmq.errors import ConfigError, RemoteError, ResponseCode, TxmqError
+from txmq.extras import require_extra
 from txmq.outbox._transport import Listener, Transport, parse_transport_url, txmq_addresses
 from txmq.protocol import Message, MessageExt
 
@@ -150,8 +151,10 @@ def open_transport(url: str, **kw: Any) -> Transport:
             return TxmqTransport(url, endpoints, namesrv_addr=namesrv_addr, **kw)
         from txmq.outbox._bridge import BridgedTransport
         if kind == "rabbitmq":
+            require_extra("rabbitmq", "the outbox's RabbitMQ transport", "aio_pika")
             from txmq.outbox._amqp import RabbitCore
             return BridgedTransport(url, RabbitCore(address, **kw))
+        require_extra("nats", "the outbox's NATS transport", "nats")
         from txmq.outbox._nats import NatsCore
         return BridgedTransport(url, NatsCore(address, **kw))
     except TypeError as exc:

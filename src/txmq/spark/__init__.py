@@ -32,6 +32,10 @@ e.g. by setting ``PYSPARK_PYTHON`` to the interpreter of this environment.
 
 from __future__ import annotations
 
+from txmq.extras import require_extra
+
+require_extra("spark", "txmq.spark", "pyspark", "pyarrow", "numpy")
+
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:

@@ -4,6 +4,10 @@
 same segment rolling), used by the contract suite and the sans-IO simulations.
 """
 
+from txmq.extras import require_extra
+
+require_extra("broker", "txmq.store", "crc32c")
+
 from txmq.store._base import (
     AppendResult,
     CleanReport,

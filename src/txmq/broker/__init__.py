@@ -1,8 +1,8 @@
 """The broker: sans-IO logic over a store (:class:`Broker`) and its asyncio shell."""
 
-from txmq.extras import require_extra
+from txmq.extras import require_extra as _require_extra
 
-require_extra("broker", "txmq.broker", "crc32c", "prometheus_client")
+_require_extra("broker", "txmq.broker", "crc32c", "prometheus_client")
 
 from txmq.broker._actions import Action, Close, Hold, Reply, SendTo
 from txmq.broker._broker import Broker

@@ -3,9 +3,9 @@ registers only the one it runs."""
 
 from __future__ import annotations
 
-from txmq.extras import require_extra
+from txmq.extras import require_extra as _require_extra
 
-require_extra("broker", "the txmq command", "typer", "rich")
+_require_extra("broker", "the txmq command", "typer", "rich")
 
 import typer
 

@@ -2,9 +2,9 @@
 admin requests. ``txmq console`` serves it; :func:`create_app` builds it.
 """
 
-from txmq.extras import require_extra
+from txmq.extras import require_extra as _require_extra
 
-require_extra("console", "txmq.console", "fastapi", "uvicorn", "jinja2", "plotly")
+_require_extra("console", "txmq.console", "fastapi", "uvicorn", "jinja2", "plotly")
 
 from txmq.console._app import create_app
 from txmq.console._backend import Backend, ConsoleConfig

@@ -1,9 +1,9 @@
 """The controller of RocketMQ 5's controller mode: elects each broker group's master and keeps its
 SyncStateSet, replicated over Raft (pysyncobj). See docs/controller.md."""
 
-from txmq.extras import require_extra
+from txmq.extras import require_extra as _require_extra
 
-require_extra("broker", "txmq.controller", "pysyncobj")
+_require_extra("broker", "txmq.controller", "pysyncobj")
 
 from txmq.controller._heartbeats import BrokerLive, HeartbeatTable
 from txmq.controller._raft import ControllerRaft

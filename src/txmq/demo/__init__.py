@@ -1,5 +1,5 @@
 """The `txmq demo`: TPC-H orders as transactional messages, checked by Spark against SQLite."""
 
-from txmq.extras import require_extra
+from txmq.extras import require_extra as _require_extra
 
-require_extra("demo", "txmq.demo", "pyspark", "sqlalchemy")
+_require_extra("demo", "txmq.demo", "pyspark", "sqlalchemy")

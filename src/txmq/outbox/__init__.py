@@ -25,9 +25,9 @@ Example (upstream)::
 See docs/outbox.md for the downstream and rollback sides.
 """
 
-from txmq.extras import require_extra
+from txmq.extras import require_extra as _require_extra
 
-require_extra("outbox", "txmq.outbox", "sqlalchemy", "alembic")
+_require_extra("outbox", "txmq.outbox", "sqlalchemy", "alembic")
 
 from txmq.outbox._aio import AsyncCommitListener, AsyncHandler, AsyncRelay, AsyncRollbackListener, AsyncSender
 from txmq.outbox._aio_transport import (

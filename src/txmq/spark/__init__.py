@@ -32,9 +32,9 @@ e.g. by setting ``PYSPARK_PYTHON`` to the interpreter of this environment.
 
 from __future__ import annotations
 
-from txmq.extras import require_extra
+from txmq.extras import require_extra as _require_extra
 
-require_extra("spark", "txmq.spark", "pyspark", "pyarrow", "numpy")
+_require_extra("spark", "txmq.spark", "pyspark", "pyarrow", "numpy")
 
 from typing import TYPE_CHECKING, Any
 

@@ -4,9 +4,9 @@
 same segment rolling), used by the contract suite and the sans-IO simulations.
 """
 
-from txmq.extras import require_extra
+from txmq.extras import require_extra as _require_extra
 
-require_extra("broker", "txmq.store", "crc32c")
+_require_extra("broker", "txmq.store", "crc32c")
 
 from txmq.store._base import (
     AppendResult,

@@ -7,9 +7,9 @@ the remoting door (see docs/grpc.md).
 - ``pb``: the protocol classes, generated at build time from txmq's own ``.proto`` files.
 """
 
-from txmq.extras import require_extra
+from txmq.extras import require_extra as _require_extra
 
-require_extra("grpc", "the gRPC door (txmq.broker.grpc)", "grpc", "google.protobuf")
+_require_extra("grpc", "the gRPC door (txmq.broker.grpc)", "grpc", "google.protobuf")
 
 from txmq.broker.grpc._convert import GrpcError, Result
 from txmq.broker.grpc._core import GRPC_CONN_BASE, ClientState, GrpcCore, is_grpc_conn

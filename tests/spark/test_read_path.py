@@ -114,7 +114,8 @@ class RawConsumer:
 @pytest.fixture
 def consumer(monkeypatch: pytest.MonkeyPatch) -> Iterator[RawConsumer]:
     fake = RawConsumer(size=20)
-    monkeypatch.setattr(_source, "_new_consumer", lambda endpoints, group, namesrv_addr="": fake)
+    monkeypatch.setattr(_source, "_new_consumer",
+                        lambda endpoints, group, namesrv_addr="", timeout_ms=0: fake)
     monkeypatch.setattr(_source, "PULL_MAX_NUMS", 4)
     yield fake
 

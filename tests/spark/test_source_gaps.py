@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.utils import StreamingQueryException
 
 import txmq.spark
+from txmq import limits
 from txmq.client import Message, Producer, PullConsumer
 from txmq.spark._source import SourceOptions, TxmqStreamReader
 from txmq.testing import BrokerProcess, run_broker
@@ -150,6 +151,10 @@ def test_a_stream_starting_beyond_max_offset_fails(
     assert "startingOffsets: 50 for queue in/broker-a/0 is beyond its max_offset 3" in message
 
 
+SILENT_TIMEOUT_MS = 1_000
+"""Option ``timeoutMs`` of the silent name server case (a request's timeout)."""
+
+
 @pytest.mark.spark
 def test_name_servers_that_do_not_answer_fail(spark: SparkSession, tmp_path: Path) -> None:
     with socket.socket() as silent:  # accepts connections (backlog) and never answers
@@ -160,11 +165,16 @@ def test_name_servers_that_do_not_answer_fail(spark: SparkSession, tmp_path: Pat
             probe.bind(("127.0.0.1", 0))
             refused = probe.getsockname()[1]  # bound, not listening: connection refused
             for addr in (f"127.0.0.1:{refused}", f"127.0.0.1:{port}"):
-                message = _stream_error(spark, tmp_path / f"c{addr[-5:]}", namesrvAddr=addr, topic="in")
+                started = time.monotonic()
+                message = _stream_error(spark, tmp_path / f"c{addr[-5:]}", namesrvAddr=addr, topic="in",
+                                        timeoutMs=str(SILENT_TIMEOUT_MS))
                 assert f"no answer from name server(s) {addr} (option namesrvAddr)" in message
-                r = spark.read.format("txmq").option("namesrvAddr", addr).option("topic", "in")
+                r = (spark.read.format("txmq").option("namesrvAddr", addr).option("topic", "in")
+                     .option("timeoutMs", str(SILENT_TIMEOUT_MS)))
                 with pytest.raises(Exception, match="option namesrvAddr"):
                     r.load().collect()
+                # two tries of the stream, two of the read: 4 timeouts of 1 s (the 10 s default: 40 s)
+                assert time.monotonic() - started < 4 * limits.REQUEST_TIMEOUT_MS / 1000
 
 
 @pytest.mark.spark

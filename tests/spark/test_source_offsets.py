@@ -27,7 +27,7 @@ def broker(monkeypatch: pytest.MonkeyPatch) -> FakeBroker:
     fake = FakeBroker()
     fake.add_topic("orders", 3)
     monkeypatch.setattr(_source, "_new_consumer",
-                        lambda endpoints, group, namesrv_addr="": FakePullConsumer(fake))
+                        lambda endpoints, group, namesrv_addr="", timeout_ms=0: FakePullConsumer(fake))
     return fake
 
 

@@ -177,7 +177,8 @@ class ScriptedConsumer:
 @pytest.fixture
 def consumer(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedConsumer]:
     fake = ScriptedConsumer(size=10)
-    monkeypatch.setattr(_source, "_new_consumer", lambda endpoints, group, namesrv_addr="": fake)
+    monkeypatch.setattr(_source, "_new_consumer",
+                        lambda endpoints, group, namesrv_addr="", timeout_ms=0: fake)
     monkeypatch.setattr(_source, "PULL_MAX_NUMS", 4)
     yield fake
     fake.release.set()

@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StringType, StructField, StructType
 
+from txmq import limits
 from txmq.errors import ConfigError, RemoteError, ResponseCode
 from txmq.protocol import MessageExt
 from txmq.spark import _source
@@ -170,7 +171,7 @@ def broker(monkeypatch: pytest.MonkeyPatch) -> FakeBroker:
     fake = FakeBroker()
     fake.add_topic("orders", 3)
     monkeypatch.setattr(_source, "_new_consumer",
-                        lambda endpoints, group, namesrv_addr="": FakePullConsumer(fake))
+                        lambda endpoints, group, namesrv_addr="", timeout_ms=0: FakePullConsumer(fake))
     return fake
 
 
@@ -666,3 +667,26 @@ def test_a_name_server_address_stands_in_for_the_broker_address() -> None:
         _source.SourceOptions.parse({"topic": "t"})
     with pytest.raises(ConfigError, match="namesrvAddr"):
         SinkOptions.parse({"topic": "t", "sinkId": "s"})
+
+
+def test_timeout_ms_reaches_every_consumer_and_rejects_bad_values(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[int] = []
+
+    def new_consumer(endpoints: str, group: str, namesrv_addr: str = "",
+                     timeout_ms: int = 0) -> FakePullConsumer:
+        made.append(timeout_ms)
+        fake = FakeBroker()
+        fake.add_topic("orders", 1)
+        return FakePullConsumer(fake)
+
+    monkeypatch.setattr(_source, "_new_consumer", new_consumer)
+    assert opts().timeout_ms == limits.REQUEST_TIMEOUT_MS
+    o = opts(timeoutMs="1500")
+    reader = TxmqStreamReader(o)
+    reader.initialOffset()
+    ranges = _source._plan_ranges(o, {("orders", "", 0): 0}, {("orders", "", 0): 5})
+    assert made == [1500] and [r.timeout_ms for r in ranges] == [1500]
+    for bad in ("0", "-5", "1.5", "soon"):
+        with pytest.raises(ConfigError, match="timeoutMs: expected an integer > 0"):
+            opts(timeoutMs=bad)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from txmq import limits
 from txmq.errors import ConfigError
 from txmq.spark._offsets import (
     EARLIEST,
@@ -37,6 +38,7 @@ class SourceOptions:
     namesrv_addr: str = ""
     consumer_group_set: bool = False
     faults: str = ""
+    timeout_ms: int = limits.REQUEST_TIMEOUT_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -81,6 +83,7 @@ class SourceOptions:
             or DEFAULT_CONSUMER_GROUP,
             consumer_group_set=bool(opts.get("consumergroup", "").strip()),
             faults=opts.get("txmq.test.faults", ""),
+            timeout_ms=_parse_timeout_ms(opts.get("timeoutms")),
         )
 
 
@@ -105,6 +108,18 @@ def _parse_max_offsets(raw: str | None) -> int | None:
         raise ConfigError(f"maxOffsetsPerTrigger: expected an integer > 0, got {raw!r}") from exc
     if value <= 0:
         raise ConfigError(f"maxOffsetsPerTrigger: expected an integer > 0, got {raw!r}")
+    return value
+
+
+def _parse_timeout_ms(raw: str | None) -> int:
+    if raw is None or not raw.strip():
+        return limits.REQUEST_TIMEOUT_MS
+    try:
+        value = int(raw.strip())
+    except ValueError as exc:
+        raise ConfigError(f"timeoutMs: expected an integer > 0 (milliseconds), got {raw!r}") from exc
+    if value <= 0:
+        raise ConfigError(f"timeoutMs: expected an integer > 0 (milliseconds), got {raw!r}")
     return value
 
 

@@ -57,6 +57,11 @@ Options (strings; Spark lower-cases the keys, so any case works):
     progress as group offsets: the Spark checkpoint is the only record of progress. A stream whose
     start uses ``latest`` stores that start as this group's offsets (*Starting offsets*), so it
     must name a group of its own, used by no other consumer or query.
+``timeoutMs``
+    each request's timeout in milliseconds, on the driver and the executors (default
+    ``limits.REQUEST_TIMEOUT_MS``, 10000; the ``timeout_ms`` of :class:`txmq.client.PullConsumer`).
+    A driver-side read that gets no answer is tried once more on a new connection, so a query
+    against name servers or a broker that never answer fails after about twice this.
 
 Offsets: a flat JSON object ``{"<topic>/<broker_name>/<queue_id>": next_offset}`` over the queues
 of every broker group of the topics' routes, keys in (topic, broker name, queue id) order, e.g.
@@ -233,8 +238,10 @@ SCHEMA = StructType(
 """The source's fixed schema as a ``StructType`` (same as :data:`SCHEMA_DDL`)."""
 
 
-def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "") -> PullConsumerShape:
-    """Create and start a pull consumer (module-level so tests can substitute a fake).
+def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "",
+                  timeout_ms: int = limits.REQUEST_TIMEOUT_MS) -> PullConsumerShape:
+    """Create and start a pull consumer (module-level so tests can substitute a fake);
+    ``timeout_ms`` is each request's timeout (option ``timeoutMs``).
 
     Raises:
         txmq.errors.BrokerUnavailable: no connection to ``endpoints``.
@@ -242,14 +249,14 @@ def _new_consumer(endpoints: str, consumer_group: str, namesrv_addr: str = "") -
     from txmq.client import PullConsumer
 
     consumer = cast(PullConsumerShape, PullConsumer(endpoints=endpoints, consumer_group=consumer_group,
-                                                namesrv_addr=namesrv_addr))
+                                                namesrv_addr=namesrv_addr, timeout_ms=timeout_ms))
     consumer.start()  # type: ignore[attr-defined]
     return consumer
 
 
 def _open_consumer(opts: SourceOptions) -> PullConsumerShape:
     """The driver's consumer (:class:`~txmq.spark._source_broker.Broker`'s factory)."""
-    return _new_consumer(opts.endpoints, opts.consumer_group, opts.namesrv_addr)
+    return _new_consumer(opts.endpoints, opts.consumer_group, opts.namesrv_addr, opts.timeout_ms)
 
 
 # --- reading one range (executor side) -----------------------------------------------------------
@@ -268,6 +275,7 @@ class QueueRange(InputPartition):
         broker_name: the queue's broker group ("" when not named: the topic's only one).
         end: offset to stop before (exclusive); ``end > start``.
         fail_on_data_loss: the ``failOnDataLoss`` option.
+        timeout_ms: the ``timeoutMs`` option (each request's timeout, ms).
     """
 
     endpoints: str
@@ -279,6 +287,7 @@ class QueueRange(InputPartition):
     fail_on_data_loss: bool = True
     namesrv_addr: str = ""
     broker_name: str = ""
+    timeout_ms: int = limits.REQUEST_TIMEOUT_MS
 
 
 def _plan_ranges(
@@ -301,6 +310,7 @@ def _plan_ranges(
                     end=high,
                     fail_on_data_loss=opts.fail_on_data_loss,
                     namesrv_addr=opts.namesrv_addr,
+                    timeout_ms=opts.timeout_ms,
                 )
             )
     return ranges
@@ -339,7 +349,7 @@ def read_queue_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
         txmq.errors.BrokerUnavailable, txmq.errors.RemoteError: the broker cannot be reached or
             refuses the pull (Spark retries the task up to ``spark.task.maxFailures``).
     """
-    consumer = _new_consumer(part.endpoints, part.consumer_group, part.namesrv_addr)
+    consumer = _new_consumer(part.endpoints, part.consumer_group, part.namesrv_addr, part.timeout_ms)
     pulls = _Pulls(consumer, part)
     try:
         yield from _record_batches(_runs_in_range(pulls, part))

@@ -33,10 +33,13 @@ SPARK_TPCH_SF = 0.002
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """A local[2] SparkSession from :func:`txmq.spark.spark_session`, stopped at the end."""
+    """A local[2] SparkSession from :func:`txmq.spark.spark_session`, stopped at the end; its JVM
+    runs with :data:`txmq.testing.FAST_START_JAVA_OPTIONS` (the tests' jobs last seconds)."""
     from txmq.spark import spark_session
+    from txmq.testing import FAST_START_JAVA_OPTIONS
 
-    session = spark_session("txmq-tests")
+    session = spark_session("txmq-tests",
+                            conf={"spark.driver.extraJavaOptions": FAST_START_JAVA_OPTIONS})
     yield session
     session.stop()
 

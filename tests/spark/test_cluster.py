@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 
 from txmq.client import Message, Producer, PullConsumer
 from txmq.spark.reconcile import reconcile
-from txmq.testing import BrokerProcess, SparkCluster, wait_until
+from txmq.testing import FAST_START_JAVA_OPTIONS, BrokerProcess, SparkCluster, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROWS = 400
@@ -95,7 +95,8 @@ class Driver:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _DRIVER, cluster.master_url, endpoints, str(self.ckpt),
                  str(self.marks), hold, trigger, str(self.release_file)],
-                stdout=log, stderr=log, start_new_session=True)
+                stdout=log, stderr=log, start_new_session=True,
+                env={**os.environ, "JAVA_TOOL_OPTIONS": FAST_START_JAVA_OPTIONS})
 
     def release(self) -> None:
         """End the held task's wait (``hold``) now."""

@@ -4,13 +4,14 @@ tiny scale factor. The report must be consistent and name the master it ran on."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from txmq.testing import SparkCluster
+from txmq.testing import FAST_START_JAVA_OPTIONS, SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -21,7 +22,8 @@ def test_the_demo_runs_its_spark_stage_on_the_cluster(spark_cluster: SparkCluste
     proc = subprocess.run(
         [sys.executable, "-m", "txmq", "demo", "--sf", "0.001", "--run-dir", str(tmp_path / "run"),
          "--report", str(report), "--spark-master", spark_cluster.master_url],
-        capture_output=True, text=True, timeout=600)
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "JAVA_TOOL_OPTIONS": FAST_START_JAVA_OPTIONS})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(report.read_text())
     assert r["spark_master"] == spark_cluster.master_url

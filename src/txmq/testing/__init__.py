@@ -12,12 +12,13 @@ from txmq.testing._cpu import process_cpu_s
 from txmq.testing._harness import END_TYPES, BrokerHarness
 from txmq.testing._netns import ROOT, Hosts, netns_unavailable
 from txmq.testing._ports import free_port
-from txmq.testing._spark_cluster import SparkCluster, SparkClusterError
+from txmq.testing._spark_cluster import FAST_START_JAVA_OPTIONS, SparkCluster, SparkClusterError
 from txmq.testing._wait import wait_until
 from txmq.testing.browser import ChromiumUnavailable, chromium, ensure_chromium
 
 __all__ = [
     "END_TYPES",
+    "FAST_START_JAVA_OPTIONS",
     "ROOT",
     "BrokerHarness",
     "BrokerProcess",

@@ -307,3 +307,80 @@ def test_a_send_lost_with_its_master_while_the_route_has_none_raises_broker_unav
                 await p.shutdown()
         asyncio.run(main())
     with_group(body)
+
+
+
+def test_a_group_without_a_master_is_looked_up_again_while_sends_go_to_the_other_group() -> None:
+    """Two groups; g2's master dies and the route names only its slave: sends go to g1 and fail
+    nowhere, so no failure asks for the route again. The producer still looks it up in the
+    background (as the refresh gate allows) and its sends reach g2's new master well before its
+    30 s timer (here 600 s). The chaos failover run found this: 12–26 s without sends to the group
+    whose master was killed."""
+    def body(g: Group) -> None:
+        g2_master: list[str] = [g.b.addr]
+
+        def namesrv(cmd: Command) -> Command | None:
+            if cmd.code != RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                return cmd.response(0)
+            return cmd.response(0, body=encode_route(TopicRouteData(
+                queue_datas=[QueueData(broker_name=n, read_queue_nums=1, write_queue_nums=1, perm=6)
+                             for n in ("g1", "g2")],
+                broker_datas=[BrokerData(cluster="c", broker_name="g1", broker_addrs={0: g.a.addr}),
+                              BrokerData(cluster="c", broker_name="g2",
+                                         broker_addrs={0: g2_master[0]} if g2_master[0]
+                                         else {1: g.b.addr})])))
+        g.ns.handler = namesrv
+
+        async def main() -> None:
+            p = producer(g)
+            try:
+                names = {(await p.send(Message(topic="t", body=b"1"))).broker_name for _ in range(4)}
+                assert names == {"g1", "g2"}
+                g2_master[0] = ""
+                await p.route("t", refresh=True)
+                names = {(await p.send(Message(topic="t", body=b"2"))).broker_name for _ in range(4)}
+                assert names == {"g1"}
+                g2_master[0] = g.b.addr  # the new master registers
+                await asyncio.sleep(0.25)  # NAMESRV_REFRESH_MIN_INTERVAL_MS
+                await p.send(Message(topic="t", body=b"3"))  # starts the lookup
+                await asyncio.sleep(0.3)
+                names = {(await p.send(Message(topic="t", body=b"4"))).broker_name for _ in range(4)}
+                assert "g2" in names, "g2's new master not seen without a failed send"
+            finally:
+                await p.shutdown()
+        asyncio.run(main())
+    with_group(body)
+
+
+def test_a_new_master_after_a_gap_without_one_is_not_avoided_for_the_old_one_s_failures() -> None:
+    """Old master a fails (isolated 10 s by the fault strategy), the route names no master for a
+    while, then b: b is chosen at once. The chaos failover run found every failover taking
+    10 s: the gap hid the move from a to b, so the group stayed avoided."""
+    def body(g: Group) -> None:
+        def namesrv(cmd: Command) -> Command | None:
+            if cmd.code != RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                return cmd.response(0)
+            return cmd.response(0, body=encode_route(TopicRouteData(
+                queue_datas=[QueueData(broker_name="g", read_queue_nums=2, write_queue_nums=2,
+                                       perm=6)],
+                broker_datas=[BrokerData(cluster="c", broker_name="g",
+                                         broker_addrs={0: g.master} if g.master else
+                                         {1: g.b.addr})])))
+        g.ns.handler = namesrv
+
+        async def main() -> None:
+            p = producer(g)
+            try:
+                await p.send(Message(topic="t", body=b"1"))
+                now = time.time_ns() // 1_000_000
+                p.faults.update("g", 0, now, failed=True)  # as a connection to the old master
+                assert not p.faults.available("g", now)
+                g.master = ""
+                await p.route("t", refresh=True)
+                g.master = g.b.addr
+                await p.route("t", refresh=True)
+                assert p.faults.available("g", now), "the new master avoided for a's failure"
+            finally:
+                await p.shutdown()
+        asyncio.run(main())
+    with_group(body)

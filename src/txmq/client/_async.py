@@ -271,11 +271,14 @@ class AsyncProducer(ClientBase):
     async def _writable(self, topic: str) -> TopicRoute:
         """``topic``'s route, fetched again when it has no publish queue (every broker group
         without a master, as during a failover, or not writable), as often as
-        :meth:`_refresh_route_soon` allows. Raises BrokerUnavailable when it still has none
+        :meth:`_refresh_route_soon` allows; in the background (:meth:`_refresh_route_later`)
+        when only some groups have no master. Raises BrokerUnavailable when it still has none
         (RocketMQ: "No route info of this topic"), RemoteError (TOPIC_NOT_EXIST)."""
         route = await self.route(topic)
         if not route.publish:
             route = await self._refresh_route_soon(topic) or route
+        elif route.masterless():
+            self._refresh_route_later(topic)
         if not route.publish:
             raise BrokerUnavailable(f"topic {topic!r} has no writable queue on a broker group "
                                     f"with a master (groups: {route.broker_names()})")

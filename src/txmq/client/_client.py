@@ -147,9 +147,13 @@ class ClientBase:
         self._routes: dict[str, TopicRoute] = {}
         self._brokers: dict[str, dict[int, str]] = {}
         """Broker name → {broker id → address}, merged from every route and the cluster info."""
+        self._last_masters: dict[str, str] = {}
+        """Broker name → the last master address a route named: a new master is seen as one
+        even when a route without a master (a failover's gap) came between."""
         self._refresh_gate = RouteRefreshGate()
         self._refreshing: dict[str, asyncio.Future[None]] = {}  # topic -> its lookup under way
         self._tasks: list[asyncio.Task[None]] = []
+        self._route_tasks: set[asyncio.Task[Any]] = set()  # background lookups (_refresh_route_later)
         self._running = False
         self._loops_spawned = False  # the heartbeat and route-refresh loops are spawned
         self._shut = False  # set by shutdown(): no background loop starts again (start() clears it)
@@ -235,9 +239,12 @@ class ClientBase:
             self._routes[topic] = new
             for name, addrs in new.brokers.items():
                 known = self._brokers.setdefault(name, {})
-                old_master, new_master = known.get(MASTER_ID), addrs.get(MASTER_ID)
+                new_master = addrs.get(MASTER_ID)
+                old_master = known.get(MASTER_ID) or self._last_masters.get(name)
                 known.clear()
                 known.update(addrs)
+                if new_master:
+                    self._last_masters[name] = new_master
                 if old_master and new_master and old_master != new_master:
                     self._master_moved(name, old_master, new_master)
             return new
@@ -278,6 +285,17 @@ class ClientBase:
             del self._refreshing[topic]
             done.set_result(None)
         return self._routes.get(topic)
+
+    def _refresh_route_later(self, topic: str) -> None:
+        """Look ``topic``'s route up in the background, as the refresh gate allows: its route has
+        a broker group without a master (a failover's gap). Sends meanwhile go to the other
+        groups, so no send fails to ask for the route again; without this the client would see
+        the group's new master only on its ``poll_name_server_interval_ms`` timer (30 s)."""
+        if self._shut or not self._refresh_gate.may_begin(topic, time.monotonic_ns() // 1_000_000):
+            return
+        task = asyncio.get_running_loop().create_task(self._refresh_route_soon(topic))
+        self._route_tasks.add(task)
+        task.add_done_callback(self._route_tasks.discard)
 
     async def queue_nums(self, topic: str, refresh: bool = False) -> int:
         """How many queues a send to ``topic`` can choose from (over every broker group).
@@ -467,6 +485,10 @@ class ClientBase:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        for rt in list(self._route_tasks):
+            rt.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await rt
         conns, self._conns = list(self._conns.values()), {}
         ext = to_ext(self._unregister_header())
         for conn in conns:

@@ -98,6 +98,11 @@ class TopicRoute(msgspec.Struct, frozen=True):
         (RocketMQ ``findBrokerAddressInPublish``)."""
         return self.brokers.get(broker_name, {}).get(MASTER_ID)
 
+    def masterless(self) -> list[str]:
+        """Broker groups the route lists without a master (id 0), sorted: a failover's gap, in
+        which sends go to the other groups until the route names the new master."""
+        return sorted(n for n, addrs in self.brokers.items() if MASTER_ID not in addrs)
+
     def broker_names(self) -> list[str]:
         """Every broker group of the route, sorted."""
         return sorted(self.brokers)
@@ -172,6 +177,11 @@ class RouteRefreshGate:
         self._started[topic] = now_ms
         self._in_flight.add(topic)
         return True
+
+    def may_begin(self, topic: str, now_ms: int) -> bool:
+        """Whether :meth:`begin` would start a lookup of ``topic`` now (it changes nothing)."""
+        last = self._started.get(topic)
+        return topic not in self._in_flight and (last is None or now_ms - last >= self._min_ms)
 
     def end(self, topic: str) -> None:
         """The lookup of ``topic`` is over (answered or failed)."""

@@ -106,3 +106,50 @@ def test_election_sync_state_set_and_failover(controller: ControllerProcess,
         await m2.close()
 
     asyncio.run(main())
+
+
+class _FlakySlave(FakeBroker):
+    """become_slave fails the first time (the master's port did not answer 906)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts = 0
+
+    async def become_slave(self, master_epoch: int, master_broker_id: int,
+                           master_addr: str) -> None:
+        self.attempts += 1
+        if self.attempts == 1:
+            from txmq.errors import ConnectTimeout
+            raise ConnectTimeout(f"cannot connect to {master_addr}: no answer in 3 s")
+        await super().become_slave(master_epoch, master_broker_id, master_addr)
+
+
+def test_a_failed_switch_to_slave_is_tried_again_in_the_same_epoch(tmp_path: Path) -> None:
+    """The failover chaos run: a slave whose switch failed once stayed fenced for the whole epoch
+    (the core applies a role once per epoch), never rejoined the SyncStateSet, and a master kill
+    then had nobody to elect. The shell now queues the switch again after ROLE_RETRY_MS."""
+    from types import SimpleNamespace
+
+    from txmq.broker._replicas import BecomeSlave
+    from txmq.broker._replicas_shell import ROLE_RETRY_MS
+
+    fake = _FlakySlave()
+    m = ReplicasManager(ReplicasConfig("c", "broker-a", "127.0.0.1:1", ("127.0.0.1:2",)), fake,
+                        tmp_path)
+    m.core = SimpleNamespace(is_master=False, master_epoch=5, master_broker_id=1)  # type: ignore[assignment]
+
+    async def main() -> None:
+        worker = asyncio.create_task(m._act_loop())
+        m._actions.put_nowait(BecomeSlave(5, 1, "10.0.0.1:10911"))
+        await asyncio.sleep(0.1)
+        assert fake.role == "fenced" and fake.attempts == 1
+        await asyncio.sleep(ROLE_RETRY_MS / 1000 + 0.3)
+        assert fake.role == "slave" and fake.attempts == 2 and fake.master == (1, "10.0.0.1:10911")
+        m.core.master_epoch = 6  # type: ignore[union-attr]
+        fake.attempts = 0
+        m._actions.put_nowait(BecomeSlave(5, 1, "10.0.0.1:10911"))  # fails; epoch 6 came since
+        await asyncio.sleep(ROLE_RETRY_MS / 1000 + 0.3)
+        assert fake.attempts == 1, "a superseded switch is not retried"
+        worker.cancel()
+        await m.close()
+    asyncio.run(main())

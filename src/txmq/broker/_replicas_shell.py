@@ -40,7 +40,8 @@ from txmq.client import AsyncConnection
 from txmq.errors import CorruptRecord, MalformedHeader, TransportError
 from txmq.protocol import Command, RequestCode
 
-__all__ = ["CONTROLLER_REQUEST_TIMEOUT_MS", "HEARTBEAT_TIMEOUT_MS", "TICK_MS", "ReplicasManager",
+__all__ = ["CONTROLLER_REQUEST_TIMEOUT_MS", "HEARTBEAT_TIMEOUT_MS", "ROLE_RETRY_MS", "TICK_MS",
+           "ReplicasManager",
            "load_broker_meta"]
 
 log = logging.getLogger("txmq.broker.replicas")
@@ -51,6 +52,11 @@ HEARTBEAT_TIMEOUT_MS = 1_000
 """A heartbeat unanswered this long failed (RocketMQ ``BrokerConfig.sendHeartbeatTimeoutMillis``)."""
 CONTROLLER_REQUEST_TIMEOUT_MS = 3_000
 """Any other controller request (RocketMQ's controller client default, 3 s)."""
+ROLE_RETRY_MS = 1_000
+"""A role switch to slave that failed (the master's remoting port did not answer its HA address
+query, EXCHANGE_BROKER_HA_INFO) is tried again this long after (txmq). The core applies a role
+once per epoch, so without the retry the broker stayed fenced and never replicated in that epoch,
+and its group had no in-sync replica to fail over to (found by the failover chaos run)."""
 
 
 def _monotonic_ms() -> int:
@@ -200,6 +206,20 @@ class ReplicasManager:
             except Exception:  # the broker's failure to switch must not stop later actions
                 log.exception("role action %s failed", action)
                 self.target.fence()
+                if isinstance(action, BecomeSlave):
+                    self._retry_later(action)
+
+    def _retry_later(self, a: BecomeSlave) -> None:
+        """Queue ``a`` again after ROLE_RETRY_MS unless the role changed meanwhile."""
+        async def retry() -> None:
+            await asyncio.sleep(ROLE_RETRY_MS / 1000)
+            core = self.core
+            if (core is not None and not core.is_master and core.master_epoch == a.master_epoch
+                    and core.master_broker_id == a.master_broker_id):
+                self._actions.put_nowait(a)
+        task = asyncio.create_task(retry())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _act(self, a: Action) -> None:
         t = self.target

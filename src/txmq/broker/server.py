@@ -77,6 +77,7 @@ from txmq.protocol import (
     RegisterBrokerResponseHeader,
     encode_command,
 )
+from txmq.serving import serve_until_signal, write_port_file
 from txmq.store import FileStore, Store, is_delete_hour
 
 __all__ = ["BrokerServer", "run_server", "store_config"]
@@ -779,23 +780,9 @@ class BrokerServer:
 async def run_server(config: BrokerConfig, ready: asyncio.Event | None = None,
                      port_file: str | None = None, store: Store | None = None) -> None:
     """Run a broker until cancelled or sent SIGINT/SIGTERM (``store`` as for BrokerServer)."""
-    import signal
-
     server = BrokerServer(config, store)
     await server.start()
     if port_file:
-        tmp = Path(port_file + ".tmp")
-        tmp.write_text(str(server.port))
-        tmp.replace(port_file)
+        write_port_file(port_file, server.port)
     print(f"txmq broker listening on {config.host}:{server.port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
-    try:
-        await stop.wait()
-    finally:
-        await server.close()
+    await serve_until_signal(server.close, ready)

@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
 from collections.abc import Coroutine
 from itertools import count
 from pathlib import Path
@@ -44,6 +42,7 @@ from txmq.protocol import (
     parse_address,
     to_ext,
 )
+from txmq.serving import serve_until_signal, write_port_file
 
 __all__ = ["CONTROLLER_HEARTBEAT_TIMEOUT_MS", "CONTROLLER_LEASE_MS", "CONTROLLER_PORT",
            "SCAN_INTERVAL_MS", "ControllerServer", "run_controller"]
@@ -285,16 +284,5 @@ async def run_controller(host: str, port: int, raft_address: str, raft_peers: li
     ``<store_dir>/controller.port``)."""
     server = ControllerServer(host, port, raft_address, raft_peers, store_dir)
     bound = await server.start()
-    port_file = port_file or str(store_dir / "controller.port")
-    with open(port_file + ".tmp", "w") as f:
-        f.write(str(bound))
-    os.replace(port_file + ".tmp", port_file)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await server.close()
+    write_port_file(port_file or str(store_dir / "controller.port"), bound)
+    await serve_until_signal(server.close)

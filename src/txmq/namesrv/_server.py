@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
 import time
 from itertools import count
 
@@ -26,6 +24,7 @@ from txmq import limits
 from txmq.errors import ProtocolError, ResponseCode
 from txmq.namesrv._core import NameServerCore
 from txmq.protocol import Command, FrameDecoder, encode_command
+from txmq.serving import serve_until_signal, write_port_file
 
 __all__ = ["NameServer", "run_namesrv"]
 
@@ -151,15 +150,5 @@ async def run_namesrv(host: str = "127.0.0.1", port: int = limits.NAMESRV_PORT,
     server = NameServer(host, port)
     bound = await server.start()
     if port_file:
-        with open(port_file + ".tmp", "w") as f:
-            f.write(str(bound))
-        os.replace(port_file + ".tmp", port_file)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await server.close()
+        write_port_file(port_file, bound)
+    await serve_until_signal(server.close)

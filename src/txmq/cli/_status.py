@@ -13,7 +13,6 @@ from rich.table import Table
 
 from txmq import limits
 from txmq.cli._credentials import credential_kw, with_credentials
-from txmq.cli._group import dlq_row
 from txmq.client import Admin
 from txmq.errors import TxmqError
 from txmq.protocol import (
@@ -167,7 +166,7 @@ def parked_list(
         msgs = [m for m in msgs
                 if park_source_kind(m.properties.get(PROPERTY_TXMQ_PARK_SOURCE, "")) == source]
     if as_json:
-        print(json.dumps([{"id": parked_id(m), **dlq_row(m)} for m in msgs], indent=2))
+        print(json.dumps([{"id": parked_id(m), **_dlq_row(m)} for m in msgs], indent=2))
         return
     if not msgs:
         _out.print("parked messages: none")
@@ -182,13 +181,21 @@ def parked_list(
     _out.print(table)
 
 
+def _dlq_row(m: MessageExt) -> dict[str, Any]:
+    """``txmq dlq``'s row for ``m``; imported here so that ``txmq broker`` (which registers
+    ``broker status``) does not import the group and DLQ commands."""
+    from txmq.cli._group import dlq_row
+
+    return dlq_row(m)
+
+
 @parked_app.command("show")
 @with_credentials
 def parked_show(ident: Annotated[str, typer.Argument(help="parked:<n>, discarded:<n> or a msg id.")],
                 endpoints: BrokerAddr = "127.0.0.1:10911", as_json: AsJson = False) -> None:
     """One parked message with its properties and body."""
     m = _find(endpoints, ident)
-    row = {"id": parked_id(m), **dlq_row(m)}
+    row = {"id": parked_id(m), **_dlq_row(m)}
     if as_json:
         print(json.dumps(row, indent=2))
         return

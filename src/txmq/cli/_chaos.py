@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -39,6 +40,9 @@ def chaos(
     a SYNC_MASTER and its slave and cutting the link between them); exit 1 on any violation."""
     from txmq.testing.chaos import ChaosConfig, run_chaos, write_reports
 
+    # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so the run stops the processes it started
+    # and removes its network namespaces instead of leaving them behind.
+    signal.signal(signal.SIGTERM, _interrupt)
     if cluster:
         _failover(seed, faults, duration_s, report, json_path, run_dir)
         return
@@ -69,12 +73,21 @@ def chaos(
         raise typer.Exit(1)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM handler: raise KeyboardInterrupt, so that cleanup (finally, with) runs."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _failover(seed: int, faults: int, duration_s: float, report: Path | None,
               json_path: Path | None, run_dir: Path | None) -> None:
-    from txmq.testing.chaos import FailoverConfig, run_failover_chaos, write_reports
-    from txmq.testing.chaos._failover_run import refusal
+    from txmq.testing.chaos import (
+        FailoverConfig,
+        failover_refusal,
+        run_failover_chaos,
+        write_reports,
+    )
 
-    if why := refusal():
+    if why := failover_refusal():
         _console.print(f"[red]txmq chaos --cluster cannot run here:[/red] {why}")
         raise typer.Exit(2)
     with tempfile.TemporaryDirectory(prefix="txmq-chaos-") as tmp:

@@ -68,7 +68,14 @@ from txmq.testing.chaos._failover_check import (
     failover_times,
     failover_violations,
 )
-from txmq.testing.chaos._failover_run import FailoverConfig, FailoverResult, run_failover_chaos
+from txmq.testing.chaos._failover_run import (
+    FailoverConfig,
+    FailoverResult,
+    run_failover_chaos,
+)
+from txmq.testing.chaos._failover_run import (
+    refusal as failover_refusal,
+)
 from txmq.testing.chaos._history import HistoryWriter, read_histories
 from txmq.testing.chaos._nemesis import CLUSTER_KINDS, KINDS, REPLICA_KINDS, Fault, schedule
 from txmq.testing.chaos._procs import BrokerTarget
@@ -107,6 +114,7 @@ __all__ = [
     "check",
     "controller_unavailable",
     "downtime_per_fault",
+    "failover_refusal",
     "failover_schedule",
     "failover_summary",
     "failover_times",

@@ -87,6 +87,37 @@ def test_ack_table_measures_lag_from_the_last_catch_up() -> None:
     assert t.lag_ms(1, 900, 4_000) == 0 and not t.caught_up_ms
 
 
+
+def test_ack_table_a_slave_that_connects_behind_is_not_caught_up_until_it_catches_up() -> None:
+    # the unsafe old rule: the first report of a new link counted as a catch-up, so a slave far
+    # behind joined the SyncStateSet at once and could be elected without acked messages
+    t = AckTable()
+    t.report(1, 100, end=500, now_ms=1_000)
+    assert not t.caught_up(1, 500, 1_001, max_lag_ms=15_000)
+    assert t.lag_ms(1, 500, 1_250) == 250  # (the runtime info still counts from the connection)
+    t.transferred(1, 500, now_ms=1_100)
+    t.report(1, 400, end=500, now_ms=1_200)  # not yet at the end sent at 1 100
+    assert not t.caught_up(1, 500, 1_200, max_lag_ms=15_000)
+    t.report(1, 500, end=700, now_ms=1_300)  # reached it, while the master wrote on
+    assert t.caught_up(1, 700, 1_300, max_lag_ms=15_000) and t.caught_up_ms[1] == 1_100
+
+
+def test_ack_table_a_slave_that_keeps_up_under_load_stays_caught_up() -> None:
+    # the master writes between every transfer and report: the report never equals the end
+    # now, but reaches the end of each transfer (RocketMQ lastMasterMaxOffset)
+    t = AckTable()
+    t.report(1, 0, end=0, now_ms=0)
+    for i in range(1, 40):
+        t.transferred(1, i * 100, now_ms=i * 1_000)
+        t.report(1, i * 100, end=i * 100 + 50, now_ms=i * 1_000 + 5)
+    assert t.caught_up(1, 4_000, 39_500, max_lag_ms=15_000)
+    t.transferred(1, 4_000, now_ms=40_000)  # it stops acknowledging: out after the grace
+    assert t.caught_up(1, 4_000, 53_999, max_lag_ms=15_000)
+    assert not t.caught_up(1, 4_000, 54_000, max_lag_ms=15_000)
+    t.gone(1)
+    assert not t.caught_up(1, 4_000, 54_000, max_lag_ms=15_000) and not t.sent
+
+
 def _replication() -> tuple[Replication, Broker]:
     users = {"repl": User("repl", "repl-sk", UserType.NORMAL,
                           (PolicyEntry(Resource.parse("Cluster:DefaultCluster"), (Action.ALL,)),)),

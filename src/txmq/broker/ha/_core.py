@@ -115,31 +115,63 @@ class SlaveCore:
 
 class AckTable:
     """The master's view of its slaves: the offset each connected one acknowledged (its last
-    report), keyed by connection id, and when each last caught up with the master's end."""
+    report), keyed by connection id, and when each last caught up with the master.
+
+    Catching up follows RocketMQ 5 ``AutoSwitchHAConnection``: each transfer records the
+    master's end then (``lastMasterMaxOffset``) and the time (``lastTransferTimeMs``); a report
+    at or past that end moves the slave's catch-up time (``lastCaughtUpTimeMs``) to that transfer
+    time. A report at or past the master's end now counts at once. A slave that has not caught
+    up since it connected is not caught up (RocketMQ expands the SyncStateSet only with a slave
+    whose ack reached the confirm offset, ``AutoSwitchHAService.maybeExpandInSyncStateSet``)."""
 
     def __init__(self) -> None:
         self.acks: dict[int, int] = {}
         self.caught_up_ms: dict[int, int] = {}
-        """Link → when its report last reached the master's end (or when it connected)."""
+        """Link → when its report last reached the master's end (absent: not since it connected)."""
+        self.connected_ms: dict[int, int] = {}
+        """Link → when its first report arrived."""
+        self.sent: dict[int, tuple[int, int]] = {}
+        """Link → (the master's end, when) at the last transfer to it."""
+
+    def transferred(self, link: int, end: int, now_ms: int) -> None:
+        """The master sent ``link`` a frame (data or heartbeat) while its log ended at ``end``."""
+        self.sent[link] = (end, now_ms)
 
     def report(self, link: int, offset: int, end: int = -1, now_ms: int = 0) -> None:
-        """The slave on ``link`` acknowledged ``offset`` while the master's log ended at ``end``
-        (RocketMQ 5 ``AutoSwitchHAConnection``: ``lastCatchUpTimeMs`` moves when the slave's ack
-        reaches the master's max offset)."""
-        if link not in self.acks or offset >= end:
+        """The slave on ``link`` acknowledged ``offset`` while the master's log ended at ``end``."""
+        self.connected_ms.setdefault(link, now_ms)
+        sent = self.sent.get(link)
+        if offset >= end:
             self.caught_up_ms[link] = now_ms
+        elif sent is not None and offset >= sent[0]:
+            self.caught_up_ms[link] = max(self.caught_up_ms.get(link, sent[1]), sent[1])
         self.acks[link] = offset
 
     def gone(self, link: int) -> None:
-        self.acks.pop(link, None)
-        self.caught_up_ms.pop(link, None)
+        for table in (self.acks, self.caught_up_ms, self.connected_ms, self.sent):
+            table.pop(link, None)
+
+    def clear(self) -> None:
+        """Forget every slave (the broker stopped being a master)."""
+        for table in (self.acks, self.caught_up_ms, self.connected_ms, self.sent):
+            table.clear()
 
     def lag_ms(self, link: int, end: int, now_ms: int) -> int:
         """How long the slave on ``link`` has lacked bytes of a log ending at ``end``: 0 when its
         last report reached ``end``, else the time since it last caught up (or connected)."""
         if self.acks.get(link, -1) >= end:
             return 0
-        return max(0, now_ms - self.caught_up_ms.get(link, now_ms))
+        since = self.caught_up_ms.get(link, self.connected_ms.get(link, now_ms))
+        return max(0, now_ms - since)
+
+    def caught_up(self, link: int, end: int, now_ms: int, max_lag_ms: int) -> bool:
+        """Whether the slave on ``link`` belongs in the SyncStateSet: its last report reached
+        ``end``, or it caught up within ``max_lag_ms`` of ``now_ms`` (``haMaxTimeSlaveNotCatchup``;
+        a slave that never caught up since it connected is out however recent its connection)."""
+        if self.acks.get(link, -1) >= end:
+            return True
+        last = self.caught_up_ms.get(link)
+        return last is not None and now_ms - last < max_lag_ms
 
     def acked_by(self, count: int) -> int:
         """The highest offset that at least ``count`` slaves acknowledged (-1 if fewer connected;

@@ -257,12 +257,13 @@ class HaMaster:
         return min((by_id.get(i, -1) for i in broker_ids), default=2**63 - 1)
 
     def caught_up_brokers(self, now_ms: int, max_lag_ms: int) -> frozenset[int]:
-        """Broker ids of the connected slaves whose acknowledgement reached this log's end within
-        ``max_lag_ms`` of ``now_ms`` (monotonic ms; RocketMQ ``maybeShrinkSyncStateSet``,
-        ``haMaxTimeSlaveNotCatchup``)."""
+        """Broker ids of the connected slaves that caught up with this master within
+        ``max_lag_ms`` of ``now_ms`` (monotonic ms; :meth:`AckTable.caught_up`; RocketMQ
+        ``maybeShrinkSyncStateSet``, ``haMaxTimeSlaveNotCatchup``): a slave that connected behind
+        joins only once it has caught up."""
         end = self.store.write_offset
         return frozenset(info.broker_id for link, info in self.links.items()
-                         if info.broker_id > 0 and self.acks.lag_ms(link, end, now_ms) < max_lag_ms)
+                         if info.broker_id > 0 and self.acks.caught_up(link, end, now_ms, max_lag_ms))
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                          peer: object) -> tuple[HaHello | None, bytes]:
@@ -365,6 +366,7 @@ class HaMaster:
                     await asyncio.wait_for(wake.wait(), limits.HA_IDLE_WAIT_MS / 1000)
                 continue
             last_write = _mono_ms()
+            self.acks.transferred(link, end, last_write)
             await writer.drain()
 
 
@@ -678,8 +680,7 @@ class Replication:
         if self.master is not None:
             master, self.master = self.master, None
             await master.close()
-        self.acks.acks.clear()
-        self.acks.caught_up_ms.clear()
+        self.acks.clear()
 
     def start_slave(self, ha_addr: str, auto: AutoSwitchSlave) -> None:
         """Follow the master at HA address ``ha_addr`` (AutoSwitch protocol: ``auto``)."""

@@ -156,13 +156,27 @@ def test_downtime_per_fault_window_runs_from_the_first_failure_to_the_next_succe
 def test_failover_time_runs_from_the_kill_to_the_first_ack_of_another_broker() -> None:
     times = failover_times(failover_history(), [MasterKill("broker-a", A1, 1000),
                                                 MasterKill("broker-b", "10.200.0.8:10911", 1000)])
-    assert [(t.ms, t.new_addr) for t in times] == [(2500.0, A2), (None, "")]
+    assert [(t.ms, t.new_addr, t.restored_ms, t.reinstated) for t in times] == \
+        [(2500.0, A2, 2500.0, False), (None, "", 510.0, True)]  # broker-b's master acked on
     assert failover_summary(times) == {"kills": 2, "failed_over": 1, "median_ms": 2500.0,
-                                       "max_ms": 2500.0}
+                                       "max_ms": 2500.0, "reinstated": 1,
+                                       "restored_median_ms": 1505.0, "restored_max_ms": 2500.0}
     assert failover_summary([])["median_ms"] is None
     # an SDK without masterEpoch: failover time still measurable, the epoch checks have no input
     no_epoch = [{k: v for k, v in e.items() if k != "epoch"} for e in failover_history()]
     assert [t.ms for t in failover_times(no_epoch, [MasterKill("broker-a", A1, 1000)])] == [2500.0]
+
+
+def test_a_killed_master_restarted_before_an_election_is_reinstated_not_failed_over() -> None:
+    # seed 2027: the old master came back within its lease and kept its role; the other broker
+    # acknowledged only after a later fault moved the master (it counted as a 19-64 s failover)
+    events = [*send(100, 110, "k1", A1, 1), *send(4000, 4010, "k2", A1, 1),
+              *send(30_000, 30_010, "k3", A2, 2)]
+    (t,) = failover_times(events, [MasterKill("broker-a", A1, 1000)])
+    assert (t.ms, t.restored_ms, t.reinstated) == (29_010.0, 3010.0, True)
+    s = failover_summary([t])
+    assert (s["failed_over"], s["median_ms"], s["reinstated"], s["restored_max_ms"]) == \
+        (0, None, 1, 3010.0)
 
 
 class FakeBed:

@@ -99,6 +99,9 @@ def _failover(seed: int, faults: int, duration_s: float, report: Path | None,
     t = Table("measure", "value", title=f"failover chaos seed {seed}")
     t.add_row("faults injected", str(sum(1 for f in res.schedule if f.started_ms)))
     t.add_row("failover median / max (ms)", f"{s['median_ms']} / {s['max_ms']}")
+    t.add_row("old master took its role back", str(s.get("reinstated", 0)))
+    t.add_row("write outage median / max (ms)",
+              f"{s.get('restored_median_ms')} / {s.get('restored_max_ms')}")
     t.add_row("violations", str(len(res.violations)))
     _console.print(t)
     for v in res.violations:

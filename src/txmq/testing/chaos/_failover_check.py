@@ -123,11 +123,18 @@ class MasterKill(msgspec.Struct, frozen=True):
 
 class FailoverTime(msgspec.Struct, frozen=True):
     """``ms`` from ``kill`` to the first send of its group acknowledged by another broker
-    (``new_addr``); ``ms`` is None when none was."""
+    (``new_addr``); ``ms`` is None when none was. ``restored_ms``: from ``kill`` to the first
+    send of its group acknowledged by any broker (the group's write outage), None when none was.
+    ``reinstated``: that first acknowledgement came from the killed master's address: it was
+    restarted and took its role back before any election (the controller keeps a live
+    SyncStateSet master, RocketMQ ``CONTROLLER_MASTER_STILL_EXIST``), so no failover happened and
+    ``ms`` measures some later change of master, not this kill."""
 
     kill: MasterKill
     ms: float | None
     new_addr: str = ""
+    restored_ms: float | None = None
+    reinstated: bool = False
 
 
 def failover_times(events: list[dict[str, Any]], kills: list[MasterKill]) -> list[FailoverTime]:
@@ -135,16 +142,26 @@ def failover_times(events: list[dict[str, Any]], kills: list[MasterKill]) -> lis
     acks = sorted(_acks(events, epoch=False), key=lambda e: e["t"])
     out = []
     for k in kills:
-        first = next((e for e in acks if e["broker"] == k.group and e["addr"] != k.addr
-                      and e["t"] > k.t), None)
+        after = [e for e in acks if e["broker"] == k.group and e["t"] > k.t]
+        first = next((e for e in after if e["addr"] != k.addr), None)
+        restored = after[0] if after else None
         out.append(FailoverTime(k, None if first is None else first["t"] - k.t,
-                                "" if first is None else first["addr"]))
+                                "" if first is None else first["addr"],
+                                None if restored is None else restored["t"] - k.t,
+                                restored is not None and restored["addr"] == k.addr))
     return out
 
 
 def failover_summary(times: list[FailoverTime]) -> dict[str, float | int | None]:
-    """``{"kills", "failed_over", "median_ms", "max_ms"}`` of :func:`failover_times`' result
-    (median and max over the kills that failed over; None when none did)."""
-    ms = [t.ms for t in times if t.ms is not None]
+    """``{"kills", "failed_over", "median_ms", "max_ms", "reinstated", "restored_median_ms",
+    "restored_max_ms"}`` of :func:`failover_times`' result: median and max failover time over
+    the kills that failed over (another broker acknowledged first; None when none did), how many
+    kills the restarted old master took back instead, and median and max write outage (first
+    acknowledgement by any broker) over every kill after which one came."""
+    ms = [t.ms for t in times if t.ms is not None and not t.reinstated]
+    back = [t.restored_ms for t in times if t.restored_ms is not None]
     return {"kills": len(times), "failed_over": len(ms),
-            "median_ms": statistics.median(ms) if ms else None, "max_ms": max(ms) if ms else None}
+            "median_ms": statistics.median(ms) if ms else None, "max_ms": max(ms) if ms else None,
+            "reinstated": sum(t.reinstated for t in times),
+            "restored_median_ms": statistics.median(back) if back else None,
+            "restored_max_ms": max(back) if back else None}

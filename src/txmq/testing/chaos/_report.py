@@ -87,7 +87,11 @@ def render_failover_markdown(res: FailoverResult) -> str:
              f"{c.spec.brokers_per_group} brokers, {c.spec.clients} client hosts",
              f"- failover (master SIGKILL → first send acknowledged by another broker): "
              f"{s['failed_over']} of {s['kills']} kills; median {s['median_ms']} ms, max "
-             f"{s['max_ms']} ms", *(f"- note: {n}" for n in res.notes), "", "## Operations", "",
+             f"{s['max_ms']} ms",
+             f"- restarted old master took its role back before an election: "
+             f"{s.get('reinstated', 0)} kills; write outage (master SIGKILL → first send of its "
+             f"group acknowledged by any broker): median {s.get('restored_median_ms')} ms, max "
+             f"{s.get('restored_max_ms')} ms", *(f"- note: {n}" for n in res.notes), "", "## Operations", "",
              *_table(["operation", "result", "count"],
                      [[*k.split(" ", 1), n] for k, n in sorted(res.operations.items())]),
              "", "## Downtime per fault window (OpenChaos RTOChecker)", "",

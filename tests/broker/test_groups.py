@@ -238,6 +238,24 @@ def test_a_held_pull_does_not_commit_its_offset_again_when_woken() -> None:
     assert h.broker.offsets.get("g", "t", 0) == 0
 
 
+def test_a_pull_committing_past_the_queue_end_stores_the_end() -> None:
+    # seed 2027: after a failover truncated a message the consumer had read on the old master,
+    # its first pull to the new master committed end + 1, then (moved back) the end: the stored
+    # offset went 4847 -> 4846
+    h = BrokerHarness(topics={"t": 1})
+    for _ in range(3):
+        h.send(1, "t", b"x", queue_id=0)
+    pull = PullMessageRequestHeader(consumer_group="g", topic="t", queue_id=0, queue_offset=4,
+                                    max_msg_nums=32, sys_flag=PULL_FLAG_COMMIT_OFFSET,
+                                    commit_offset=4)
+    r = h.request(1, RequestCode.PULL_MESSAGE, to_ext(pull))
+    assert r.code == ResponseCode.PULL_OFFSET_MOVED
+    assert h.broker.offsets.get("g", "t", 0) == 3
+    within = msgspec.structs.replace(pull, queue_offset=2, commit_offset=2)
+    h.request(1, RequestCode.PULL_MESSAGE, to_ext(within))
+    assert h.broker.offsets.get("g", "t", 0) == 2
+
+
 def test_membership_changes_are_counted_by_client_id() -> None:
     h = BrokerHarness(topics={"t": 2})
     join(h, 1, "A")

@@ -528,11 +528,15 @@ class Broker:
         h = from_ext(cmd.ext, PullMessageRequestHeader)
         check_group(h.consumer_group)
         check_queue_id(h.queue_id, self.topics.queue_nums(h.topic), h.topic)
+        lo, hi = self.store.queue_bounds(h.topic, h.queue_id)
         if h.sys_flag & PULL_FLAG_COMMIT_OFFSET:
             check_offset(h.commit_offset, "commit offset", none_ok=True)
             if h.commit_offset >= 0:
-                self.set_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
-        lo, hi = self.store.queue_bounds(h.topic, h.queue_id)
+                # Past the queue's end only after a failover truncated what the consumer read on
+                # the old master (never acknowledged to its producer): the end is all there is to
+                # have consumed, and the answer below moves the consumer back to it (txmq; else
+                # its next commit, the end, would move the offset back).
+                self.set_offset(h.consumer_group, h.topic, h.queue_id, min(h.commit_offset, hi))
         if self.slave_read.refuses:  # a slave that serves no reads: pull from the master
             return self._pull_reply(conn, cmd, ResponseCode.PULL_RETRY_IMMEDIATELY, h.queue_offset,
                                     lo, hi)

@@ -32,13 +32,13 @@ __all__ = [
 
 CATCH_UP_TIMEOUT_S = 60.0
 """How long the end of a replicated run waits for the slave to reach the master's commit log end
-(a cut HA link reconnects within ``HA_RECONNECT_INTERVAL_MS``, 5 s; a slave restarted after a
+(a cut HA link reconnects within ``HA_RECONNECT_INTERVAL_MS``, 1 s; a slave restarted after a
 SIGKILL recovers its log first)."""
 RESYNC_TIMEOUT_S = 30.0
 """After healing a ``master_kill`` or ``slave_kill`` the nemesis waits at most this long for the
 group to be in sync again (:meth:`Replica.wait_in_sync`) before the next fault, so that fault hits
 a replicating group (the slave's
-reconnection backs off up to ``HA_RECONNECT_INTERVAL_MS``, 5 s); the report notes a longer wait."""
+reconnection backs off up to ``HA_RECONNECT_INTERVAL_MS``, 1 s); the report notes a longer wait."""
 _CATCH_UP_POLL_S = 0.2
 PROBE_TOPIC = "chaos-probe"
 """A topic of the replicated run's brokers outside the workload's: the in-sync probe's sends."""

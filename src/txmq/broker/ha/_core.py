@@ -113,6 +113,11 @@ class SlaveCore:
         return pos
 
 
+HA_CATCH_UP_MARKS_MAX = 1024
+"""Transfers per slave an :class:`AckTable` remembers (master end, time) to date a report's
+catch-up (txmq; RocketMQ keeps the last one): a report older than all of them dates nothing."""
+
+
 class AckTable:
     """The master's view of its slaves: the offset each connected one acknowledged (its last
     report), keyed by connection id, and when each last caught up with the master.
@@ -120,9 +125,12 @@ class AckTable:
     Catching up follows RocketMQ 5 ``AutoSwitchHAConnection``: each transfer records the
     master's end then (``lastMasterMaxOffset``) and the time (``lastTransferTimeMs``); a report
     at or past that end moves the slave's catch-up time (``lastCaughtUpTimeMs``) to that transfer
-    time. A report at or past the master's end now counts at once. A slave that has not caught
-    up since it connected is not caught up (RocketMQ expands the SyncStateSet only with a slave
-    whose ack reached the confirm offset, ``AutoSwitchHAService.maybeExpandInSyncStateSet``)."""
+    time. txmq keeps the last ``HA_CATCH_UP_MARKS_MAX`` transfers, not only the last one, so a
+    slave whose report trails the next transfer by a frame (a steady write load) still catches up
+    as of the transfer it covers. A report at or past the master's end now counts at once. A
+    slave that has not caught up since it connected is not caught up (RocketMQ expands the
+    SyncStateSet only with a slave whose ack reached the confirm offset,
+    ``AutoSwitchHAService.maybeExpandInSyncStateSet``)."""
 
     def __init__(self) -> None:
         self.acks: dict[int, int] = {}
@@ -130,21 +138,28 @@ class AckTable:
         """Link → when its report last reached the master's end (absent: not since it connected)."""
         self.connected_ms: dict[int, int] = {}
         """Link → when its first report arrived."""
-        self.sent: dict[int, tuple[int, int]] = {}
-        """Link → (the master's end, when) at the last transfer to it."""
+        self.sent: dict[int, deque[tuple[int, int]]] = {}
+        """Link → (the master's end, when) at its recent transfers to it, oldest first."""
 
     def transferred(self, link: int, end: int, now_ms: int) -> None:
         """The master sent ``link`` a frame (data or heartbeat) while its log ended at ``end``."""
-        self.sent[link] = (end, now_ms)
+        marks = self.sent.setdefault(link, deque(maxlen=HA_CATCH_UP_MARKS_MAX))
+        if marks and marks[-1][0] == end:  # (a heartbeat, or nothing new: the later time)
+            marks[-1] = (end, now_ms)
+        else:
+            marks.append((end, now_ms))
 
     def report(self, link: int, offset: int, end: int = -1, now_ms: int = 0) -> None:
         """The slave on ``link`` acknowledged ``offset`` while the master's log ended at ``end``."""
         self.connected_ms.setdefault(link, now_ms)
-        sent = self.sent.get(link)
+        marks = self.sent.get(link)
+        covered = None
+        while marks and marks[0][0] <= offset:
+            covered = marks.popleft()[1]
         if offset >= end:
             self.caught_up_ms[link] = now_ms
-        elif sent is not None and offset >= sent[0]:
-            self.caught_up_ms[link] = max(self.caught_up_ms.get(link, sent[1]), sent[1])
+        elif covered is not None:
+            self.caught_up_ms[link] = max(self.caught_up_ms.get(link, covered), covered)
         self.acks[link] = offset
 
     def gone(self, link: int) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from txmq.broker._roles import RoleTarget
 from txmq.client import AsyncConnection
 from txmq.errors import CorruptRecord, MalformedHeader, TransportError
 from txmq.protocol import Command, RequestCode
+from txmq.store import write_durably
 
 __all__ = ["CONTROLLER_REQUEST_TIMEOUT_MS", "HEARTBEAT_TIMEOUT_MS", "ROLE_RETRY_MS", "TICK_MS",
            "ReplicasManager",
@@ -70,21 +70,6 @@ def load_broker_meta(store_dir: Path) -> BrokerMeta | None:
     except FileNotFoundError:
         return None
     return decode_broker_meta(data)
-
-
-def _save_file(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ReplicasManager:
@@ -238,4 +223,4 @@ class ReplicasManager:
             log.warning("fenced: the controller names no master in this broker's epoch")
             t.fence()
         elif isinstance(a, SaveMeta):
-            _save_file(self.store_dir / BROKER_META_FILE, a.data)
+            write_durably(self.store_dir / BROKER_META_FILE, a.data)

@@ -21,7 +21,7 @@ from txmq.store._check import StoreCheck, check_store, repair_store
 from txmq.store._codec import tag_hash
 from txmq.store._commitlog import read_commit_log
 from txmq.store._config import StoreConfig, is_delete_hour
-from txmq.store._epoch import EpochCache, EpochEntry, EpochFile
+from txmq.store._epoch import EpochCache, EpochEntry, EpochFile, write_durably
 from txmq.store._file import FileStore
 from txmq.store._memory import MemoryStore
 from txmq.store._migrate import MigrateReport, migrate_store, needs_migration
@@ -53,4 +53,5 @@ __all__ = [
     "read_commit_log",
     "repair_store",
     "tag_hash",
+    "write_durably",
 ]

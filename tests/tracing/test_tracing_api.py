@@ -8,41 +8,17 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
+from tracing_helpers import spans
 
 import txmq.tracing as tr
 from txmq.errors import RemoteError, ResponseCode
 from txmq.tracing import TRACEPARENT, Tracing
-
-
-@pytest.fixture
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
-    p = TracerProvider()
-    p.add_span_processor(SimpleSpanProcessor(exporter))
-    yield p
-    p.shutdown()
-
-
-@pytest.fixture
-def tracing(provider: TracerProvider) -> Tracing:
-    return Tracing(tracer_provider=provider)
-
-
-def spans(exporter: InMemorySpanExporter) -> dict[str, ReadableSpan]:
-    return {s.name: s for s in exporter.get_finished_spans()}
-
 
 REMOTE = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, is_remote=True,
                      trace_flags=TraceFlags(TraceFlags.SAMPLED))

@@ -493,6 +493,7 @@ class HaSlave:
         finally:
             if flushing is not None:
                 flushing.cancel()
+                await asyncio.gather(flushing, return_exceptions=True)
 
     async def _flush_and_report(self, writer: asyncio.StreamWriter, core: SlaveCore) -> None:
         """fsync and report the durable end, again while more was appended meanwhile. (An 8-byte

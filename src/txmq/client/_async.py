@@ -29,6 +29,7 @@ from txmq.client._core import (
     set_delay_level,
 )
 from txmq.client._route import (
+    UNREACHABLE_ROUTE_REFRESH_MS,
     FaultStrategy,
     QueueSelector,
     TopicRoute,
@@ -277,12 +278,19 @@ class AsyncProducer(ClientBase):
         route = await self.route(topic)
         if not route.publish:
             route = await self._refresh_route_soon(topic) or route
-        elif route.masterless():
+        elif route.masterless() or self._avoids_unreachable(route):
             self._refresh_route_later(topic)
         if not route.publish:
             raise BrokerUnavailable(f"topic {topic!r} has no writable queue on a broker group "
                                     f"with a master (groups: {route.broker_names()})")
         return route
+
+    def _avoids_unreachable(self, route: TopicRoute) -> bool:
+        """Whether a group of ``route`` is avoided since a send to it failed, and the route was
+        last looked up ``UNREACHABLE_ROUTE_REFRESH_MS`` ago or more: its master may have moved."""
+        since = self._refresh_gate.since_last(route.topic, time.monotonic_ns() // 1_000_000)
+        return (since is None or since >= UNREACHABLE_ROUTE_REFRESH_MS) and any(
+            not self.faults.reachable(name) for name in route.broker_names())
 
     async def _refreshed(self, route: TopicRoute) -> TopicRoute:
         """``route`` fetched again after TOPIC_NOT_EXIST, a broker that could not be reached or

@@ -1,8 +1,8 @@
 """The broker's part in RocketMQ message trace: the trace topics ``trace_topic_enable`` creates
 (RocketMQ ``TopicConfigManager``: ``msgTraceTopicName``, 1 queue; txmq adds the region topics the C++
-client writes), clients may write a region's trace topic, every send response carries ``MSG_REGION``
-and ``TRACE_ON`` (RocketMQ ``SendMessageProcessor``), and with ``trace_topic_enable`` every stored
-message does too (RocketMQ ``AbstractSendMessageProcessor.buildMsgContext``)."""
+client writes), clients may write a region's trace topic, and with ``trace_topic_enable`` every send
+response carries ``MSG_REGION`` and ``TRACE_ON`` (RocketMQ ``SendMessageProcessor``, always there) and
+every stored message does too (RocketMQ ``AbstractSendMessageProcessor.buildMsgContext``)."""
 
 from __future__ import annotations
 
@@ -56,11 +56,14 @@ def test_clients_write_the_trace_topics_and_read_records_by_key() -> None:
     assert h.send(1, "rmq_sys_REVIVE_LOG_DefaultCluster", b"x").code == ResponseCode.NO_PERMISSION
 
 
-def test_every_send_response_carries_the_region_and_the_trace_switch() -> None:
-    h = BrokerHarness()
+def test_send_responses_carry_the_region_and_the_trace_switch_when_the_broker_hosts_trace() -> None:
+    h = BrokerHarness(trace_topic_enable=True)
     sent = from_ext(h.send(1, "t", b"x").ext, SendMessageResponseHeader)
     assert (sent.msg_region, sent.trace_on) == ("DefaultRegion", True)
     assert h.send(1, "t", b"x").ext["TRACE_ON"] == "true"
+    # not hosting it (the default): neither (Java clients default them, DefaultRegion and on)
+    assert not {"MSG_REGION", "TRACE_ON"} & BrokerHarness().send(1, "t", b"x").ext.keys()
+    # trace_on false is always said, so that clients stop tracing
     off = BrokerHarness(region_id="eu", trace_on=False)
     r = off.send(1, "t", b"x", transactional=True)
     assert (r.ext["MSG_REGION"], r.ext["TRACE_ON"]) == ("eu", "false")

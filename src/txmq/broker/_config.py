@@ -72,12 +72,12 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     msg_trace_topic_name: str = RMQ_SYS_TRACE_TOPIC
     """The trace topic ``trace_topic_enable`` creates (RocketMQ ``msgTraceTopicName``)."""
     region_id: str = DEFAULT_TRACE_REGION_ID
-    """This broker's region, sent in every send response's ``MSG_REGION`` (RocketMQ ``regionId``,
-    ``DefaultRegion``): clients put it in their trace records and the C++ client names its trace
-    topic after it."""
+    """This broker's region (RocketMQ ``regionId``, ``DefaultRegion``), sent in send responses'
+    ``MSG_REGION`` with ``trace_topic_enable``: clients put it in their trace records and the C++
+    client names its trace topic after it."""
     trace_on: bool = True
-    """Sent in every send response's ``TRACE_ON`` (RocketMQ ``traceOn``): false tells clients not to
-    write trace records of the messages sent here."""
+    """Sent in send responses' ``TRACE_ON`` (RocketMQ ``traceOn``) with ``trace_topic_enable``, and
+    always when false: false tells clients not to write trace records of the messages sent here."""
     groups: dict[str, SubscriptionGroupConfig] = msgspec.field(default_factory=dict)
     """Consumer group settings by group name (FIFO, retries); unknown groups get the defaults."""
     transaction_timeout_ms: int = limits.TRANSACTION_TIMEOUT_MS

@@ -141,6 +141,12 @@ class SendPath:
         self._peer = broker.peers.get
         self._in = broker.traffic.messages_in
         self._topic_in = broker.traffic.topic_in
+        cfg = broker.config
+        hosted = cfg.trace_topic_enable or not cfg.trace_on
+        self._trace_fields = (cfg.region_id, cfg.trace_on) if hosted else (None, None)
+        """``MSG_REGION`` and ``TRACE_ON`` of every send response (RocketMQ ``SendMessageProcessor``
+        adds them always; txmq when it hosts message trace, ``trace_topic_enable``, or asks clients
+        not to trace, ``trace_on`` false: they are two more ext fields on every send reply)."""
 
     # -- the one path -----------------------------------------------------------------------------
     def send(self, conn: int, requests: list[SendRequest], now_ms: int, *,
@@ -390,12 +396,12 @@ class SendPath:
         """The remoting reply to a send: ``SendMessageResponseHeader`` or the error response."""
         if o.code != _SUCCESS:
             return self.b.error_reply(conn, cmd, o.code, o.remark)
-        cfg = self.b.config
+        region, trace_on = self._trace_fields
         out = SendMessageResponseHeader(msg_id=o.msg_id, queue_id=o.queue_id,
                                         queue_offset=o.queue_offset,
                                         transaction_id=o.transaction_id or None,
-                                        master_epoch=self._epoch(), msg_region=cfg.region_id,
-                                        trace_on=cfg.trace_on)
+                                        master_epoch=self._epoch(), msg_region=region,
+                                        trace_on=trace_on)
         return ok_reply(conn, cmd, to_ext(out), durable_offset=o.durable_offset)
 
     def handle_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
@@ -433,8 +439,8 @@ class SendPath:
         out = SendMessageResponseHeader(msg_id=",".join(o.msg_id for o in outcomes),
                                         queue_id=first.queue_id, queue_offset=first.queue_offset,
                                         master_epoch=self._epoch(),
-                                        msg_region=self.b.config.region_id,
-                                        trace_on=self.b.config.trace_on)
+                                        msg_region=self._trace_fields[0],
+                                        trace_on=self._trace_fields[1])
         return ok_reply(conn, cmd, to_ext(out), durable_offset=last.durable_offset)
 
 

@@ -225,11 +225,12 @@ class AsyncProducer(ClientBase):
         if selector is not None:
             fixed = self._fixed_queue(route, selector(list(route.publish), msg, arg))
         half = msg.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
-        started_ms = _now_ms()
+        tracer = self.msg_trace
+        started_ms = _now_ms() if tracer is not None else 0
         result = await self._send(msg, msg.msg_id, half, RequestCode.SEND_MESSAGE_V2, msg.body,
                                   route, fixed)
-        if self.msg_trace is not None:
-            self.msg_trace.sent(msg, result, started_ms)
+        if tracer is not None:
+            tracer.sent(msg, result, started_ms)
         return result
 
     async def send_batch(self, msgs: list[Message], queue_id: QueueChoice = None) -> SendResult:

@@ -139,3 +139,39 @@ with Producer("smoke", "127.0.0.1:{port}") as p:
         broker.terminate()
         _, err = broker.communicate(timeout=30)
     assert broker.returncode == 0, err
+
+
+def test_core_without_opentelemetry_sends_and_consumes_with_no_trace_context(
+        core: Path, broker_venv: Path, tmp_path: Path) -> None:
+    """Issue #28: without ``opentelemetry-api`` (the core install has none) the SDK runs, traces
+    nothing and adds no ``traceparent`` / ``tracestate`` property (docs/tracing.md)."""
+    assert not {"opentelemetry-api", "opentelemetry-sdk"} & set(_distributions(core))
+    (tmp_path / "broker.toml").write_text('topics = { smoke = 1 }\n')
+    port, port_file = free_port(), tmp_path / "port"
+    broker = subprocess.Popen(
+        [broker_venv, "-m", "txmq", "broker", "--config", tmp_path / "broker.toml", "--port", str(port),
+         "--data-dir", tmp_path / "data", "--port-file", port_file], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(port_file.exists, timeout_s=30)
+        proc = _run(core, f"""
+import txmq.tracing
+from txmq.client import Message, Producer, PullConsumer, TransactionProducer, LocalTransactionState
+assert not txmq.tracing.available()
+class Commit:
+    def execute_local_transaction(self, msg, arg): return LocalTransactionState.COMMIT_MESSAGE
+    def check_local_transaction(self, msg): return LocalTransactionState.COMMIT_MESSAGE
+with Producer("smoke", "127.0.0.1:{port}", tracing=txmq.tracing.Tracing()) as p:
+    p.send(Message(topic="smoke", body=b"plain"))
+with TransactionProducer("smoke-tx", "127.0.0.1:{port}", Commit()) as tp:
+    assert tp.send_message_in_transaction(Message(topic="smoke", body=b"tx")).outcome == "COMMIT"
+with PullConsumer("127.0.0.1:{port}") as pc:
+    msgs = pc.pull("smoke", 0, 0).messages
+assert [m.body for m in msgs] == [b"plain", b"tx"], msgs
+assert not any(k in m.properties for m in msgs for k in ("traceparent", "tracestate")), msgs
+print("untraced")
+""")
+        assert proc.returncode == 0, proc.stderr
+        assert "untraced" in proc.stdout
+    finally:
+        broker.terminate()
+        broker.communicate(timeout=30)

@@ -36,13 +36,24 @@ from txmq.client._route import (
     TopicRoute,
     master_may_have_moved,
 )
+from txmq.client._tracing import (
+    SEND,
+    SEND_HALF,
+    check_span,
+    end_span,
+    ended,
+    local_transaction_state,
+    send_span,
+    sent,
+)
 from txmq.client._transaction import (
-    LOCAL_RAISED,
     UNCONFIRMED_END,
+    CheckBack,
     EndAnswer,
     EndBatcher,
     EndMode,
     EndStep,
+    LocalRaised,
     LocalStep,
     SendHalfStep,
     TransactionCore,
@@ -69,6 +80,7 @@ from txmq.protocol import (
     encode_batch,
     to_ext,
 )
+from txmq.tracing import Tracing, error_type
 
 __all__ = [
     "AsyncConnection",
@@ -137,6 +149,9 @@ class AsyncProducer(ClientBase):
             (RocketMQ ``enableMsgTrace``; docs/tracing.md).
         custom_trace_topic: the trace topic (RocketMQ ``customizedTraceTopic``; default
             ``RMQ_SYS_TRACE_TOPIC``).
+        tracing: True (the global tracer provider), False, or a
+            :class:`~txmq.tracing.Tracing`: a send span per send, and the message's creation
+            context in its ``traceparent`` property (docs/tracing.md).
 
     Raises:
         ConfigError: a bad argument.
@@ -151,12 +166,14 @@ class AsyncProducer(ClientBase):
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
                  poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
-                 enable_msg_trace: bool = False, custom_trace_topic: str = "") -> None:
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "",
+                 tracing: Tracing | bool = True) -> None:
         super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
                          secret_key=secret_key, tls=tls, tls_ca_file=tls_ca_file,
                          tls_verify_hostname=tls_verify_hostname,
                          connect_timeout_ms=connect_timeout_ms,
-                         poll_name_server_interval_ms=poll_name_server_interval_ms)
+                         poll_name_server_interval_ms=poll_name_server_interval_ms,
+                         tracing=tracing)
         if not group:
             raise ConfigError("producer group must not be empty")
         if retry_times_when_send_failed < 0:
@@ -221,15 +238,17 @@ class AsyncProducer(ClientBase):
             set_delay_level(msg, delay_level)
         self._validate(msg)
         ensure_msg_id(msg, self._ids)
-        route = await self._writable(msg.topic)
-        fixed = self._fixed_queue(route, queue_id)
-        if selector is not None:
-            fixed = self._fixed_queue(route, selector(list(route.publish), msg, arg))
         half = msg.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
         tracer = self.msg_trace
         started_ms = _now_ms() if tracer is not None else 0
-        result = await self._send(msg, msg.msg_id, half, RequestCode.SEND_MESSAGE_V2, msg.body,
-                                  route, fixed)
+        with send_span(self.tracing, [msg], SEND_HALF if half else SEND, self.client_id) as span:
+            route = await self._writable(msg.topic)
+            fixed = self._fixed_queue(route, queue_id)
+            if selector is not None:
+                fixed = self._fixed_queue(route, selector(list(route.publish), msg, arg))
+            result = await self._send(msg, msg.msg_id, half, RequestCode.SEND_MESSAGE_V2,
+                                      msg.body, route, fixed)
+            sent(span, result)
         if tracer is not None:
             tracer.sent(msg, result, started_ms)
         return result
@@ -248,11 +267,15 @@ class AsyncProducer(ClientBase):
             if m.topic != topic:
                 raise ConfigError("all messages of a batch must have the same topic")
             ensure_msg_id(m, self._ids)
-        route = await self._writable(topic)
         half = msgs[0].properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
-        return await self._send(Message(topic=topic, body=b""), msgs[0].msg_id, half,
-                                RequestCode.SEND_BATCH_MESSAGE, encode_batch(msgs), route,
-                                self._fixed_queue(route, queue_id), batch=True)
+        with send_span(self.tracing, msgs, SEND_HALF if half else SEND, self.client_id,
+                       batch=True) as span:
+            route = await self._writable(topic)
+            result = await self._send(Message(topic=topic, body=b""), msgs[0].msg_id, half,
+                                      RequestCode.SEND_BATCH_MESSAGE, encode_batch(msgs), route,
+                                      self._fixed_queue(route, queue_id), batch=True)
+            sent(span, result)
+            return result
 
     async def _send(self, msg: Message, msg_id: str, half: bool, code: int, body: bytes,
                     route: TopicRoute, fixed: MessageQueue | None, *,
@@ -393,6 +416,10 @@ class AsyncTransactionProducer(AsyncProducer):
         send_latency_fault_enable, access_key, secret_key, tls, tls_ca_file, tls_verify_hostname,
         connect_timeout_ms, poll_name_server_interval_ms, enable_msg_trace, custom_trace_topic:
             as :class:`AsyncProducer`.
+        tracing: as :class:`AsyncProducer`; a transactional send is a
+            ``send_message_in_transaction`` span (its context the half's creation context) with
+            the half's send, the local transaction and the end as children, and a check-back
+            answered is a span in the half's trace (docs/tracing.md).
     """
 
     def __init__(self, group: str, endpoints: str = "",
@@ -406,7 +433,8 @@ class AsyncTransactionProducer(AsyncProducer):
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
                  poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
-                 enable_msg_trace: bool = False, custom_trace_topic: str = "") -> None:
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "",
+                 tracing: Tracing | bool = True) -> None:
         super().__init__(group, endpoints, max_message_size=max_message_size,
                          timeout_ms=timeout_ms, namesrv_addr=namesrv_addr,
                          retry_times_when_send_failed=retry_times_when_send_failed,
@@ -415,14 +443,16 @@ class AsyncTransactionProducer(AsyncProducer):
                          tls_ca_file=tls_ca_file, tls_verify_hostname=tls_verify_hostname,
                          connect_timeout_ms=connect_timeout_ms,
                          poll_name_server_interval_ms=poll_name_server_interval_ms,
-                         enable_msg_trace=enable_msg_trace, custom_trace_topic=custom_trace_topic)
+                         enable_msg_trace=enable_msg_trace, custom_trace_topic=custom_trace_topic,
+                         tracing=tracing)
         if listener is None:
             raise ConfigError("a transaction producer needs a TransactionListener")
         if check_threads < 1:
             raise ConfigError("check_threads must be >= 1")
         self.listener = listener
         self.oneway_end = oneway_end
-        self._tx = TransactionCore(group, self._ids)
+        self._tx = TransactionCore(group, self._ids, tracing=self.tracing,
+                                   client_id=self.client_id)
         self._batchers: dict[str, EndBatcher] = {}  # broker address -> its batcher
         self._waiting: dict[int, asyncio.Future[EndAnswer]] = {}  # id(header) -> its answer
         self._check_sem = asyncio.Semaphore(check_threads)
@@ -453,7 +483,14 @@ class AsyncTransactionProducer(AsyncProducer):
         way that says the group's master may have moved (:func:`master_may_have_moved`: the
         connection failed, or a slave or a fenced or old master refused it), the route is fetched
         again and the same request (the same outcome: an end never goes out with two) is sent
-        once more, to the group's current master; if that fails too, check-back settles it."""
+        once more, to the group's current master; if that fails too, check-back settles it.
+        Traced as an ``end_transaction`` span with the state and the outcome."""
+        with end_span(self.tracing, half, state, self.client_id) as span:
+            outcome = await self._end(half, state)
+            ended(span, outcome)
+            return outcome
+
+    async def _end(self, half: SendResult, state: LocalTransactionState) -> str:
         h = self._tx.end_request(half, state)
         if self.msg_trace is not None:
             self.msg_trace.ended(half, state)
@@ -547,12 +584,12 @@ class AsyncTransactionProducer(AsyncProducer):
 
     async def _run_local(self, step: LocalStep) -> Any:
         """Run the listener's ``execute_local_transaction`` for a flow step (awaited when a
-        coroutine function, else in a worker thread); :data:`LOCAL_RAISED` if it raised."""
+        coroutine function, else in a worker thread); :class:`LocalRaised` if it raised."""
         try:
             return await _call_listener(self.listener.execute_local_transaction, step.msg, step.arg)
-        except Exception:
+        except Exception as exc:
             log.exception("local transaction of %s raised; state UNKNOWN", step.half.msg_id)
-            return LOCAL_RAISED
+            return LocalRaised(exc)
 
     def _on_request(self, conn: AsyncConnection, cmd: Command) -> None:
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
@@ -562,25 +599,35 @@ class AsyncTransactionProducer(AsyncProducer):
 
     async def _check(self, conn: AsyncConnection, cmd: Command) -> None:
         """Answer a check-back to the broker that asked (RocketMQ ``ClientRemotingProcessor
-        .checkTransactionState`` answers on the asking channel's address)."""
+        .checkTransactionState`` answers on the asking channel's address). Traced as a
+        ``check_transaction_state`` span in the half message's trace, with the answer."""
         check = self._tx.check_back(cmd)
         if check is None:
             return
-        async with self._check_sem:
-            try:
-                result = await _call_listener(self.listener.check_local_transaction, check.message)
-            except Exception:
-                log.exception("check_local_transaction of %s raised; answering UNKNOWN",
-                              check.header.msg_id)
-                return
-        state, complaint = self._tx.local_state(result)
-        if complaint:
-            log.error("check_local_transaction: %s", complaint)
-        if self.msg_trace is not None:
-            self.msg_trace.checked(check.message, check.header.transaction_id or "", state, conn.addr)
-        end = self._tx.check_answer(check, state)
-        if end is None:
-            return
+        with check_span(self.tracing, check.message, self.client_id) as span:
+            async with self._check_sem:
+                try:
+                    result = await _call_listener(self.listener.check_local_transaction,
+                                                  check.message)
+                except Exception as exc:
+                    log.exception("check_local_transaction of %s raised; answering UNKNOWN",
+                                  check.header.msg_id)
+                    local_transaction_state(span, LocalTransactionState.UNKNOWN,
+                                            error_type(exc), str(exc))
+                    return
+            state, complaint = self._tx.local_state(result)
+            if complaint:
+                log.error("check_local_transaction: %s", complaint)
+            local_transaction_state(span, state, "TypeError" if complaint else "", complaint)
+            if self.msg_trace is not None:
+                self.msg_trace.checked(check.message, check.header.transaction_id or "", state,
+                                       conn.addr)
+            end = self._tx.check_answer(check, state)
+            if end is not None:
+                await self._answer_check(conn, check, end)
+
+    async def _answer_check(self, conn: AsyncConnection, check: CheckBack,
+                            end: EndTransactionRequestHeader) -> None:
         try:
             target = conn if not conn.closed else await self.connection(conn.addr)
             target.oneway(RequestCode.END_TRANSACTION, to_ext(end))
@@ -591,18 +638,24 @@ class AsyncTransactionProducer(AsyncProducer):
 
 
 async def drive_flow(flow: TransactionFlow, p: AsyncTransactionProducer) -> TransactionSendResult:
-    """Perform a :meth:`TransactionCore.flow` on the asyncio producer ``p``."""
+    """Perform a :meth:`TransactionCore.flow` on the asyncio producer ``p``. A step that raises
+    is thrown into the flow (its spans end, failed) and goes on to the caller."""
     value: Any = None
+    error: BaseException | None = None
     try:
         while True:
-            step = flow.send(value)
-            if isinstance(step, SendHalfStep):
-                value = await p.send(step.msg)
-            elif isinstance(step, LocalStep):
-                value = await p._run_local(step)
-            else:
-                assert isinstance(step, EndStep)
-                value = await p.end_transaction(step.half, step.state)
+            step = flow.send(value) if error is None else flow.throw(error)
+            error = None
+            try:
+                if isinstance(step, SendHalfStep):
+                    value = await p.send(step.msg)
+                elif isinstance(step, LocalStep):
+                    value = await p._run_local(step)
+                else:
+                    assert isinstance(step, EndStep)
+                    value = await p.end_transaction(step.half, step.state)
+            except BaseException as exc:  # thrown into the flow, which re-raises it
+                error = exc
     except StopIteration as stop:
         result: TransactionSendResult = stop.value
         return result

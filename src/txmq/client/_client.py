@@ -42,6 +42,7 @@ from txmq.protocol import (
     encode_body,
     to_ext,
 )
+from txmq.tracing import Tracing
 
 if TYPE_CHECKING:
     from txmq.client._msgtrace import MsgTracer
@@ -108,6 +109,9 @@ class ClientBase:
             ``pollNameServerInterval``, 30 s); also at once after TOPIC_NOT_EXIST, an unknown
             queue, a broker that cannot be reached, or a refusal saying the master moved
             (:func:`~txmq.client._route.master_may_have_moved`).
+        tracing: OpenTelemetry spans and trace context in message properties: True (the
+            global tracer provider), False (none), or a :class:`~txmq.tracing.Tracing`
+            (docs/tracing.md). Nothing is traced unless OpenTelemetry is in use.
 
     Raises:
         ConfigError: a bad address, half the credentials, ``tls_*`` without ``tls``, an unreadable
@@ -118,7 +122,8 @@ class ClientBase:
                  access_key: str = "", secret_key: str = "", tls: bool = False,
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
-                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS) -> None:
+                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
+                 tracing: Tracing | bool = True) -> None:
         if not endpoints and not namesrv_addr:
             raise ConfigError("give a broker address (endpoints) or a name server (namesrv_addr)")
         if endpoints:
@@ -164,6 +169,8 @@ class ClientBase:
         """Failures of each background loop by name (heartbeat, route refresh, …)."""
         self.msg_trace: MsgTracer | None = None
         """The RocketMQ message trace this client writes (``enable_msg_trace``), or None."""
+        self.tracing = Tracing.of(tracing)
+        """What this client traces (docs/tracing.md)."""
 
     # -- requests from brokers ----------------------------------------------------------------------
     def _heartbeat_data(self) -> HeartbeatData:

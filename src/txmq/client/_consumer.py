@@ -15,9 +15,10 @@ import os
 import socket
 import time
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from txmq import limits
 from txmq.client._client import supervised
@@ -48,6 +49,7 @@ from txmq.client._pull import (
     wall_ms,
 )
 from txmq.client._route import master_may_have_moved
+from txmq.client._tracing import process_span, send_back_span
 from txmq.errors import ConfigError, RemoteError, ResponseCode, TransportError
 from txmq.protocol import (
     MASTER_ID,
@@ -62,10 +64,15 @@ from txmq.protocol import (
     ResetConsumerClientOffsetBody,
     UnlockBatchRequestBody,
     decode_body,
+    dlq_topic,
     encode_body,
     retry_topic,
     to_ext,
 )
+from txmq.tracing import Tracing, error_type, set_error
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["AsyncPushConsumer", "MessageListener"]
 
@@ -165,6 +172,10 @@ class AsyncPushConsumer(PullMixin):
             ``enableMsgTrace``; docs/tracing.md).
         custom_trace_topic: the trace topic (RocketMQ ``customizedTraceTopic``; default
             ``RMQ_SYS_TRACE_TOPIC``).
+        tracing: True (the global tracer provider), False, or a :class:`~txmq.tracing.Tracing`:
+            a ``process`` span per listener call (current while it runs; a single message's
+            continues the producer's trace), and ``retry`` / ``dead_letter`` spans
+            (docs/tracing.md).
 
     Raises:
         ConfigError: a bad argument.
@@ -191,10 +202,11 @@ class AsyncPushConsumer(PullMixin):
                  access_key: str = "", secret_key: str = "",
                  tls: bool = False, tls_ca_file: str = "",
                  tls_verify_hostname: bool = True,
-                 enable_msg_trace: bool = False, custom_trace_topic: str = "") -> None:
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "",
+                 tracing: Tracing | bool = True) -> None:
         super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
                          secret_key=secret_key, tls=tls, tls_ca_file=tls_ca_file,
-                         tls_verify_hostname=tls_verify_hostname)
+                         tls_verify_hostname=tls_verify_hostname, tracing=tracing)
         validate_group(group)
         if message_model not in ("CLUSTERING", "BROADCASTING"):
             raise ConfigError(f"message_model {message_model!r} is not CLUSTERING or BROADCASTING")
@@ -287,7 +299,8 @@ class AsyncPushConsumer(PullMixin):
             raise ConfigError("subscribe to at least one topic before start()")
         listener = self.listener if self.msg_trace is None else self.msg_trace.wrap_listener(
             self.listener, self.consume_timeout_ms)
-        self._pool = ConsumePool(listener, self._threads, f"txmq-consume-{self.group}", self.group)
+        self._pool = ConsumePool(listener, self._threads, f"txmq-consume-{self.group}",
+                                 self.group, self._process_span)
         self._pool.start(self.consume_timeout_ms / 1000)
         self._rebalance_now = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
@@ -302,6 +315,9 @@ class AsyncPushConsumer(PullMixin):
         if self._locking:
             loops.append(supervised("lock", self._lock_round, 0, running, self.loop_errors))
         self._background = [asyncio.create_task(c) for c in loops]
+
+    def _process_span(self, msgs: list[MessageExt]) -> AbstractContextManager[Span | None]:
+        return process_span(self.tracing, msgs, self.group, self.client_id, self.message_model)
 
     def _loops_running(self) -> bool:
         return self._running and not self._stopping
@@ -545,12 +561,18 @@ class AsyncPushConsumer(PullMixin):
                 origin_msg_id=msg.msg_id, origin_topic=msg.topic,
                 max_reconsume_times=self.max_reconsume_times)
             req = (RequestCode.CONSUMER_SEND_MSG_BACK, to_ext(h), b"")
-        try:
-            check_response(await self.call_broker(mq.broker_name, *req, topic=mq.topic))
-            return True
-        except _NETWORK_ERRORS as exc:
-            log.warning("send back of %s failed: %s", msg.msg_id, exc)
-            return False
+        # the broker moves it to the DLQ once it was retried max_reconsume_times (RocketMQ
+        # SendMessageProcessor: reconsumeTimes >= maxReconsumeTimes)
+        dead = dlq or msg.reconsume_times >= self.max_reconsume_times
+        with send_back_span(self.tracing, msg, (dlq_topic if dead else retry_topic)(self.group),
+                            dead, self.group, self.client_id) as span:
+            try:
+                check_response(await self.call_broker(mq.broker_name, *req, topic=mq.topic))
+                return True
+            except _NETWORK_ERRORS as exc:
+                log.warning("send back of %s failed: %s", msg.msg_id, exc)
+                set_error(span, error_type(exc), str(exc))
+                return False
 
     # -- orderly ------------------------------------------------------------------------------------
     async def _consume_orderly(self, w: _QueueWorker) -> None:

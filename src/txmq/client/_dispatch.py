@@ -19,16 +19,32 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
-from txmq.client._core import ConsumeStatus, restore_retry_topic
+from txmq.client._core import ConsumeStatus, is_consumed, restore_retry_topic
+from txmq.client._tracing import processed
 from txmq.protocol import MessageExt
+from txmq.tracing import error_type, set_error
 
-__all__ = ["ConsumePool", "is_async_listener"]
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+__all__ = ["ConsumePool", "SpanOf", "is_async_listener"]
 
 log = logging.getLogger("txmq.client.consumer")
 
 _WATCHDOG_PERIOD_MAX_S = 1.0
+
+SpanOf = Callable[[list[MessageExt]], AbstractContextManager["Span | None"]]
+"""The span of one listener call with these messages."""
+
+
+def _no_span(msgs: list[MessageExt]) -> AbstractContextManager[Span | None]:
+    return _NULL
+
+
+_NULL: AbstractContextManager[None] = contextlib.nullcontext(None)
 
 
 def is_async_listener(fn: Callable[..., Any]) -> bool:
@@ -56,6 +72,8 @@ class ConsumePool:
         threads: calls running at once.
         name: thread name prefix.
         group: for log lines.
+        span_of: the span of a listener call, current while it runs (the push consumer's
+            ``process`` span, :func:`txmq.client._tracing.process_span`); None: no span.
 
     ``submit`` and ``call`` must be used from the event loop thread; ``done`` callbacks run there
     with the listener's status, ``RECONSUME_LATER`` (it raised or timed out) or None (skipped:
@@ -63,9 +81,10 @@ class ConsumePool:
     """
 
     def __init__(self, listener: Callable[[list[MessageExt]], Any], threads: int, name: str,
-                 group: str) -> None:
+                 group: str, span_of: SpanOf | None = None) -> None:
         self.listener = listener
         self.group = group
+        self._span_of: SpanOf = span_of or _no_span
         self.is_async = is_async_listener(listener)
         self._n = threads
         self._name = name
@@ -143,18 +162,31 @@ class ConsumePool:
                 continue
             job.started_ns = time.monotonic_ns()
             self._running[me] = job
+            msgs = [restore_retry_topic(m) for m in job.msgs]
             try:
-                status = self.listener([restore_retry_topic(m) for m in job.msgs])
-                if inspect.iscoroutine(status):  # a plain function that returned a coroutine
-                    assert self._loop is not None
-                    status = asyncio.run_coroutine_threadsafe(status, self._loop).result()
-            except Exception:
-                log.exception("listener of %s raised on %s; RECONSUME_LATER", self.group,
-                              [m.msg_id for m in job.msgs])
-                status = ConsumeStatus.RECONSUME_LATER
+                with self._span_of(msgs) as span:
+                    try:
+                        status = self.listener(msgs)
+                        if inspect.iscoroutine(status):  # a plain function returning a coroutine
+                            assert self._loop is not None
+                            status = asyncio.run_coroutine_threadsafe(status, self._loop).result()
+                    except Exception as exc:
+                        status = self._raised(span, msgs, exc)
+                    processed(span, status, is_consumed(status))
             finally:
                 self._running.pop(me, None)
             self._post(job, status)
+
+    def _raised(self, span: Span | None, msgs: list[MessageExt], exc: Exception) -> ConsumeStatus:
+        """A listener call raised (or timed out): logged, recorded on its span; RECONSUME_LATER."""
+        if isinstance(exc, TimeoutError):
+            log.warning("listener of %s ran past its timeout on %s; RECONSUME_LATER", self.group,
+                        [m.msg_id for m in msgs])
+        else:
+            log.exception("listener of %s raised on %s; RECONSUME_LATER", self.group,
+                          [m.msg_id for m in msgs])
+        set_error(span, error_type(exc), str(exc))
+        return ConsumeStatus.RECONSUME_LATER
 
     def _post(self, job: _Job, status: object) -> None:
         """From a worker thread: hand a result to the loop, waking it once per burst."""
@@ -201,15 +233,13 @@ class ConsumePool:
         status: object = None
         async with self._sem:
             if not job.skip():
-                try:
-                    async with asyncio.timeout(None if job.timeout_ns is None else job.timeout_ns / 1e9):
-                        status = await self.listener([restore_retry_topic(m) for m in job.msgs])
-                except TimeoutError:
-                    log.warning("listener of %s ran past its timeout on %s; RECONSUME_LATER",
-                                self.group, [m.msg_id for m in job.msgs])
-                    status = ConsumeStatus.RECONSUME_LATER
-                except Exception:
-                    log.exception("listener of %s raised on %s; RECONSUME_LATER", self.group,
-                                  [m.msg_id for m in job.msgs])
-                    status = ConsumeStatus.RECONSUME_LATER
+                msgs = [restore_retry_topic(m) for m in job.msgs]
+                with self._span_of(msgs) as span:
+                    try:
+                        async with asyncio.timeout(None if job.timeout_ns is None
+                                                   else job.timeout_ns / 1e9):
+                            status = await self.listener(msgs)
+                    except Exception as exc:  # TimeoutError included
+                        status = self._raised(span, msgs, exc)
+                    processed(span, status, is_consumed(status))
         self._settle(job, status)

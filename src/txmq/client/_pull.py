@@ -29,6 +29,7 @@ from txmq.client._core import (
     start_offset_source,
 )
 from txmq.client._pulling import PullNodeTable, pull_result, subscribe_broker_id
+from txmq.client._tracing import receive_started, received
 from txmq.errors import ConfigError, RemoteError, ResponseCode, TransportError
 from txmq.protocol import (
     MASTER_ID,
@@ -54,6 +55,7 @@ from txmq.protocol import (
     from_ext,
     to_ext,
 )
+from txmq.tracing import Tracing
 
 __all__ = ["DEFAULT_TIMESTAMP_AGO_MS", "AsyncPullConsumer", "PullMixin", "wall_ms"]
 
@@ -296,6 +298,9 @@ class AsyncPullConsumer(PullMixin):
         access_key, secret_key: ACL credentials; every request is signed (docs/security.md).
         tls, tls_ca_file, tls_verify_hostname: TLS to the broker (RocketMQ ``tls.enable``; the
             certificate is checked against ``tls_ca_file`` or the system's CAs; docs/security.md).
+        tracing: True (the global tracer provider), False, or a :class:`~txmq.tracing.Tracing`:
+            a ``pull`` / ``poll`` receive span per call that returned messages, linked to each
+            message's creation context (docs/tracing.md; :meth:`pull_raw` is not traced).
     """
 
     def __init__(self, endpoints: str = "", consumer_group: str = "txmq-pull", *,
@@ -305,10 +310,10 @@ class AsyncPullConsumer(PullMixin):
                  timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
                  access_key: str = "", secret_key: str = "",
                  tls: bool = False, tls_ca_file: str = "",
-                 tls_verify_hostname: bool = True) -> None:
+                 tls_verify_hostname: bool = True, tracing: Tracing | bool = True) -> None:
         super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
                          secret_key=secret_key, tls=tls, tls_ca_file=tls_ca_file,
-                         tls_verify_hostname=tls_verify_hostname)
+                         tls_verify_hostname=tls_verify_hostname, tracing=tracing)
         validate_group(consumer_group)
         self.group = consumer_group
         self.consume_from_where = consume_from_where
@@ -345,9 +350,11 @@ class AsyncPullConsumer(PullMixin):
             RemoteError, BrokerUnavailable, RequestTimeout, MalformedMessage (a body that does
                 not decode).
         """
-        return await self._pull(topic, queue_id, offset,
-                                max(1, min(max_nums, limits.PULL_BATCH_MAX)),
-                                broker_name=broker_name)
+        started = receive_started(self.tracing)
+        r = await self._pull(topic, queue_id, offset, max(1, min(max_nums, limits.PULL_BATCH_MAX)),
+                             broker_name=broker_name)
+        received(self.tracing, started, "pull", r.messages, self.group, self.client_id)
+        return r
 
     async def pull_raw(self, topic: str, queue_id: int, offset: int,
                        max_nums: int = 32, *, broker_name: str = "") -> RawPullResult:
@@ -521,6 +528,12 @@ class AsyncPullConsumer(PullMixin):
         Raises:
             BrokerUnavailable, RequestTimeout, RemoteError: the first pull failed.
         """
+        started = receive_started(self.tracing)
+        out = await self._poll(timeout_ms)
+        received(self.tracing, started, "poll", out, self.group, self.client_id)
+        return out
+
+    async def _poll(self, timeout_ms: int) -> list[MessageExt]:
         mqs = self.assignment()
         if not mqs:
             await asyncio.sleep(timeout_ms / 1000)

@@ -37,7 +37,7 @@ from txmq.client._core import (
 )
 from txmq.client._pull import AsyncPullConsumer, PullMixin
 from txmq.client._route import TopicRoute
-from txmq.client._transaction import LOCAL_RAISED, EndStep, LocalStep, SendHalfStep
+from txmq.client._transaction import EndStep, LocalRaised, LocalStep, SendHalfStep
 from txmq.protocol import (
     MASTER_ID,
     BrokerRuntimeInfo,
@@ -54,6 +54,7 @@ from txmq.protocol import (
     TopicRouteData,
     TopicStatsTable,
 )
+from txmq.tracing import Tracing
 
 __all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
 
@@ -245,7 +246,8 @@ class Producer(_SyncClient):
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
                  poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
-                 enable_msg_trace: bool = False, custom_trace_topic: str = "") -> None:
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "",
+                 tracing: Tracing | bool = True) -> None:
         super().__init__()
         self._a = self._build(AsyncProducer, **_args(locals()))
 
@@ -284,7 +286,8 @@ class TransactionProducer(Producer):
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
                  poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
-                 enable_msg_trace: bool = False, custom_trace_topic: str = "") -> None:
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "",
+                 tracing: Tracing | bool = True) -> None:
         _SyncClient.__init__(self)
         self._a = self._build(AsyncTransactionProducer, **_args(locals()))
         self.listener = self._a.listener
@@ -313,16 +316,21 @@ class TransactionProducer(Producer):
         """
         flow = self._a._tx.flow(msg, arg)
         value: Any = None
+        error: BaseException | None = None
         try:
             while True:
-                step = flow.send(value)
-                if isinstance(step, SendHalfStep):
-                    value = self._run(self._a.send(step.msg))
-                elif isinstance(step, LocalStep):
-                    value = self._run_local(step)
-                else:
-                    assert isinstance(step, EndStep)
-                    value = self._run(self._a.end_transaction(step.half, step.state))
+                step = flow.send(value) if error is None else flow.throw(error)
+                error = None
+                try:
+                    if isinstance(step, SendHalfStep):
+                        value = self._run(self._a.send(step.msg))
+                    elif isinstance(step, LocalStep):
+                        value = self._run_local(step)
+                    else:
+                        assert isinstance(step, EndStep)
+                        value = self._run(self._a.end_transaction(step.half, step.state))
+                except BaseException as exc:  # thrown into the flow, which re-raises it
+                    error = exc
         except StopIteration as stop:
             result: TransactionSendResult = stop.value
             return result
@@ -332,9 +340,9 @@ class TransactionProducer(Producer):
             result = self.listener.execute_local_transaction(step.msg, step.arg)
             if inspect.isawaitable(result):
                 result = self._run(_awaited(result))
-        except Exception:
+        except Exception as exc:
             log.exception("local transaction of %s raised; state UNKNOWN", step.half.msg_id)
-            return LOCAL_RAISED
+            return LocalRaised(exc)
         return result
 
 
@@ -365,7 +373,8 @@ class PushConsumer(_SyncQueues):
                  access_key: str = "", secret_key: str = "",
                  tls: bool = False, tls_ca_file: str = "",
                  tls_verify_hostname: bool = True,
-                 enable_msg_trace: bool = False, custom_trace_topic: str = "") -> None:
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "",
+                 tracing: Tracing | bool = True) -> None:
         super().__init__()
         self._a = self._build(AsyncPushConsumer, **_args(locals()))
 
@@ -396,7 +405,7 @@ class PullConsumer(_SyncQueues):
                  timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
                  access_key: str = "", secret_key: str = "",
                  tls: bool = False, tls_ca_file: str = "",
-                 tls_verify_hostname: bool = True) -> None:
+                 tls_verify_hostname: bool = True, tracing: Tracing | bool = True) -> None:
         super().__init__()
         self._a = self._build(AsyncPullConsumer, **_args(locals()))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Generator
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -21,6 +21,13 @@ from txmq.client._core import (
     SendResult,
     SendStatus,
     TransactionSendResult,
+)
+from txmq.client._tracing import (
+    SEND_MESSAGE_IN_TRANSACTION,
+    local_transaction_span,
+    local_transaction_state,
+    send_span,
+    sent,
 )
 from txmq.errors import ProtocolError, ResponseCode
 from txmq.protocol import (
@@ -41,6 +48,10 @@ from txmq.protocol import (
     from_ext,
     to_ext,
 )
+from txmq.tracing import ROCKETMQ_MESSAGE_TYPE_TRANSACTION, Tracing, error_type
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = [
     "UNCONFIRMED_END",
@@ -49,6 +60,7 @@ __all__ = [
     "EndBatcher",
     "EndMode",
     "EndStep",
+    "LocalRaised",
     "LocalStep",
     "SendHalfStep",
     "TransactionCore",
@@ -94,7 +106,7 @@ class SendHalfStep(msgspec.Struct, frozen=True):
 class LocalStep(msgspec.Struct, frozen=True):
     """Shell: run the application's ``execute_local_transaction(msg, arg)`` (in the caller's thread
     for the sync shell; awaited, or in a worker thread when it is a plain function, for the async
-    one); send back its return value, or :data:`LOCAL_RAISED` when it raised (logged)."""
+    one); send back its return value, or a :class:`LocalRaised` when it raised (logged)."""
 
     msg: Message
     arg: Any
@@ -109,8 +121,15 @@ class EndStep(msgspec.Struct, frozen=True):
     state: LocalTransactionState
 
 
-LOCAL_RAISED = object()
-"""What a shell sends for a local transaction that raised (counts as UNKNOWN, as in RocketMQ)."""
+class LocalRaised:
+    """What a shell sends back for a local transaction that raised (counts as UNKNOWN, as in
+    RocketMQ; the exception is logged by the shell, and recorded on the local transaction's
+    span)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
 
 TransactionFlow = Generator[SendHalfStep | LocalStep | EndStep, Any, "TransactionSendResult"]
 """``send_message_in_transaction`` as steps a shell performs (:meth:`TransactionCore.flow`)."""
@@ -130,11 +149,16 @@ class TransactionCore:
     Args:
         group: the producer group (check-backs go to its live members).
         ids: the ``UNIQ_KEY`` source; every half gets a fresh one.
+        tracing: the spans of :meth:`flow` (off by default).
+        client_id: the producer's client id, for those spans.
     """
 
-    def __init__(self, group: str, ids: MessageIdGenerator) -> None:
+    def __init__(self, group: str, ids: MessageIdGenerator, *, tracing: Tracing | None = None,
+                 client_id: str = "") -> None:
         self.group = group
         self._ids = ids
+        self._tracing = tracing or Tracing(enabled=False)
+        self._client_id = client_id
 
     def flow(self, msg: Message, arg: Any) -> TransactionFlow:
         """Half message → local transaction → end, as steps (RocketMQ
@@ -143,20 +167,30 @@ class TransactionCore:
         (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE) is rolled back without
         running the local transaction, as RocketMQ does. Once the local outcome is known nothing
         raises but a listener's wrong return type (TypeError, after the end request, the
-        transaction left UNKNOWN); a failed end is the outcome :data:`UNCONFIRMED_END`."""
-        half: SendResult = yield SendHalfStep(self.half(msg))
-        if half.status != SendStatus.SEND_OK:
-            log.warning("half %s stored with %s; rolled back without the local transaction",
-                        half.msg_id, half.status.name)
-            state, complaint = LocalTransactionState.ROLLBACK_MESSAGE, ""
-        else:
-            result = yield LocalStep(msg, arg, half)
-            if result is LOCAL_RAISED:
-                result = LocalTransactionState.UNKNOWN
-            state, complaint = self.local_state(result)
-        outcome: str = yield EndStep(half, state)
-        if complaint:
-            raise TypeError(complaint)
+        transaction left UNKNOWN); a failed end is the outcome :data:`UNCONFIRMED_END`.
+
+        Traced (docs/tracing.md) as a ``send_message_in_transaction`` span, current while the
+        steps run (a shell throws a step's exception into the generator, which ends the spans and
+        re-raises it): its context is the message's creation context, and the half's send, the
+        ``execute_local_transaction`` span and the end are its children."""
+        with send_span(self._tracing, [msg], SEND_MESSAGE_IN_TRANSACTION, self._client_id,
+                       message_type=ROCKETMQ_MESSAGE_TYPE_TRANSACTION) as tx_span:
+            half: SendResult = yield SendHalfStep(self.half(msg))
+            sent(tx_span, half, msg_id=True)
+            if half.status != SendStatus.SEND_OK:
+                log.warning("half %s stored with %s; rolled back without the local transaction",
+                            half.msg_id, half.status.name)
+                state, complaint = LocalTransactionState.ROLLBACK_MESSAGE, ""
+            else:
+                with local_transaction_span(self._tracing, msg, self._client_id) as span:
+                    result = yield LocalStep(msg, arg, half)
+                    state, complaint = self.local_state(
+                        LocalTransactionState.UNKNOWN if isinstance(result, LocalRaised)
+                        else result)
+                    _record_local(span, state, result, complaint)
+            outcome: str = yield EndStep(half, state)
+            if complaint:
+                raise TypeError(complaint)
         return TransactionSendResult(half.msg_id, msg.topic, half.queue_id, half.queue_offset,
                                      state, outcome, broker_name=half.broker_name)
 
@@ -223,6 +257,14 @@ class TransactionCore:
             commit_or_rollback=_END_TYPE[state], from_transaction_check=True,
             msg_id=m.properties.get(PROPERTY_UNIQ_KEY) or h.msg_id or "",
             transaction_id=h.transaction_id, topic=h.topic)
+
+
+def _record_local(span: Span | None, state: LocalTransactionState, result: object,
+                  complaint: str) -> None:
+    if isinstance(result, LocalRaised):
+        local_transaction_state(span, state, error_type(result.exc), str(result.exc))
+    else:
+        local_transaction_state(span, state, "TypeError" if complaint else "", complaint)
 
 
 class EndBatcher:

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from txmq.errors import TxmqError
 
@@ -133,13 +134,13 @@ def broker(
                           otlp_endpoint=otlp_endpoint,
                           otlp_file=str(otlp_file) if otlp_file else None)
     except TxmqError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")  # (a MissingExtra says txmq[…])
         raise typer.Exit(2) from exc
     loop = new_event_loop()
     try:
         loop.run_until_complete(run_server(cfg, port_file=str(port_file) if port_file else None))
     except TxmqError as exc:  # e.g. a commit log damaged below its checkpoint: say what to do
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")  # (a MissingExtra says txmq[…])
         raise typer.Exit(2) from exc
     finally:
         loop.close()

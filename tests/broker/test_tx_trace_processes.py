@@ -85,7 +85,8 @@ def _spans(path: Path) -> list[dict[str, Any]]:
 
 def test_the_broker_s_leg_joins_the_producer_s_trace_in_its_otlp_file(tmp_path: Path) -> None:
     spans_file = tmp_path / "broker-spans.jsonl"
-    with run_broker(tmp_path / "broker", topics={"orders": 2}, transaction_timeout_ms=1_000,
+    # the sender leaves well before the first check-back (2 s), which goes to the checker
+    with run_broker(tmp_path / "broker", topics={"orders": 2}, transaction_timeout_ms=2_000,
                     transaction_check_interval_ms=1_000, otlp_file=str(spans_file)) as b:
         msg_id, trace_id, sender_id, checker_id, life = _traced_unknown_then_checked(b)
     # the life: stored from A, A's UNKNOWN, a check-back to B answered COMMIT, the end by B
@@ -107,6 +108,9 @@ def test_the_broker_s_leg_joins_the_producer_s_trace_in_its_otlp_file(tmp_path: 
     assert {(s["traceId"], s.get("parentSpanId"), s["service"]) for s in spans} == {
         (trace_id, parent, "txmq-broker")}
     by_name = {s["name"]: s for s in spans}
+    # OTLP SpanKind: SERVER 2, CLIENT 3; flags: the parent is remote (0x100 | 0x200)
+    assert [(by_name[n]["kind"], by_name[n]["flags"]) for n in ("half stored", "check-back", "end")
+            ] == [(2, 0x300), (3, 0x300), (2, 0x300)]
     for s in spans:
         assert s["attrs"]["messaging.system"] == "rocketmq"
         assert s["attrs"]["messaging.destination.name"] == "orders"

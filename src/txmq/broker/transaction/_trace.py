@@ -125,7 +125,9 @@ class TransactionTraces:
             client_id=entry.sender_client_id, address=address, born_ms=entry.born_ms,
             stored_ms=stored_ms, traceparent=props.get(PROPERTY_TRACEPARENT, ""),
             tracestate=props.get(PROPERTY_TRACESTATE, ""))
-        self._begin(life)
+        self._lives[entry.half_offset] = life  # (_begin, inlined: once per transaction)
+        self._pending += 1
+        self.stats["recorded"] += 1
         if self.listener is not None and life.traceparent:
             self._tell(self.listener.half_stored, life)
 
@@ -188,23 +190,22 @@ class TransactionTraces:
         life = self._lives.get(entry.half_offset)
         if life is None:
             return
-        self._close_open_check(life, now_ms)
+        if self.listener is not None:
+            self._close_open_check(life, now_ms)
         end = TransactionStep(kind="end", time_ms=now_ms, outcome=outcome, decided_by=decided_by,
                               client_id=client_id, address=address, operator=operator,
                               reason=reason)
         life.steps.append(end)  # (the end is kept past the step bound)
         self._pending -= 1
-        self._settle(entry.half_offset)
-        if self.listener is not None and life.traceparent:
-            self._tell(self.listener.ended, life, end)
-
-    def _settle(self, half_offset: int) -> None:
-        """Put a settled life in the ring, dropping the one whose place it takes."""
-        old = self._ring[self._next]
+        # the ring: this life takes the place of the oldest settled one
+        i = self._next
+        old = self._ring[i]
         if old >= 0 and self._lives.pop(old, None) is not None:
             self.stats["evicted"] += 1
-        self._ring[self._next] = half_offset
-        self._next = (self._next + 1) % self.max_lives
+        self._ring[i] = entry.half_offset
+        self._next = i + 1 if i + 1 < self.max_lives else 0
+        if self.listener is not None and life.traceparent:
+            self._tell(self.listener.ended, life, end)
 
     def drop_pending(self) -> int:
         """Forget the lives of pending transactions (the service's index is rebuilt, e.g. when

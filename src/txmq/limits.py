@@ -1033,3 +1033,15 @@ TRACE_TOPIC_QUEUE_NUMS = 1
 
 assert 0 < TRACE_MSG_BATCH_NUM <= TRACE_MSG_BATCH_NUM_MAX <= TRACE_QUEUE_SIZE
 assert TRACE_MSG_SIZE_MAX_BYTES < MESSAGE_SIZE_MAX_BYTES
+
+# --- the broker's leg of a transaction's trace (issue #28; docs/tracing.md) ---
+
+TRANSACTION_TRACE_MAX = 50_000
+"""Pending transactions, and recently settled ones, whose life the broker keeps in memory
+(BrokerConfig ``transaction_trace_max``; txmq). A life takes about 0.33 KiB when its producer
+settled it, 0.65 KiB with two check-backs answered (tracemalloc, tests/broker/test_tx_trace.py),
+so the settled ones take 16 to 32 MiB; at 20,000 transactions a second they are the last 2.5 s."""
+
+TRANSACTION_TRACE_QUERY_MAX = 64
+"""Most transaction lives one GET_TRANSACTION_TRACE answers (txmq; a trace id names one business
+transaction, which rarely sends more than a few transactional messages)."""

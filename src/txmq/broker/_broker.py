@@ -37,6 +37,7 @@ from txmq.broker.transaction import (
     SINK_BATCH_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TransactionService,
+    TransactionTraces,
 )
 from txmq.errors import (
     CorruptRecord,
@@ -157,8 +158,12 @@ class Broker:
         """The ``suggestWhichBrokerId`` of pull answers (docs/replication.md)."""
         self.store_host = config.store.store_host or f"{config.host}:{config.port}"
         """``ip:port`` of this broker as stored in its records (and in offset message ids)."""
+        self.tx_traces = TransactionTraces(config.transaction_trace_max,
+                                           limits.TRANSACTION_CHECK_ANSWER_TIMEOUT_MS)
+        """The transactions' lives (docs/tracing.md); the shell may set its ``listener``."""
         self.tx = TransactionService(config, store, self.append, self.clients,
-                                     self.destination_problem, lambda: self.store_host)
+                                     self.destination_problem, lambda: self.store_host,
+                                     self.tx_traces, self.peer)
         self.schedule = ScheduleService(parse_delay_levels(config.message_delay_level), store,
                                         self.append, self.destination_problem)
         self._recover()
@@ -280,8 +285,10 @@ class Broker:
         halves are pending."""
         self.meta.set_slave(False)
         self.pop = build_pop_service(self)  # (its checkpoints arrived by replication)
+        self.tx_traces.drop_pending()  # (their lives begin again at their next check-back)
         self.tx = TransactionService(self.config, self.store, self.append, self.clients,
-                                     self.destination_problem, lambda: self.store_host)
+                                     self.destination_problem, lambda: self.store_host,
+                                     self.tx_traces, self.peer)
         self._recover(torn_from=torn_from)
         pending = list(self.tx.index.pending.values())
         for entry in pending:

@@ -87,6 +87,17 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Check-backs outstanding at once (back-pressure on the checker)."""
     file_reserved_time_ms: int = limits.FILE_RESERVED_TIME_MS
     reject_transaction_message: bool = False
+    transaction_trace_max: int = limits.TRANSACTION_TRACE_MAX
+    """Transactions whose life (half stored, check-backs and their answers, end) the broker keeps
+    in memory for GET_TRANSACTION_TRACE and the console: up to this many pending and this many
+    recently settled ones (docs/tracing.md, "The broker's leg"); 0 records nothing."""
+    otlp_endpoint: str = ""
+    """Export the transactions' lives as OpenTelemetry spans over OTLP/HTTP to this URL (e.g.
+    ``http://127.0.0.1:4318/v1/traces``), in the producer's trace (extra ``otlp``); "" = off."""
+    otlp_file: str = ""
+    """Export the same spans as OTLP JSON lines appended to this file (one
+    ``ExportTraceServiceRequest`` per line, as the OpenTelemetry Collector's file exporter
+    writes them); "" = off."""
     broker_role: Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"] = "ASYNC_MASTER"
     """RocketMQ ``brokerRole`` (docs/replication.md): a SLAVE replicates its master's commit log,
     serves pulls, refuses sends (SERVICE_NOT_AVAILABLE) and end transaction (SLAVE_NOT_AVAILABLE)
@@ -263,6 +274,13 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                      "transaction_check_max", "max_message_size", "default_topic_queue_nums"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.transaction_trace_max < 0:
+            raise ConfigError("transaction_trace_max must not be negative")
+        if (self.otlp_endpoint or self.otlp_file) and not self.transaction_trace_max:
+            raise ConfigError("otlp_endpoint and otlp_file export the transactions' lives: they "
+                              "need transaction_trace_max > 0")
+        if self.otlp_endpoint and not self.otlp_endpoint.startswith(("http://", "https://")):
+            raise ConfigError(f"otlp_endpoint {self.otlp_endpoint[:200]!r} is not an http(s) URL")
         if self.max_connections < 0 or self.channel_idle_max_ms < 0:
             raise ConfigError("max_connections and channel_idle_max_ms must not be negative")
         if self.buffer_budget_bytes < limits.FRAME_SIZE_MAX_BYTES:

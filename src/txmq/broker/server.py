@@ -174,6 +174,12 @@ class BrokerServer:
         """Controller mode: what the controller client drives (a RoleTarget), once started."""
         self.replicas: ReplicasManager | None = None
         """Controller mode: the controller client driving :attr:`roles` (started by start())."""
+        self._otlp: Any = None
+        """The OTLP export of transactions' lives (``txmq.broker._otlp``) when configured."""
+        if config.otlp_endpoint or config.otlp_file:  # (raises MissingExtra without ``otlp``)
+            from txmq.broker._otlp import OtlpExport
+
+            self._otlp = self.broker.tx_traces.listener = OtlpExport(config)
         if config.enable_controller_mode:
             if not isinstance(self.store, FileStore):
                 raise ConfigError("controller mode needs the file store (epoch file, truncation)")
@@ -296,6 +302,8 @@ class BrokerServer:
         self._meta_pool.shutdown(wait=True)  # a save under way completes first
         self.broker.persist_offsets()
         self.store.close()
+        if self._otlp is not None:  # export what is queued (off the loop: it may wait on HTTP)
+            await asyncio.to_thread(self._otlp.shutdown)
 
     # -- connections ------------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

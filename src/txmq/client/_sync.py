@@ -53,6 +53,7 @@ from txmq.protocol import (
     TopicConfigSerializeWrapper,
     TopicRouteData,
     TopicStatsTable,
+    TransactionLife,
 )
 from txmq.tracing import Tracing
 
@@ -504,6 +505,11 @@ class Admin(_SyncQueues):
     def query_transaction(self, ident: str) -> dict[str, Any]:
         """See :meth:`TransactionAdmin.query_transaction`."""
         return self._run(self._a.query_transaction(ident))
+
+    def transaction_lives(self, ident: str = "", *, trace_id: str = "",
+                          limit: int = 16) -> list[TransactionLife]:
+        """See :meth:`TransactionAdmin.transaction_lives`."""
+        return self._run(self._a.transaction_lives(ident, trace_id=trace_id, limit=limit))
 
     def operator_end(self, ident: str, outcome: str, operator: str,
                      reason: str = "") -> EndTransactionResponseHeader:

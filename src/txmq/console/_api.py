@@ -215,8 +215,8 @@ def _dlq_routes(r: APIRouter) -> None:
 def _message_routes(r: APIRouter) -> None:
     @r.get("/messages", response_model=MessageList)
     async def messages(request: Request, topic: str = "", key: str = "", begin_ms: int = 0,
-                       end_ms: int = 0, msg_id: str = "") -> MessageList:
-        return await _backend(request).messages(topic, key, begin_ms, end_ms, msg_id)
+                       end_ms: int = 0, msg_id: str = "", trace_id: str = "") -> MessageList:
+        return await _backend(request).messages(topic, key, begin_ms, end_ms, msg_id, trace_id)
 
     @r.get("/messages/{msg_id}", response_model=MessageTrace)
     async def message(request: Request, msg_id: str) -> MessageTrace:

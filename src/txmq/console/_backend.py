@@ -24,7 +24,7 @@ import msgspec
 
 from txmq import limits
 from txmq.client import AsyncAdmin, AsyncConnection, AsyncPullConsumer
-from txmq.console import _convert, _msgtrace, _trace
+from txmq.console import _convert, _msgtrace, _trace, _tx_life
 from txmq.console._history import History, Sample
 from txmq.console._models import (
     AuditEntry,
@@ -807,11 +807,17 @@ class Backend:
 
     # -- messages -------------------------------------------------------------------------------
     async def messages(self, topic: str = "", key: str = "", begin_ms: int = 0,
-                       end_ms: int = 0, msg_id: str = "") -> MessageList:
-        """By ``msg_id`` (the message and its half, retry and DLQ copies) or by ``topic`` and
-        ``key`` stored in ``[begin_ms, end_ms]`` (``end_ms`` 0 = now), newest first, at most
-        ``QUERY_MESSAGE_MAX_NUM`` per broker."""
-        if msg_id:
+                       end_ms: int = 0, msg_id: str = "", trace_id: str = "") -> MessageList:
+        """By ``msg_id`` (the message and its half, retry and DLQ copies), by ``topic`` and
+        ``key`` stored in ``[begin_ms, end_ms]`` (``end_ms`` 0 = now), or by W3C ``trace_id``
+        (the transactions the brokers recorded in that trace: :mod:`._tx_life`), newest first,
+        at most ``QUERY_MESSAGE_MAX_NUM`` per broker."""
+        if trace_id:
+            trace_id = trace_id.strip().lower()
+            if len(trace_id) != 32 or not all(c in "0123456789abcdef" for c in trace_id):
+                raise bad(f"trace id {trace_id[:40]!r} is not 32 hex digits")
+            found = [m for b in await self.brokers() for m in await _traced(b, trace_id)]
+        elif msg_id:
             _check_ident(msg_id)
             found = [m for ms in await self.each(lambda b: _or_empty(b.admin.view_message(msg_id)))
                      for m in ms]
@@ -856,6 +862,16 @@ class Backend:
 def _user_topics(g: ConsumerGroupInfo) -> list[str]:
     """The topics a group subscribes to or has offsets of, without its own retry topic."""
     return sorted(t for t in set(g.subscriptions) | set(g.offset_topics) if t != retry_topic(g.group))
+
+
+async def _traced(b: BrokerClients, trace_id: str) -> list[MessageExt]:
+    """One stored copy (the committed message, else its half) of each transaction broker ``b``
+    recorded in W3C trace ``trace_id``."""
+    out = []
+    for i in await _tx_life.trace_msg_ids(b, trace_id):
+        copies = [m for m in await _or_empty(b.admin.view_message(i)) if m.msg_id == i]
+        out += ([m for m in copies if not is_system_topic(m.topic)] or copies)[:1]
+    return out
 
 
 def _check_ident(ident: str) -> None:

@@ -47,6 +47,8 @@ from txmq.protocol._topic_admin import *  # noqa: F403
 from txmq.protocol._topic_admin import __all__ as _topic_admin_all
 from txmq.protocol._topics import *  # noqa: F403
 from txmq.protocol._topics import __all__ as _topics_all
+from txmq.protocol._tx_trace import *  # noqa: F403
+from txmq.protocol._tx_trace import __all__ as _tx_trace_all
 from txmq.protocol._validate import *  # noqa: F403
 from txmq.protocol._validate import __all__ as _validate_all
 
@@ -76,6 +78,7 @@ __all__ = [
     *_topic_admin_all,
     *_remoting_all,
     *_topics_all,
+    *_tx_trace_all,
     *_route_all,
     *_validate_all,
 ]

@@ -237,6 +237,7 @@ REMOTING_RULES: dict[int, Rule] = {
     R.GET_TRANSACTION_STATS: _rule("Get on Cluster", _on_cluster(A.GET)),
     R.GET_PENDING_TRANSACTIONS: _rule("List on Cluster", _on_cluster(A.LIST)),
     R.QUERY_TRANSACTION: _rule("Get on Cluster", _on_cluster(A.GET)),
+    R.GET_TRANSACTION_TRACE: _rule("Get on Cluster", _on_cluster(A.GET)),
     R.ADMIN_END_TRANSACTION: _rule("TxAdmin on Cluster (an operator's commit or rollback)",
                                    _on_cluster(A.TX_ADMIN)),
     R.END_TRANSACTION_BATCH: _rule("as END_TRANSACTION, for every entry", _end_transaction_batch),

@@ -11,7 +11,15 @@ import msgspec
 from txmq import limits
 from txmq.broker._tls import TlsConfig
 from txmq.errors import ConfigError
-from txmq.protocol import is_broker_topic, is_valid_topic, parse_address
+from txmq.protocol import (
+    CPP_DEFAULT_TRACE_REGION_ID,
+    DEFAULT_TRACE_REGION_ID,
+    RMQ_SYS_TRACE_TOPIC,
+    TRACE_TOPIC_PREFIX,
+    is_broker_topic,
+    is_valid_topic,
+    parse_address,
+)
 from txmq.store import StoreConfig
 
 __all__ = ["BrokerConfig", "SubscriptionGroupConfig", "load_config", "parse_delay_levels"]
@@ -55,6 +63,21 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_topic_queue_nums: int = limits.DEFAULT_QUEUE_NUMS
     topics: dict[str, int] = msgspec.field(default_factory=dict)
     """Topics (name to queue count) created at start."""
+    trace_topic_enable: bool = False
+    """Create the message trace topics at start, one queue each (RocketMQ ``traceTopicEnable``,
+    false there too): ``msg_trace_topic_name``, and (txmq) the region topics the C++ client writes,
+    ``rmq_sys_TRACE_DATA_<region_id>`` and ``rmq_sys_TRACE_DATA_DEFAULT_REGION``; and (txmq: RocketMQ
+    does it always) give every stored message the ``MSG_REGION`` and ``TRACE_ON`` properties,
+    without which RocketMQ's Java consumers write no consume records (docs/tracing.md)."""
+    msg_trace_topic_name: str = RMQ_SYS_TRACE_TOPIC
+    """The trace topic ``trace_topic_enable`` creates (RocketMQ ``msgTraceTopicName``)."""
+    region_id: str = DEFAULT_TRACE_REGION_ID
+    """This broker's region (RocketMQ ``regionId``, ``DefaultRegion``), sent in send responses'
+    ``MSG_REGION`` with ``trace_topic_enable``: clients put it in their trace records and the C++
+    client names its trace topic after it."""
+    trace_on: bool = True
+    """Sent in send responses' ``TRACE_ON`` (RocketMQ ``traceOn``) with ``trace_topic_enable``, and
+    always when false: false tells clients not to write trace records of the messages sent here."""
     groups: dict[str, SubscriptionGroupConfig] = msgspec.field(default_factory=dict)
     """Consumer group settings by group name (FIFO, retries); unknown groups get the defaults."""
     transaction_timeout_ms: int = limits.TRANSACTION_TIMEOUT_MS
@@ -195,6 +218,12 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ConfigError("access_message_in_memory_max_bytes must not be negative")
         self._validate_controller()
 
+    def trace_topics(self) -> list[str]:
+        """The trace topics ``trace_topic_enable`` creates: ``msg_trace_topic_name``, then the
+        region topics of ``region_id`` and of the C++ client's default region."""
+        regions = (TRACE_TOPIC_PREFIX + self.region_id, TRACE_TOPIC_PREFIX + CPP_DEFAULT_TRACE_REGION_ID)
+        return list(dict.fromkeys((self.msg_trace_topic_name, *regions)))
+
     def controller_addresses(self) -> list[str]:
         """``controller_addr`` split into ``host:port`` items (empty ones dropped)."""
         return [a.strip() for a in self.controller_addr.split(";") if a.strip()]
@@ -270,6 +299,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             if gc.retry_max_times < 0:
                 raise ConfigError(f"groups.{group}: retry_max_times must not be negative")
         parse_delay_levels(self.message_delay_level)
+        for topic in self.trace_topics():
+            if not is_valid_topic(topic) or is_broker_topic(topic):
+                raise ConfigError(f"trace topic {topic[:160]!r} (msg_trace_topic_name, region_id): "
+                                  f"not a legal topic name, or a broker topic")
         self._validate_ha()
         if self.acl_enable and not self.acl_file:
             raise ConfigError("acl_enable needs acl_file, the accounts file (see docs/security.md)")

@@ -28,7 +28,9 @@ from txmq.client._core import (
     send_result,
     set_delay_level,
 )
+from txmq.client._msgtrace import msg_tracer
 from txmq.client._route import (
+    UNREACHABLE_ROUTE_REFRESH_MS,
     FaultStrategy,
     QueueSelector,
     TopicRoute,
@@ -130,6 +132,11 @@ class AsyncProducer(ClientBase):
             docs/security.md).
         connect_timeout_ms: give up a connect after this (RocketMQ 3 s).
         poll_name_server_interval_ms: route refresh period (RocketMQ 30 s).
+        enable_msg_trace: write RocketMQ message trace records (``Pub``, and ``EndTransaction``
+            for a transaction producer) to the trace topic, asynchronously, never failing a send
+            (RocketMQ ``enableMsgTrace``; docs/tracing.md).
+        custom_trace_topic: the trace topic (RocketMQ ``customizedTraceTopic``; default
+            ``RMQ_SYS_TRACE_TOPIC``).
 
     Raises:
         ConfigError: a bad argument.
@@ -143,7 +150,8 @@ class AsyncProducer(ClientBase):
                  access_key: str = "", secret_key: str = "", tls: bool = False,
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
-                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS) -> None:
+                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "") -> None:
         super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
                          secret_key=secret_key, tls=tls, tls_ca_file=tls_ca_file,
                          tls_verify_hostname=tls_verify_hostname,
@@ -160,6 +168,7 @@ class AsyncProducer(ClientBase):
         self._selector = QueueSelector(self.faults, random.Random())
         self.send_failures: Counter[str] = Counter()
         """Failed send attempts by broker group (each retried or reported)."""
+        self.msg_trace = msg_tracer(self, enable_msg_trace, custom_trace_topic, group, "PRODUCE")
 
     def _heartbeat_data(self) -> HeartbeatData:
         return producer_heartbeat(self.client_id, [self.group])
@@ -217,8 +226,13 @@ class AsyncProducer(ClientBase):
         if selector is not None:
             fixed = self._fixed_queue(route, selector(list(route.publish), msg, arg))
         half = msg.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
-        return await self._send(msg, msg.msg_id, half, RequestCode.SEND_MESSAGE_V2, msg.body,
-                                route, fixed)
+        tracer = self.msg_trace
+        started_ms = _now_ms() if tracer is not None else 0
+        result = await self._send(msg, msg.msg_id, half, RequestCode.SEND_MESSAGE_V2, msg.body,
+                                  route, fixed)
+        if tracer is not None:
+            tracer.sent(msg, result, started_ms)
+        return result
 
     async def send_batch(self, msgs: list[Message], queue_id: QueueChoice = None) -> SendResult:
         """Send plain messages of one topic in one request, stored contiguously in one queue.
@@ -277,12 +291,19 @@ class AsyncProducer(ClientBase):
         route = await self.route(topic)
         if not route.publish:
             route = await self._refresh_route_soon(topic) or route
-        elif route.masterless():
+        elif route.masterless() or self._avoids_unreachable(route):
             self._refresh_route_later(topic)
         if not route.publish:
             raise BrokerUnavailable(f"topic {topic!r} has no writable queue on a broker group "
                                     f"with a master (groups: {route.broker_names()})")
         return route
+
+    def _avoids_unreachable(self, route: TopicRoute) -> bool:
+        """Whether a group of ``route`` is avoided since a send to it failed, and the route was
+        last looked up ``UNREACHABLE_ROUTE_REFRESH_MS`` ago or more: its master may have moved."""
+        since = self._refresh_gate.since_last(route.topic, time.monotonic_ns() // 1_000_000)
+        return (since is None or since >= UNREACHABLE_ROUTE_REFRESH_MS) and any(
+            not self.faults.reachable(name) for name in route.broker_names())
 
     async def _refreshed(self, route: TopicRoute) -> TopicRoute:
         """``route`` fetched again after TOPIC_NOT_EXIST, a broker that could not be reached or
@@ -370,7 +391,8 @@ class AsyncTransactionProducer(AsyncProducer):
             awaited, so a returned COMMIT is durable and visible.
         max_message_size, timeout_ms, namesrv_addr, retry_times_when_send_failed,
         send_latency_fault_enable, access_key, secret_key, tls, tls_ca_file, tls_verify_hostname,
-        connect_timeout_ms, poll_name_server_interval_ms: as :class:`AsyncProducer`.
+        connect_timeout_ms, poll_name_server_interval_ms, enable_msg_trace, custom_trace_topic:
+            as :class:`AsyncProducer`.
     """
 
     def __init__(self, group: str, endpoints: str = "",
@@ -383,7 +405,8 @@ class AsyncTransactionProducer(AsyncProducer):
                  access_key: str = "", secret_key: str = "", tls: bool = False,
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
-                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS) -> None:
+                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "") -> None:
         super().__init__(group, endpoints, max_message_size=max_message_size,
                          timeout_ms=timeout_ms, namesrv_addr=namesrv_addr,
                          retry_times_when_send_failed=retry_times_when_send_failed,
@@ -391,7 +414,8 @@ class AsyncTransactionProducer(AsyncProducer):
                          access_key=access_key, secret_key=secret_key, tls=tls,
                          tls_ca_file=tls_ca_file, tls_verify_hostname=tls_verify_hostname,
                          connect_timeout_ms=connect_timeout_ms,
-                         poll_name_server_interval_ms=poll_name_server_interval_ms)
+                         poll_name_server_interval_ms=poll_name_server_interval_ms,
+                         enable_msg_trace=enable_msg_trace, custom_trace_topic=custom_trace_topic)
         if listener is None:
             raise ConfigError("a transaction producer needs a TransactionListener")
         if check_threads < 1:
@@ -431,6 +455,8 @@ class AsyncTransactionProducer(AsyncProducer):
         again and the same request (the same outcome: an end never goes out with two) is sent
         once more, to the group's current master; if that fails too, check-back settles it."""
         h = self._tx.end_request(half, state)
+        if self.msg_trace is not None:
+            self.msg_trace.ended(half, state)
         try:
             return await self._end_once(half, h)
         except Exception as exc:
@@ -550,6 +576,8 @@ class AsyncTransactionProducer(AsyncProducer):
         state, complaint = self._tx.local_state(result)
         if complaint:
             log.error("check_local_transaction: %s", complaint)
+        if self.msg_trace is not None:
+            self.msg_trace.checked(check.message, check.header.transaction_id or "", state, conn.addr)
         end = self._tx.check_answer(check, state)
         if end is None:
             return

@@ -245,7 +245,8 @@ class Producer(_SyncClient):
                  access_key: str = "", secret_key: str = "", tls: bool = False,
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
-                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS) -> None:
+                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "") -> None:
         super().__init__()
         self._a = self._build(AsyncProducer, **_args(locals()))
 
@@ -283,7 +284,8 @@ class TransactionProducer(Producer):
                  access_key: str = "", secret_key: str = "", tls: bool = False,
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
-                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS) -> None:
+                 poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "") -> None:
         _SyncClient.__init__(self)
         self._a = self._build(AsyncTransactionProducer, **_args(locals()))
         self.listener = self._a.listener
@@ -363,7 +365,8 @@ class PushConsumer(_SyncQueues):
                  timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
                  access_key: str = "", secret_key: str = "",
                  tls: bool = False, tls_ca_file: str = "",
-                 tls_verify_hostname: bool = True) -> None:
+                 tls_verify_hostname: bool = True,
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "") -> None:
         super().__init__()
         self._a = self._build(AsyncPushConsumer, **_args(locals()))
 

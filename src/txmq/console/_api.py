@@ -6,9 +6,9 @@ Errors of the ``txmq.errors`` tree become ``{"detail": reason}`` with 400 (bad i
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
@@ -40,6 +40,7 @@ from txmq.console._models import (
     TopicSummary,
     TopicUpdateBody,
 )
+from txmq.console._msgtrace import MsgTracePage
 from txmq.errors import (
     BrokerUnavailable,
     InvalidRequest,
@@ -220,6 +221,11 @@ def _message_routes(r: APIRouter) -> None:
     @r.get("/messages/{msg_id}", response_model=MessageTrace)
     async def message(request: Request, msg_id: str) -> MessageTrace:
         return await _backend(request).message(msg_id)
+
+    @r.get("/messages/{msg_id}/msg-trace", response_model=MsgTracePage)
+    async def msg_trace(request: Request, msg_id: str,
+                        trace_topic: Annotated[list[str] | None, Query()] = None) -> MsgTracePage:
+        return await _backend(request).msg_trace(msg_id, trace_topic or [])
 
     @r.get("/outbox", response_model=OutboxSummary)
     async def outbox(request: Request) -> OutboxSummary:

@@ -24,7 +24,7 @@ import msgspec
 
 from txmq import limits
 from txmq.client import AsyncAdmin, AsyncConnection, AsyncPullConsumer
-from txmq.console import _convert, _trace, _tx_life
+from txmq.console import _convert, _msgtrace, _trace, _tx_life
 from txmq.console._history import History, Sample
 from txmq.console._models import (
     AuditEntry,
@@ -94,6 +94,7 @@ from txmq.protocol import (
     decode_cluster_info,
     dlq_topic,
     is_broker_topic,
+    is_trace_topic,
     retry_topic,
 )
 
@@ -161,8 +162,9 @@ def bad(reason: str, code: ResponseCode = ResponseCode.INVALID_PARAMETER) -> Inv
 
 
 def is_system_topic(topic: str) -> bool:
-    """Broker, retry and DLQ topics: hidden from the topic list unless asked for."""
-    return is_broker_topic(topic) or topic.startswith((RETRY_PREFIX, DLQ_PREFIX)) or topic == DEFAULT_TOPIC
+    """Broker, retry, DLQ and message trace topics: hidden from the topic list unless asked for."""
+    return (is_broker_topic(topic) or topic.startswith((RETRY_PREFIX, DLQ_PREFIX)) or topic == DEFAULT_TOPIC
+            or is_trace_topic(topic))
 
 
 def _now_ms() -> int:
@@ -841,6 +843,12 @@ class Backend:
         QUERY_NOT_FOUND."""
         _check_ident(msg_id)
         return await _trace.message_trace(await self.brokers(), msg_id)
+
+    async def msg_trace(self, msg_id: str, trace_topics: list[str] | None = None) -> _msgtrace.MsgTracePage:
+        """``msg_id``'s RocketMQ message trace records (:func:`txmq.console._msgtrace.msg_trace`;
+        ``trace_topics``: custom trace topics). Raises InvalidRequest (bad id or topic)."""
+        _check_ident(msg_id)
+        return await _msgtrace.msg_trace(await self.brokers(), msg_id, trace_topics)
 
     # -- outbox ---------------------------------------------------------------------------------
     async def outbox(self) -> OutboxSummary:

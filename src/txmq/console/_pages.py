@@ -71,11 +71,15 @@ error pages (400/404/409/502)
     ``#msg-search-submit``,
     ``#msg-search-status``; ``#msg-results-table`` with ``[msg-result-row]`` (``data-msg-id``)
     and ``[msg-link]``; ``#msg-results-empty``.
-``/messages/{id}``
+``/messages/{id}`` (``?trace_topic=T`` also reads custom trace topic T)
     ``#msg-id``, ``#msg-trace-id`` (a link to ``/messages?trace_id=``; absent without a trace
     id), ``#msg-trace`` with ``[trace-row]`` (``data-kind`` = half, answer, check-back, commit,
     rollback, stored, delivered, retry, dlq; ``[trace-by]``, ``[trace-operator]``,
-    ``[trace-client]``), ``#msg-fields``, ``#msg-properties``, ``#msg-body``.
+    ``[trace-client]``), ``#msg-fields``, ``#msg-properties``, ``#msg-body``; the RocketMQ
+    message trace ``#msg-trace-records`` with ``[msgtrace-row]`` (``data-type`` = Pub,
+    EndTransaction, SubBefore, SubAfter, Recall, ``data-group``; cells ``[msgtrace-group]``
+    ``[msgtrace-host]`` ``[msgtrace-cost]`` ``[msgtrace-status]`` ``[msgtrace-retry]``
+    ``[msgtrace-by]``), ``#msg-trace-empty``, ``#msg-trace-error``, ``#msg-trace-topics``.
 ``/outbox``
     ``#outbox-statuses`` (``[outbox-status-row]``, ``data-status``), ``#outbox-leases``
     (``[outbox-lease-row]``), ``#outbox-inbox``; without ``--outbox-url``: ``#outbox-unavailable``.
@@ -102,6 +106,7 @@ from txmq import limits
 from txmq.console._api import error_status
 from txmq.console._backend import Backend
 from txmq.console._models import MessageTrace, TopicDetail
+from txmq.console._msgtrace import msg_trace_context
 from txmq.console._user import acting_user
 from txmq.errors import ConfigError, InvalidRequest, RemoteError, ResponseCode, TxmqError
 
@@ -452,8 +457,10 @@ class _Pages:
 
     async def message(self, request: Request) -> Response:
         trace = await self.backend.message(request.path_params["msg_id"])
+        records = await msg_trace_context(self.backend, trace.message.msg_id,
+                                          request.query_params.getlist("trace_topic"))
         return self.render(request, "message.html", "messages", f"Message {trace.message.msg_id}",
-                           **message_context(trace))
+                           **message_context(trace), **records)
 
     async def outbox(self, request: Request) -> Response:
         try:

@@ -35,6 +35,8 @@ from txmq.protocol._message_codec import *  # noqa: F403
 from txmq.protocol._message_codec import __all__ as _message_codec_all
 from txmq.protocol._message_id import *  # noqa: F403
 from txmq.protocol._message_id import __all__ as _message_id_all
+from txmq.protocol._msg_trace import *  # noqa: F403
+from txmq.protocol._msg_trace import __all__ as _msg_trace_all
 from txmq.protocol._parked import *  # noqa: F403
 from txmq.protocol._parked import __all__ as _parked_all
 from txmq.protocol._remoting import *  # noqa: F403
@@ -71,6 +73,7 @@ __all__ = [
     "MessageIndex",
     "index_message_exts",
     *_message_id_all,
+    *_msg_trace_all,
     *_parked_all,
     *_topic_admin_all,
     *_remoting_all,

@@ -19,6 +19,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from tracing_helpers import named, read_records, spans
 
 from txmq.client import (
     Admin,
@@ -36,7 +37,6 @@ from txmq.client import (
 from txmq.errors import RemoteError
 from txmq.testing import BrokerProcess, run_broker, wait_until
 from txmq.tracing import TRACEPARENT, Tracing
-from tracing_helpers import named, read_records, spans
 
 FAST = {"transaction_timeout_ms": 300, "transaction_check_interval_ms": 300,
         "message_delay_level": "100ms 200ms 300ms 400ms 500ms"}

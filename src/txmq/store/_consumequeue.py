@@ -218,14 +218,7 @@ class ConsumeQueue:
             return self.persisted + bisect_left(clo, below)
         if self.persisted <= self.min or self._persisted_clo(self.persisted - 1) < below:
             return self.persisted
-        lo, hi = self.min, self.persisted - 1  # the first entry at or past ``below``
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._persisted_clo(mid) < below:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return self._first_at_or_after(below, self.min)
 
     def _persisted_clo(self, i: int) -> int:
         """Commit log offset of persisted entry ``i`` (the last one's is cached)."""

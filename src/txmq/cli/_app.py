@@ -25,7 +25,8 @@ _SUB_APPS: dict[str, tuple[str, str]] = {
     "store": ("txmq.cli._store", "store_app"), "group": ("txmq.cli._group", "group_app"),
     "dlq": ("txmq.cli._group", "dlq_app"), "message": ("txmq.cli._message", "message_app"),
     "parked": ("txmq.cli._status", "parked_app"), "bench": ("txmq.cli._bench", "bench_app"),
-    "topic": ("txmq.cli._topic", "topic_app"), "acl": ("txmq.cli._acl", "acl_app")}
+    "topic": ("txmq.cli._topic", "topic_app"), "acl": ("txmq.cli._acl", "acl_app"),
+    "trace": ("txmq.cli._trace", "trace_app")}
 """Top-level sub-apps: name → (module, attribute), imported only when registered."""
 
 _COMMANDS: dict[str, tuple[str, str]] = {

@@ -113,7 +113,9 @@ class AsyncRelay:
             with relay_spans(self.tracing, self._system, self._core.label, batch, msgs,
                              self._core.now_ms()) as spans:
                 try:
-                    await outside_trace(spans, asyncio.ensure_future, self.sender.send_batch(msgs))
+                    sending = self.sender.send_batch(msgs)
+                    await (outside_trace(spans, asyncio.ensure_future, sending) if len(spans) > 1
+                           else sending)
                 except Exception as exc:  # any failure leaves these events unsent: retry them later
                     failed(spans, exc)
                     rnd.send_failed(batch, exc, self.relay_id)

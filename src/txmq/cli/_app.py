@@ -41,6 +41,7 @@ _BENCH_COMMANDS: dict[str, tuple[str, str]] = {
     "consume": ("txmq.cli._bench_consume", "consume"), "outbox": ("txmq.cli._bench_outbox", "outbox"),
     "send": ("txmq.cli._bench_send", "send"), "spark": ("txmq.cli._bench_spark", "spark"),
     "tx": ("txmq.cli._bench_tx", "tx"), "grpc": ("txmq.cli._bench_grpc", "grpc_cmd"),
+    "tracing": ("txmq.cli._bench_tracing", "tracing"),
     "console": ("txmq.cli._bench_console", "console")}
 """``txmq bench`` commands: name → (module, function)."""
 

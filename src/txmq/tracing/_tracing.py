@@ -157,7 +157,7 @@ class Tracing:
         self._provider = tracer_provider
         self.enabled = enabled
         self.parent_from_message = parent_from_message
-        self._cached: tuple[TracerProvider, Tracer] | None = None
+        self._cached: tuple[TracerProvider, Tracer | None] | None = None
 
     @classmethod
     def of(cls, tracing: Tracing | bool) -> Tracing:
@@ -179,10 +179,9 @@ class Tracing:
         cached = self._cached
         if cached is not None and cached[0] is provider:
             return cached[1]
-        if api.is_noop(provider):
-            return None
-        tracer = provider.get_tracer(TRACER_NAME, _version(), schema_url=SCHEMA_URL)
-        self._cached = (provider, tracer)
+        tracer = None if api.is_noop(provider) else provider.get_tracer(
+            TRACER_NAME, _version(), schema_url=SCHEMA_URL)
+        self._cached = (provider, tracer)  # the global provider is set once: a new one misses
         return tracer
 
     @property
@@ -194,6 +193,12 @@ class Tracing:
     def active(self) -> bool:
         """Whether spans are made now (:meth:`tracer` is not None)."""
         return self.tracer() is not None
+
+    def current_context_valid(self) -> bool:
+        """Whether the current context holds a valid span context (there is a trace to pass
+        on); False when off or OpenTelemetry is not in use."""
+        api = _api() if self.enabled else None
+        return api is not None and api.valid(None)
 
     # -- propagation ------------------------------------------------------------------------------
     def inject(self, properties: MutableMapping[str, str], context: Context | None = None) -> bool:

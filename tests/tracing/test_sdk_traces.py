@@ -107,7 +107,8 @@ def test_one_trace_from_the_business_span_through_half_end_delivery_retry_and_dl
 
     s = spans(exporter)
     tx = s["send_message_in_transaction orders"]
-    half, local, end = s["send_half orders"], s["execute_local_transaction orders"], s["end_transaction orders"]
+    half, local = s["send_half orders"], s["execute_local_transaction orders"]
+    end = s["end_transaction orders"]
     processes = named(exporter, "process orders")
     retry, dlq = s["retry %RETRY%billing"], s["dead_letter %DLQ%billing"]
     trace_id = business.get_span_context().trace_id
@@ -310,8 +311,7 @@ def test_plain_and_batch_sends_pull_receives_and_tracing_off(
 def test_orderly_consumption_sends_a_poison_message_to_the_dlq_in_its_trace(
         broker: BrokerProcess, exporter: InMemorySpanExporter, tracing: Tracing) -> None:
     with Producer("pp", broker.endpoints, tracing=tracing) as p:
-        with trace.use_span(trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)):
-            p.send(Message(topic="orders", body=b"poison"))
+        p.send(Message(topic="orders", body=b"poison"))
     c = consumer(broker.endpoints, "ordered", lambda m: ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT,
                  tracing, orderly=True, max_reconsume_times=1, suspend_current_queue_time_ms=100)
     try:
@@ -323,3 +323,29 @@ def test_orderly_consumption_sends_a_poison_message_to_the_dlq_in_its_trace(
     assert [parent_of(sp) for sp in named(exporter, "process orders")] == [send.context.span_id] * 2
     assert parent_of(dlq) == send.context.span_id
     assert (dlq.attributes or {})["messaging.operation.type"] == "settle"
+
+
+def test_sync_flow_failures_end_their_spans_and_restore_the_context(
+        broker: BrokerProcess, provider: TracerProvider, exporter: InMemorySpanExporter,
+        tracing: Tracing) -> None:
+    class Raises:
+        def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+            raise ValueError("constraint violated")
+
+        def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+            return LocalTransactionState.ROLLBACK_MESSAGE
+
+    with provider.get_tracer("shop").start_as_current_span("place order") as business, \
+            TransactionProducer("spg", broker.endpoints, Raises(), tracing=tracing) as tp:
+        assert tp.send_message_in_transaction(Message(topic="orders", body=b"x")).outcome == "PENDING"
+        with pytest.raises(RemoteError):
+            tp.send_message_in_transaction(Message(topic="no-such-topic", body=b"x"))
+        assert trace.get_current_span() is business  # the flow's scopes were left
+    s = spans(exporter)
+    local = s["execute_local_transaction orders"]
+    assert (local.attributes or {})["error.type"] == "ValueError"
+    assert (s["end_transaction orders"].attributes or {})["messaging.rocketmq.transaction.state"] == "unknown"
+    failed = s["send_message_in_transaction no-such-topic"]
+    assert failed.status.status_code is StatusCode.ERROR
+    assert parent_of(failed) == business.get_span_context().span_id
+    assert parent_of(s["send_half no-such-topic"]) == failed.context.span_id

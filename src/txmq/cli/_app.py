@@ -26,7 +26,8 @@ _SUB_APPS: dict[str, tuple[str, str]] = {
     "store": ("txmq.cli._store", "store_app"), "group": ("txmq.cli._group", "group_app"),
     "dlq": ("txmq.cli._group", "dlq_app"), "message": ("txmq.cli._message", "message_app"),
     "parked": ("txmq.cli._status", "parked_app"), "bench": ("txmq.cli._bench", "bench_app"),
-    "topic": ("txmq.cli._topic", "topic_app"), "acl": ("txmq.cli._acl", "acl_app")}
+    "topic": ("txmq.cli._topic", "topic_app"), "acl": ("txmq.cli._acl", "acl_app"),
+    "trace": ("txmq.cli._trace", "trace_app")}
 """Top-level sub-apps: name → (module, attribute), imported only when registered."""
 
 _COMMANDS: dict[str, tuple[str, str]] = {
@@ -41,6 +42,7 @@ _BENCH_COMMANDS: dict[str, tuple[str, str]] = {
     "consume": ("txmq.cli._bench_consume", "consume"), "outbox": ("txmq.cli._bench_outbox", "outbox"),
     "send": ("txmq.cli._bench_send", "send"), "spark": ("txmq.cli._bench_spark", "spark"),
     "tx": ("txmq.cli._bench_tx", "tx"), "grpc": ("txmq.cli._bench_grpc", "grpc_cmd"),
+    "tracing": ("txmq.cli._bench_tracing", "tracing"),
     "console": ("txmq.cli._bench_console", "console")}
 """``txmq bench`` commands: name → (module, function)."""
 

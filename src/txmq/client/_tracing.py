@@ -126,12 +126,14 @@ def send_span(tracing: Tracing, msgs: Sequence[Message], operation: str, client_
     context already; a message without one gets the span's (its properties copied first).
     ``message_type``: the ``messaging.rocketmq.message.type`` ("": read from the first
     message's properties)."""
-    if not tracing.propagates:
+    if not tracing.active:  # no span; with OpenTelemetry's API alone, a valid context passes on
+        if tracing.current_context_valid():
+            for m in msgs:
+                m.properties = dict(m.properties)
+                tracing.inject(m.properties)
         return _NULL
     for m in msgs:
         m.properties = dict(m.properties)
-    if not tracing.active:
-        return tracing.send_span(operation, msgs[0].topic, [m.properties for m in msgs])
     first = msgs[0]
     attrs: dict[str, AttributeValue] = {MESSAGING_CLIENT_ID: client_id,
                                         MESSAGING_ROCKETMQ_MESSAGE_TYPE:

@@ -79,6 +79,9 @@ class SpanScope:
 class Otel:
     """OpenTelemetry API calls, in one place (one instance, :data:`OTEL`)."""
 
+    def __init__(self) -> None:
+        self._fields: tuple[object, frozenset[str]] = (None, frozenset())
+
     @staticmethod
     def global_provider() -> TracerProvider:
         return trace.get_tracer_provider()
@@ -92,6 +95,10 @@ class Otel:
     @staticmethod
     def valid(ctx: Context | None) -> bool:
         """Whether ``ctx`` (None: the current context) holds a valid span context."""
+        if ctx is None:
+            ctx = otel_context.get_current()
+            if not ctx:
+                return False  # an empty context (the usual case outside any span)
         return trace.get_current_span(ctx).get_span_context().is_valid
 
     def inject(self, carrier: MutableMapping[str, str], ctx: Context | None) -> bool:
@@ -106,7 +113,12 @@ class Otel:
         """The context ``carrier`` carries (through the global propagator), or None when it
         carries no valid span context. Read over an empty context, so the current span never
         passes for a message's."""
-        ctx = propagate.extract(carrier, Context(), getter=_GETTER)
+        textmap = propagate.get_global_textmap()
+        if self._fields[0] is not textmap:
+            self._fields = (textmap, frozenset(textmap.fields))
+        if self._fields[1].isdisjoint(carrier):
+            return None  # none of the propagator's fields: nothing to read (the usual case)
+        ctx = textmap.extract(carrier, Context(), getter=_GETTER)
         return ctx if self.valid(ctx) else None
 
     @staticmethod

@@ -14,6 +14,10 @@ runs of 16 requests per read, best of ``--rounds``, and prints microseconds per 
 Run it in two checkouts to compare them::
 
     uv run --locked python benchmarks/tx_core.py [--n 16000] [--rounds 5] [--profile half]
+
+``--trace-compare`` times each kind with the broker's record of transactions' lives off
+(``transaction_trace_max = 0``) and on (the default), rounds alternating, every half carrying a
+W3C ``traceparent``, and prints the ratio on / off (docs/tracing.md, "The broker's leg").
 """
 
 from __future__ import annotations
@@ -43,17 +47,23 @@ from txmq.protocol import (
     encode_command,
     to_ext,
 )
-from txmq.store import FileStore
+from txmq.store import FileStore, MemoryStore
 
 RUN = 16
 NOW = 1_000_000
+_MEMORY = False
+"""``--memory``: a MemoryStore instead of the FileStore (no file writes: less noise from other
+processes' disk traffic on a shared machine)."""
 _ids = count(1)
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 def _send(tx: bool) -> Command:
     props = {"UNIQ_KEY": f"AC110001000A2A3B4C5D{next(_ids):012X}", "WAIT": "true"}
     if tx:
-        props |= {"TRAN_MSG": "true", "PGROUP": "pg"}
+        props |= {"TRAN_MSG": "true", "PGROUP": "pg", "traceparent": TRACEPARENT}
     msg = Message(topic="orders", body=b"x" * 1024, keys="order-12345", properties=props)
     ext = send_request_header(msg, "pg", -1, NOW)
     return Command(RequestCode.SEND_MESSAGE_V2, next(_ids), ext=ext, body=msg.body)
@@ -103,13 +113,13 @@ def _reads(kind: str, broker: Broker, n: int) -> list[bytes]:
             for i in range(0, n, RUN)]
 
 
-def _time(kind: str, n: int, rounds: int, profile: bool) -> float:
+def _time(kind: str, n: int, rounds: int, profile: bool, **config_keys: object) -> float:
     best = float("inf")
     rounds += profile
-    config = msgspec.convert({"topics": {"orders": 4}}, BrokerConfig).validate()
+    config = msgspec.convert({"topics": {"orders": 4}, **config_keys}, BrokerConfig).validate()
     for _ in range(rounds):
         with tempfile.TemporaryDirectory(prefix="txmq-txcore-") as d:
-            store = FileStore(d)
+            store = MemoryStore() if _MEMORY else FileStore(d)
             broker = Broker(config, store, NOW)
             broker.handle(1, Command(RequestCode.HEART_BEAT, 1, body=b'{"clientID":"c1",'
                                      b'"producerDataSet":[{"groupName":"pg"}]}'), NOW)
@@ -134,7 +144,21 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=16_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", default="", help="cProfile one round of this kind first")
+    ap.add_argument("--memory", action="store_true", help="a MemoryStore, not a FileStore")
+    ap.add_argument("--trace-compare", action="store_true",
+                    help="the record of transactions' lives off against on, per kind")
     args = ap.parse_args()
+    global _MEMORY
+    _MEMORY = args.memory
+    if args.trace_compare:
+        for kind in ("half send", "end, batched", "end, one-way"):
+            best = {"off": float("inf"), "on": float("inf")}
+            for _ in range(args.rounds):  # alternate, so drifting load hits both alike
+                best["off"] = min(best["off"], _time(kind, args.n, 1, False, transaction_trace_max=0))
+                best["on"] = min(best["on"], _time(kind, args.n, 1, False))
+            print(f"{kind:14} off {best['off']:6.2f} µs/msg, on {best['on']:6.2f} µs/msg, "
+                  f"on / off {best['on'] / best['off']:.3f}")
+        return
     for kind in ("plain send", "half send", "end, batched", "end, one-way"):
         us = _time(kind, args.n, args.rounds, args.profile == kind)
         print(f"{kind:14} {us:6.2f} µs/msg")

@@ -999,3 +999,49 @@ MIN_IN_SYNC_REPLICAS = 1
 CONTROLLER_ADDRESSES_MAX = 9
 """Most controller addresses ``controller_addr`` may name (txmq: a Raft group beyond 9 voters
 gains nothing)."""
+
+# -- RocketMQ 4 message trace (issue #28) -----------------------------------------------------------
+TRACE_MSG_BATCH_NUM = 10
+"""Trace records a client collects before it sends them as one trace message. RocketMQ ClientConfig
+``traceMsgBatchNum`` 10."""
+
+TRACE_MSG_BATCH_NUM_MAX = 20
+"""Most trace records in one trace message. RocketMQ ``AsyncTraceDispatcher`` caps ``batchNum`` at 20."""
+
+TRACE_MSG_SIZE_MAX_BYTES = 128_000
+"""A trace message's body is cut once it reaches this many bytes. RocketMQ ``AsyncTraceDispatcher``
+``maxMsgSize`` (128,000, its trace producer's ``maxMessageSize``)."""
+
+TRACE_QUEUE_SIZE = 2_048
+"""Trace records a client holds before it drops new ones (counted). RocketMQ
+``AsyncTraceDispatcher.traceContextQueue`` capacity 2,048."""
+
+TRACE_FLUSH_INTERVAL_MS = 5_000
+"""Fewer than :data:`TRACE_MSG_BATCH_NUM` records are sent after this long. RocketMQ
+``AsyncTraceDispatcher.flushTraceInterval`` 5 s."""
+
+TRACE_SEND_TIMEOUT_MS = 5_000
+"""Request timeout of one trace message send. RocketMQ's trace producer ``sendMsgTimeout`` 5 s."""
+
+TRACE_SHUTDOWN_WAIT_MS = 5_000
+"""Longest a client's shutdown waits to send the trace records it still holds. RocketMQ
+``AsyncTraceDispatcher.WAIT_FOR_SHUTDOWN`` 5 s."""
+
+TRACE_TOPIC_QUEUE_NUMS = 1
+"""Queues of a trace topic the broker creates (``trace_topic_enable``). RocketMQ
+``TopicConfigManager``: 1 read and 1 write queue for ``msgTraceTopicName``."""
+
+assert 0 < TRACE_MSG_BATCH_NUM <= TRACE_MSG_BATCH_NUM_MAX <= TRACE_QUEUE_SIZE
+assert TRACE_MSG_SIZE_MAX_BYTES < MESSAGE_SIZE_MAX_BYTES
+
+# --- the broker's leg of a transaction's trace (issue #28; docs/tracing.md) ---
+
+TRANSACTION_TRACE_MAX = 50_000
+"""Pending transactions, and recently settled ones, whose life the broker keeps in memory
+(BrokerConfig ``transaction_trace_max``; txmq). A life takes about 0.33 KiB when its producer
+settled it, 0.65 KiB with two check-backs answered (tracemalloc, tests/broker/test_tx_trace.py),
+so the settled ones take 16 to 32 MiB; at 20,000 transactions a second they are the last 2.5 s."""
+
+TRANSACTION_TRACE_QUERY_MAX = 64
+"""Most transaction lives one GET_TRANSACTION_TRACE answers (txmq; a trace id names one business
+transaction, which rarely sends more than a few transactional messages)."""

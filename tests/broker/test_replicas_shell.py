@@ -153,3 +153,41 @@ def test_a_failed_switch_to_slave_is_tried_again_in_the_same_epoch(tmp_path: Pat
         worker.cancel()
         await m.close()
     asyncio.run(main())
+
+
+def _read_loops() -> int:
+    """AsyncConnection reader tasks alive in this loop (one per open connection)."""
+    return sum(1 for t in asyncio.all_tasks()
+               if getattr(t.get_coro(), "__qualname__", "") == "AsyncConnection._read_loop")
+
+
+def test_reconnecting_to_the_controller_leaves_no_connection_behind(
+        controller: ControllerProcess, tmp_path: Path) -> None:
+    """After the controller comes back, the heartbeat and the poll of one tick both need the kept
+    connection: each opened its own, one was left open and unreferenced, and the garbage
+    collector later reported its reader task ("Task was destroyed but it is pending!", seen in
+    the failover chaos run's broker logs). Now one connection serves both, and nothing is left."""
+    import gc
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        reported: list[str] = []
+        loop.set_exception_handler(lambda _loop, ctx: reported.append(ctx["message"]))
+        fake = FakeBroker()
+        m = manager(controller, tmp_path / "b1", 1, fake)
+        await m.start()
+        await until(lambda: fake.role == "master")
+        for _ in range(2):
+            controller.kill()
+            await until(lambda: m.core is not None and m.core.leader is None)  # noticed it
+            controller.start()
+            since = time.monotonic() * 1000
+            await until(lambda s=since: fake.lease > s + 1000, 30)  # heartbeats answered again
+        gc.collect()
+        await asyncio.sleep(0.1)
+        assert reported == []
+        assert _read_loops() == 1, "one kept connection to the controller, no other"
+        await m.close()
+        assert _read_loops() == 0
+
+    asyncio.run(main())

@@ -26,6 +26,8 @@ from txmq.errors import ResponseCode
 from txmq.protocol import (
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
+    GetMaxOffsetRequestHeader,
+    OffsetResponseHeader,
     PullMessageRequestHeader,
     RequestCode,
     from_ext,
@@ -78,6 +80,17 @@ async def _held_pull(addr: str, offset: int, started: asyncio.Event) -> tuple[in
         await conn.close()
 
 
+async def _max_offset(addr: str, queue_id: int) -> int:
+    conn = AsyncConnection(addr, timeout_ms=10_000)
+    await conn.connect()
+    try:
+        r = await conn.request(RequestCode.GET_MAX_OFFSET,
+                               to_ext(GetMaxOffsetRequestHeader(topic=TOPIC, queue_id=queue_id)))
+        return int(from_ext(r.ext, OffsetResponseHeader).offset)
+    finally:
+        await conn.close()
+
+
 def test_a_slave_wakes_its_held_pulls_when_replicated_data_arrives(tmp_path: Path) -> None:
     master, slave = _group(tmp_path)
     try:
@@ -85,6 +98,8 @@ def test_a_slave_wakes_its_held_pulls_when_replicated_data_arrives(tmp_path: Pat
         slave.start()
         send(master, {"first": b"x"})  # (queue 0) reaches the slave: the HA link is up
         wait_until(lambda: log_bytes(slave) == log_bytes(master) != b"", 30)
+        # ...and its consume queue (dispatched after the flush that made the bytes durable)
+        wait_until(lambda: asyncio.run(_max_offset(slave.endpoints, 0)) == 1, 30)
 
         async def scenario() -> tuple[int, int, float, float]:
             started = asyncio.Event()

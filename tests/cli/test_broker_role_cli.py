@@ -38,3 +38,10 @@ def test_a_bad_controller_addr_is_refused(tmp_path: Path) -> None:
     r = _runner.invoke(app, ["broker", "--enable-controller-mode", "--controller-addr",
                              "127.0.0.1:9878;nohost", "--data-dir", str(tmp_path)])
     assert r.exit_code == 2 and "controller_addr" in r.output
+
+
+def test_controller_keys_go_together(tmp_path: Path) -> None:
+    r = _runner.invoke(app, ["controller", "--raft-address", "127.0.0.1:1", "--store-dir",
+                             str(tmp_path), "--access-key", "ctl"], env={"TXMQ_SECRET_KEY": ""})
+    assert r.exit_code == 2 and "--secret-key" in r.output
+    assert not (tmp_path / "controller.port").exists()  # refused before it started

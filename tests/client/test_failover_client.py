@@ -384,3 +384,39 @@ def test_a_new_master_after_a_gap_without_one_is_not_avoided_for_the_old_one_s_f
                 await p.shutdown()
         asyncio.run(main())
     with_group(body)
+
+
+def test_a_group_avoided_after_a_failure_is_looked_up_again_in_the_background() -> None:
+    """Two groups; sends to group "g" failed (its master died) and the fault strategy avoids it
+    for FAULT_ISOLATION_LATENCY_MS (10 s), so every send goes to "h" and none fails to ask for
+    the route. The producer still looks the route up every UNREACHABLE_ROUTE_REFRESH_MS while a
+    group is avoided, finds g's new master, and sends reach it within about a second, not 10 s
+    (found by the 200-fault failover run: group writes resumed 10-19 s after a kill)."""
+    def body(g: Group) -> None:
+        with serve(lambda c: g.broker(g.a.addr, 1)(c)) as other:  # (counted as a's)
+
+            def namesrv(cmd: Command) -> Command | None:
+                if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                    return cmd.response(0, body=route_body([("g", g.master, 2),
+                                                            ("h", other.addr, 2)]))
+                return cmd.response(0)
+            g.ns.handler = namesrv
+
+            async def main() -> None:
+                p = producer(g)
+                try:
+                    await p.send(Message(topic="t", body=b"1"))
+                    p.faults.update("g", 0, time.time_ns() // 1_000_000, failed=True)
+                    g.a.close()
+                    g.master = g.b.addr  # elected; the cached route still names a
+                    t0 = time.monotonic()
+                    while g.sends[g.b.addr] == 0:
+                        assert time.monotonic() - t0 < 3.0, "group g never found its new master"
+                        await p.send(Message(topic="t", body=b"x"))
+                        await asyncio.sleep(0.05)
+                    lookups = g.ns.codes().count(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+                    assert lookups <= 4, f"{lookups} route lookups in {time.monotonic() - t0:.1f} s"
+                finally:
+                    await p.shutdown()
+            asyncio.run(main())
+    with_group(body)

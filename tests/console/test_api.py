@@ -30,7 +30,7 @@ CONTRACT = {
     ("POST", "/api/transactions/{id}/rollback"), ("GET", "/api/transactions/audit"),
     ("GET", "/api/dlq"), ("GET", "/api/dlq/{group}"), ("GET", "/api/dlq/{group}/{msg_id}"),
     ("POST", "/api/dlq/{group}/resend"), ("GET", "/api/dlq/{group}/export"), ("GET", "/api/messages"),
-    ("GET", "/api/messages/{msg_id}"), ("GET", "/api/outbox"),
+    ("GET", "/api/messages/{msg_id}"), ("GET", "/api/messages/{msg_id}/msg-trace"), ("GET", "/api/outbox"),
 }
 
 

@@ -88,11 +88,13 @@ def test_trace_of_a_message_rolled_back_by_an_operator(api: httpx.Client, consol
     topic = unique("rb")
     create_topic(api, topic, 1)
     [msg_id] = _pending(console_broker.endpoints, topic, 1)
-    assert [e["kind"] for e in api.get(f"/api/messages/{msg_id}").json()["trace"]] == ["half"]
+    # the producer's UNKNOWN, from the broker's record of the transaction's life
+    assert [(e["kind"], e["by"]) for e in api.get(f"/api/messages/{msg_id}").json()["trace"]] == [
+        ("half", ""), ("answer", "producer")]
     api.post(f"/api/transactions/{msg_id}/rollback", json={"operator": "carol", "reason": "duplicate order"})
     got = api.get(f"/api/messages/{msg_id}").json()
     assert got["message"]["msg_id"] == msg_id and got["message"]["body"] == "order 0"
-    half, decision = got["trace"]
+    half, _, decision = got["trace"]
     assert half["kind"] == "half" and "producer group txp" in half["detail"]
     assert decision["kind"] == "rollback" and decision["by"] == "operator"
     assert (decision["operator"], decision["reason"]) == ("carol", "duplicate order")
@@ -114,7 +116,10 @@ def test_trace_of_a_message_committed_by_check_back(tmp_path: Path, unique: Call
         msg_id = tp.send_message_in_transaction(Message(topic="t", body=b"x")).msg_id
         wait_until(lambda: api.get(f"/api/transactions/{msg_id}").json()["state"] == "COMMIT")
         kinds = [(e["kind"], e["by"]) for e in api.get(f"/api/messages/{msg_id}").json()["trace"]]
-    assert kinds == [("half", ""), ("commit", "check-back"), ("stored", "")]
+    # (the life: UNKNOWN from the producer, then check-backs until one was answered COMMIT)
+    assert kinds[:2] == [("half", ""), ("answer", "producer")]
+    assert set(kinds[2:-2]) == {("check-back", "")}
+    assert kinds[-2:] == [("commit", "check-back"), ("stored", "")]
 
 
 def test_parked_transactions_and_resume(tmp_path: Path, serve_console: Callable[..., Any]) -> None:
@@ -131,7 +136,8 @@ def test_parked_transactions_and_resume(tmp_path: Path, serve_console: Callable[
         assert (p["id"], p["topic"], p["producer_group"], p["keys"]) == (msg_id, "t", "pg", "k1")
         assert p["check_count"] >= 1 and "check-backs" in p["reason"] and p["parked_at_ms"] > 0
         kinds = [(e["kind"], e["by"]) for e in api.get(f"/api/messages/{msg_id}").json()["trace"]]
-        assert kinds == [("half", ""), ("rollback", "check-back")]
+        assert kinds[:2] == [("half", ""), ("answer", "producer")]
+        assert kinds[2:-1] == [("check-back", "")] and kinds[-1] == ("rollback", "check-back")
         assert api.get("/api/overview").json()["discarded"] == 1
         r = api.post(f"/api/transactions/{msg_id}/resume")
         assert r.status_code == 200 and r.json()["half_offset"] > 0

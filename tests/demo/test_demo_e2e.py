@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from demo_helpers import assert_example_trace
 
 
 @pytest.mark.spark
@@ -32,6 +33,7 @@ def test_demo_is_consistent_at_sf_0_002(tmp_path: Path) -> None:
     assert r["uncompensated"] == 0 and r["wrongly_cancelled"] == 0
     assert r["spark_orders"] == r["committed"] - r["compensated"] and r["spark_missing"] == 0
     assert set(r["stages"]) >= {"generate", "produce", "settle", "ledger", "compensate", "spark"}
+    assert_example_trace(r, proc.stdout, "rocketmq")
 
 
 @pytest.mark.spark

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from demo_helpers import assert_example_trace
 
 from txmq import outbox
 
@@ -61,6 +62,7 @@ def test_demo_rollback_flow_over_another_broker_is_consistent(tmp_path: Path, tr
     # the ROLLBACK events went to the per-run topic, which only that broker's consumer reads
     assert _rollback_topics(tmp_path / "run" / "ledger.db") == {r["rollback_topic"]}
     assert transport in proc.stdout
+    assert_example_trace(r, proc.stdout, transport)
 
 
 def test_demo_refuses_a_bad_outbox_transport(tmp_path: Path) -> None:

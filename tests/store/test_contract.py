@@ -65,6 +65,30 @@ def test_unflushed_records_are_invisible_to_readers(make_store: StoreFactory) ->
     assert [m.body for m in s.query_by_key("a", "k", 0, 2**62, 10)] == [b"1"]
 
 
+def test_a_read_limit_caps_what_readers_see_and_only_rises(make_store: StoreFactory) -> None:
+    """Controller mode's confirm offset (set_read_limit): records at or past it are invisible to
+    consume queue reads and bounds, persisted (checkpointed) ones too; it never falls."""
+    s = make_store()
+    res = s.append([rec("a", 0, f"{i}".encode(), tags="T") for i in range(6)])
+    s.flush()
+    s.checkpoint()()  # (FileStore: the entries are in the consume queue files now)
+    s.set_read_limit(res[3].commit_log_offset)
+    assert s.visible_offset == res[3].commit_log_offset
+    assert s.queue_bounds("a", 0) == (0, 3) and s.queue_durable_max("a", 0) == 6
+    assert [m.body for m in s.read_queue("a", 0, 0, 10, 1 << 20)] == [b"0", b"1", b"2"]
+    assert s.read_queue_raw("a", 0, 3, 10, 1 << 20).count == 0
+    s.set_read_limit(res[1].commit_log_offset)  # lower: ignored
+    assert s.queue_bounds("a", 0) == (0, 3)
+    s.set_read_limit(res[5].commit_log_offset + res[5].size)
+    assert s.queue_bounds("a", 0) == (0, 6)
+    more = s.append([rec("a", 0, b"6")])
+    s.flush()  # flushed past the limit: not visible
+    assert s.queue_bounds("a", 0) == (0, 6) and s.queue_durable_max("a", 0) == 7
+    s.set_read_limit(None)
+    assert s.queue_bounds("a", 0) == (0, 7) and s.visible_offset == s.flushed_offset
+    assert more[0].queue_offset == 6
+
+
 def test_read_at_returns_every_field_and_rejects_non_boundaries(make_store: StoreFactory) -> None:
     s = make_store()
     r = s.append([rec("t", 2, b"body", tags="T", keys="k1 k2", properties={"p": "v"},

@@ -37,6 +37,7 @@ from txmq.broker.transaction import (
     SINK_BATCH_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TransactionService,
+    TransactionTraces,
 )
 from txmq.errors import (
     CorruptRecord,
@@ -157,8 +158,12 @@ class Broker:
         """The ``suggestWhichBrokerId`` of pull answers (docs/replication.md)."""
         self.store_host = config.store.store_host or f"{config.host}:{config.port}"
         """``ip:port`` of this broker as stored in its records (and in offset message ids)."""
+        self.tx_traces = TransactionTraces(config.transaction_trace_max,
+                                           limits.TRANSACTION_CHECK_ANSWER_TIMEOUT_MS)
+        """The transactions' lives (docs/tracing.md); the shell may set its ``listener``."""
         self.tx = TransactionService(config, store, self.append, self.clients,
-                                     self.destination_problem, lambda: self.store_host)
+                                     self.destination_problem, lambda: self.store_host,
+                                     self.tx_traces, self.peer)
         self.schedule = ScheduleService(parse_delay_levels(config.message_delay_level), store,
                                         self.append, self.destination_problem)
         self._recover()
@@ -280,8 +285,10 @@ class Broker:
         halves are pending."""
         self.meta.set_slave(False)
         self.pop = build_pop_service(self)  # (its checkpoints arrived by replication)
+        self.tx_traces.drop_pending()  # (their lives begin again at their next check-back)
         self.tx = TransactionService(self.config, self.store, self.append, self.clients,
-                                     self.destination_problem, lambda: self.store_host)
+                                     self.destination_problem, lambda: self.store_host,
+                                     self.tx_traces, self.peer)
         self._recover(torn_from=torn_from)
         pending = list(self.tx.index.pending.values())
         for entry in pending:
@@ -536,13 +543,17 @@ class Broker:
                 # the old master (never acknowledged to its producer): the end is all there is to
                 # have consumed, and the answer below moves the consumer back to it (txmq; else
                 # its next commit, the end, would move the offset back).
-                self.set_offset(h.consumer_group, h.topic, h.queue_id, min(h.commit_offset, hi))
+                # (The durable end, not the visible one: controller mode's read limit may trail
+                # what a consumer read before a restart.)
+                end = self.store.queue_durable_max(h.topic, h.queue_id)
+                self.set_offset(h.consumer_group, h.topic, h.queue_id, min(h.commit_offset, end))
         if self.slave_read.refuses:  # a slave that serves no reads: pull from the master
             return self._pull_reply(conn, cmd, ResponseCode.PULL_RETRY_IMMEDIATELY, h.queue_offset,
                                     lo, hi)
-        if h.queue_offset < lo or h.queue_offset > hi:
-            nxt = lo if h.queue_offset < lo else hi
-            return self._pull_reply(conn, cmd, ResponseCode.PULL_OFFSET_MOVED, nxt, lo, hi)
+        if h.queue_offset < lo:
+            return self._pull_reply(conn, cmd, ResponseCode.PULL_OFFSET_MOVED, lo, lo, hi)
+        if h.queue_offset > hi and (moved := self._past_end(conn, cmd, h, lo, hi)) is not None:
+            return moved
         count_max = max(1, min(h.max_msg_nums, limits.PULL_BATCH_MAX))
         read = self.store.read_queue_raw(h.topic, h.queue_id, h.queue_offset, count_max,
                                          limits.PULL_BATCH_BYTES_MAX,
@@ -564,6 +575,20 @@ class Broker:
         last = self.store.commit_log_offset_at(h.topic, h.queue_id, nxt - 1)
         suggest = self.slave_read.suggest(self.store.write_offset - (last or 0))
         return self._pull_reply(conn, cmd, ResponseCode.SUCCESS, nxt, lo, hi, read.body, suggest)
+
+    def _past_end(self, conn: int, cmd: Command, h: PullMessageRequestHeader, lo: int,
+                  hi: int) -> list[Action] | None:
+        """A pull from past the visible end of its queue: None when the offset is durable but
+        not visible yet (controller mode's confirm offset: the pull waits, or finds nothing, as
+        at the end); else its answer. Past the durable end, a slave that is behind tells the
+        consumer to retry at the master with its offset unchanged (RocketMQ
+        ``PullMessageProcessor``, ``offsetCheckInSlave`` false); a master moves it to the end."""
+        if h.queue_offset <= self.store.queue_durable_max(h.topic, h.queue_id):
+            return None
+        if self.role.slave:
+            return self._pull_reply(conn, cmd, ResponseCode.PULL_RETRY_IMMEDIATELY, h.queue_offset,
+                                    lo, hi, suggest=MASTER_ID)
+        return self._pull_reply(conn, cmd, ResponseCode.PULL_OFFSET_MOVED, hi, lo, hi)
 
     def expire_hold(self, conn: int, cmd: Command) -> list[Action]:
         """A held pull reached its deadline with nothing new: answer PULL_NOT_FOUND."""

@@ -11,7 +11,15 @@ import msgspec
 from txmq import limits
 from txmq.broker._tls import TlsConfig
 from txmq.errors import ConfigError
-from txmq.protocol import is_broker_topic, is_valid_topic, parse_address
+from txmq.protocol import (
+    CPP_DEFAULT_TRACE_REGION_ID,
+    DEFAULT_TRACE_REGION_ID,
+    RMQ_SYS_TRACE_TOPIC,
+    TRACE_TOPIC_PREFIX,
+    is_broker_topic,
+    is_valid_topic,
+    parse_address,
+)
 from txmq.store import StoreConfig
 
 __all__ = ["BrokerConfig", "SubscriptionGroupConfig", "load_config", "parse_delay_levels"]
@@ -55,6 +63,21 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_topic_queue_nums: int = limits.DEFAULT_QUEUE_NUMS
     topics: dict[str, int] = msgspec.field(default_factory=dict)
     """Topics (name to queue count) created at start."""
+    trace_topic_enable: bool = False
+    """Create the message trace topics at start, one queue each (RocketMQ ``traceTopicEnable``,
+    false there too): ``msg_trace_topic_name``, and (txmq) the region topics the C++ client writes,
+    ``rmq_sys_TRACE_DATA_<region_id>`` and ``rmq_sys_TRACE_DATA_DEFAULT_REGION``; and (txmq: RocketMQ
+    does it always) give every stored message the ``MSG_REGION`` and ``TRACE_ON`` properties,
+    without which RocketMQ's Java consumers write no consume records (docs/tracing.md)."""
+    msg_trace_topic_name: str = RMQ_SYS_TRACE_TOPIC
+    """The trace topic ``trace_topic_enable`` creates (RocketMQ ``msgTraceTopicName``)."""
+    region_id: str = DEFAULT_TRACE_REGION_ID
+    """This broker's region (RocketMQ ``regionId``, ``DefaultRegion``), sent in send responses'
+    ``MSG_REGION`` with ``trace_topic_enable``: clients put it in their trace records and the C++
+    client names its trace topic after it."""
+    trace_on: bool = True
+    """Sent in send responses' ``TRACE_ON`` (RocketMQ ``traceOn``) with ``trace_topic_enable``, and
+    always when false: false tells clients not to write trace records of the messages sent here."""
     groups: dict[str, SubscriptionGroupConfig] = msgspec.field(default_factory=dict)
     """Consumer group settings by group name (FIFO, retries); unknown groups get the defaults."""
     transaction_timeout_ms: int = limits.TRANSACTION_TIMEOUT_MS
@@ -64,6 +87,17 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Check-backs outstanding at once (back-pressure on the checker)."""
     file_reserved_time_ms: int = limits.FILE_RESERVED_TIME_MS
     reject_transaction_message: bool = False
+    transaction_trace_max: int = limits.TRANSACTION_TRACE_MAX
+    """Transactions whose life (half stored, check-backs and their answers, end) the broker keeps
+    in memory for GET_TRANSACTION_TRACE and the console: up to this many pending and this many
+    recently settled ones (docs/tracing.md, "The broker's leg"); 0 records nothing."""
+    otlp_endpoint: str = ""
+    """Export the transactions' lives as OpenTelemetry spans over OTLP/HTTP to this URL (e.g.
+    ``http://127.0.0.1:4318/v1/traces``), in the producer's trace (extra ``otlp``); "" = off."""
+    otlp_file: str = ""
+    """Export the same spans as OTLP JSON lines appended to this file (one
+    ``ExportTraceServiceRequest`` per line, as the OpenTelemetry Collector's file exporter
+    writes them); "" = off."""
     broker_role: Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"] = "ASYNC_MASTER"
     """RocketMQ ``brokerRole`` (docs/replication.md): a SLAVE replicates its master's commit log,
     serves pulls, refuses sends (SERVICE_NOT_AVAILABLE) and end transaction (SLAVE_NOT_AVAILABLE)
@@ -184,6 +218,12 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ConfigError("access_message_in_memory_max_bytes must not be negative")
         self._validate_controller()
 
+    def trace_topics(self) -> list[str]:
+        """The trace topics ``trace_topic_enable`` creates: ``msg_trace_topic_name``, then the
+        region topics of ``region_id`` and of the C++ client's default region."""
+        regions = (TRACE_TOPIC_PREFIX + self.region_id, TRACE_TOPIC_PREFIX + CPP_DEFAULT_TRACE_REGION_ID)
+        return list(dict.fromkeys((self.msg_trace_topic_name, *regions)))
+
     def controller_addresses(self) -> list[str]:
         """``controller_addr`` split into ``host:port`` items (empty ones dropped)."""
         return [a.strip() for a in self.controller_addr.split(";") if a.strip()]
@@ -234,6 +274,13 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                      "transaction_check_max", "max_message_size", "default_topic_queue_nums"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.transaction_trace_max < 0:
+            raise ConfigError("transaction_trace_max must not be negative")
+        if (self.otlp_endpoint or self.otlp_file) and not self.transaction_trace_max:
+            raise ConfigError("otlp_endpoint and otlp_file export the transactions' lives: they "
+                              "need transaction_trace_max > 0")
+        if self.otlp_endpoint and not self.otlp_endpoint.startswith(("http://", "https://")):
+            raise ConfigError(f"otlp_endpoint {self.otlp_endpoint[:200]!r} is not an http(s) URL")
         if self.max_connections < 0 or self.channel_idle_max_ms < 0:
             raise ConfigError("max_connections and channel_idle_max_ms must not be negative")
         if self.buffer_budget_bytes < limits.FRAME_SIZE_MAX_BYTES:
@@ -252,6 +299,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             if gc.retry_max_times < 0:
                 raise ConfigError(f"groups.{group}: retry_max_times must not be negative")
         parse_delay_levels(self.message_delay_level)
+        for topic in self.trace_topics():
+            if not is_valid_topic(topic) or is_broker_topic(topic):
+                raise ConfigError(f"trace topic {topic[:160]!r} (msg_trace_topic_name, region_id): "
+                                  f"not a legal topic name, or a broker topic")
         self._validate_ha()
         if self.acl_enable and not self.acl_file:
             raise ConfigError("acl_enable needs acl_file, the accounts file (see docs/security.md)")

@@ -43,10 +43,16 @@ class _Link:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.decoder = FrameDecoder()
+        self._lock = asyncio.Lock()
 
     async def call(self, cmd: Command) -> Command:
-        """Send ``cmd`` and read its answer, connecting first if needed. Raises OSError,
+        """Send ``cmd`` and read its answer, connecting first if needed; calls run one at a time
+        (the periodic registration and a role change's may overlap). Raises OSError,
         TimeoutError, ProtocolError (the link is closed then; the next call reconnects)."""
+        async with self._lock:
+            return await self._call(cmd)
+
+    async def _call(self, cmd: Command) -> Command:
         try:
             async with asyncio.timeout(limits.REQUEST_TIMEOUT_MS / 1000):
                 if self.writer is None or self.writer.is_closing():
@@ -117,8 +123,9 @@ class Registrar:
     async def register(self, table: dict[str, int]) -> None:
         cmd = self.reg.register(table, self._clock())
         ok = [await self._call(link, cmd) for link in self.links]
-        if all(ok):
-            self._sent = table
+        # (a name server that missed it gets it again at the next check, not in 30 s: after a
+        # role change clients find the new master only through the name server)
+        self._sent = table if all(ok) else None
 
     async def reregister(self, broker_id: int, master_epoch: int | None) -> None:
         """Register at once as ``broker_id`` (0 after becoming master) with ``master_epoch``

@@ -93,6 +93,8 @@ class ReplicasManager:
         self._conn: AsyncConnection | None = None
         self._actions: asyncio.Queue[Action] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._connecting = asyncio.Lock()
+        """Held while the kept connection to the leader is replaced (:meth:`_connection`)."""
 
     async def start(self) -> None:
         """Fence the broker, read its id file, start the timer and the action worker."""
@@ -116,13 +118,20 @@ class ReplicasManager:
             await self._conn.close()
 
     def on_notify(self, cmd: Command) -> None:
-        """A NOTIFY_BROKER_ROLE_CHANGED request (never raises on its content)."""
+        """A NOTIFY_BROKER_ROLE_CHANGED request (never raises on its content). One that changes
+        the role is logged ("role change pushed by the controller"): with ACL on, only a signed
+        push gets here (docs/security.md)."""
         if self.core is None:
             return
         try:
-            self._queue(self.core.on_notify(cmd))
+            actions = self.core.on_notify(cmd)
         except MalformedHeader as exc:
             log.warning("bad role change notification: %s", exc)
+            return
+        if any(isinstance(a, BecomeMaster | BecomeSlave | Fence) for a in actions):
+            log.info("role change pushed by the controller: master %s, epoch %d",
+                     self.core.master_broker_id, self.core.master_epoch)
+        self._queue(actions)
 
     def _queue(self, actions: list[Action]) -> None:
         for a in actions:
@@ -166,22 +175,32 @@ class ReplicasManager:
         self._queue(self.core.on_response(req, resp, self.clock()))
 
     async def _connection(self, addr: str | None) -> AsyncConnection:
-        """A one-off connection to ``addr``, or the kept one to the leader."""
+        """A one-off connection to ``addr``, or the kept one to the leader.
+
+        The kept one is replaced under a lock: the requests of one tick (a heartbeat and a poll)
+        ask for it at once, and each used to open its own when it was gone, so that one was left
+        open and unreferenced (its reader task reported "Task was destroyed but it is pending!"
+        when the garbage collector found it) and the other request failed "not connected"."""
         assert self.core is not None
         if addr is not None:
             conn = AsyncConnection(addr, connect_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS)
             await conn.connect()
             return conn
-        leader = self.core.leader
-        if leader is None:
-            raise OSError("no controller leader known")
-        if self._conn is None or self._conn.addr != leader or self._conn.closed:
-            if self._conn is not None:
+        async with self._connecting:
+            leader = self.core.leader
+            if leader is None:
+                raise OSError("no controller leader known")
+            old = self._conn
+            if old is not None and old.addr == leader and not old.closed:
+                return old
+            self._conn = None
+            if old is not None:
                 with contextlib.suppress(Exception):
-                    await self._conn.close()
-            self._conn = AsyncConnection(leader, connect_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS)
-            await self._conn.connect()
-        return self._conn
+                    await old.close()
+            conn = AsyncConnection(leader, connect_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS)
+            await conn.connect()
+            self._conn = conn
+            return conn
 
     async def _act_loop(self) -> None:
         while True:

@@ -31,8 +31,10 @@ from txmq.protocol import (
     COMPRESSED_FLAG,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
+    PROPERTY_MSG_REGION,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TAGS,
+    PROPERTY_TRACE_SWITCH,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
     RETRY_PREFIX,
@@ -139,6 +141,12 @@ class SendPath:
         self._peer = broker.peers.get
         self._in = broker.traffic.messages_in
         self._topic_in = broker.traffic.topic_in
+        cfg = broker.config
+        hosted = cfg.trace_topic_enable or not cfg.trace_on
+        self._trace_fields = (cfg.region_id, cfg.trace_on) if hosted else (None, None)
+        """``MSG_REGION`` and ``TRACE_ON`` of every send response (RocketMQ ``SendMessageProcessor``
+        adds them always; txmq when it hosts message trace, ``trace_topic_enable``, or asks clients
+        not to trace, ``trace_on`` false: they are two more ext fields on every send reply)."""
 
     # -- the one path -----------------------------------------------------------------------------
     def send(self, conn: int, requests: list[SendRequest], now_ms: int, *,
@@ -274,7 +282,10 @@ class SendPath:
         """The record a client's send stores, after validating all it names: the topic (not a
         broker topic), the properties (:func:`~txmq.protocol.check_send_properties`), the queue,
         the producer group of a half message, the born timestamp and the body size. A body the
-        client compressed (``sysFlag`` COMPRESSED) is stored inflated. A send to a retry topic
+        client compressed (``sysFlag`` COMPRESSED) is stored inflated. With
+        ``trace_topic_enable`` the record gets the broker's ``MSG_REGION`` and ``TRACE_ON``
+        properties, which consumers write into their message trace records (RocketMQ's broker
+        adds them to every message). A send to a retry topic
         past ``maxReconsumeTimes`` goes to the group's DLQ (RocketMQ
         ``SendMessageProcessor.handleRetryAndDLQ``). Raises Fail, InvalidRequest,
         MalformedMessage, StoreError (saving an auto-created topic)."""
@@ -306,6 +317,9 @@ class SendPath:
             qid = next(self._rr) % n
         if (asked is not None and asked < 0) or qid >= n:
             raise Fail(ResponseCode.MESSAGE_ILLEGAL, f"queue {asked} not in topic {topic!r} ({n})")
+        if cfg.trace_topic_enable:  # RocketMQ AbstractSendMessageProcessor.buildMsgContext
+            props[PROPERTY_MSG_REGION] = cfg.region_id
+            props[PROPERTY_TRACE_SWITCH] = "true" if cfg.trace_on else "false"
         return Record(topic=topic, queue_id=qid, body=body, tags=tags, keys=keys,
                       properties=props, born_timestamp_ms=req.born_timestamp_ms or now,
                       store_timestamp_ms=now, reconsume_times=reconsumed, flag=req.flag,
@@ -382,10 +396,12 @@ class SendPath:
         """The remoting reply to a send: ``SendMessageResponseHeader`` or the error response."""
         if o.code != _SUCCESS:
             return self.b.error_reply(conn, cmd, o.code, o.remark)
+        region, trace_on = self._trace_fields
         out = SendMessageResponseHeader(msg_id=o.msg_id, queue_id=o.queue_id,
                                         queue_offset=o.queue_offset,
                                         transaction_id=o.transaction_id or None,
-                                        master_epoch=self._epoch())
+                                        master_epoch=self._epoch(), msg_region=region,
+                                        trace_on=trace_on)
         return ok_reply(conn, cmd, to_ext(out), durable_offset=o.durable_offset)
 
     def handle_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
@@ -422,7 +438,9 @@ class SendPath:
             raise Fail(first.code, first.remark)
         out = SendMessageResponseHeader(msg_id=",".join(o.msg_id for o in outcomes),
                                         queue_id=first.queue_id, queue_offset=first.queue_offset,
-                                        master_epoch=self._epoch())
+                                        master_epoch=self._epoch(),
+                                        msg_region=self._trace_fields[0],
+                                        trace_on=self._trace_fields[1])
         return ok_reply(conn, cmd, to_ext(out), durable_offset=last.durable_offset)
 
 

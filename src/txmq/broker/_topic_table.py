@@ -67,6 +67,9 @@ class TopicTable(Mapping[str, int]):
         self._topics[revive_topic(config.broker_cluster_name)] = 1  # pop's CK and ack records
         for name, n in config.topics.items():
             self._topics.setdefault(name, n)
+        if config.trace_topic_enable:  # RocketMQ TopicConfigManager: traceTopicEnable
+            for name in config.trace_topics():
+                self._topics.setdefault(name, limits.TRACE_TOPIC_QUEUE_NUMS)
         self.on_change: Callable[[str, int], None] | None = None
         """Called with ``(topic, queue count)`` after :meth:`create` changed a topic or
         :meth:`delete` removed one (count 0): a master's system records (``MetaLog``)."""

@@ -22,6 +22,7 @@ from txmq.protocol import (
     ResumeResponseHeader,
     SinkBatchRequestHeader,
     TransactionIdRequestHeader,
+    TransactionTraceRequestHeader,
     check_group,
     check_properties,
     decode_body,
@@ -63,6 +64,7 @@ class TransactionRequests:
             RequestCode.RESUME_CHECK_HALF_MESSAGE: self._tx_resume,
             RequestCode.COMMIT_SINK_BATCH: self._sink_commit,
             RequestCode.ABORT_SINK_BATCH: self._sink_abort,
+            RequestCode.GET_TRANSACTION_TRACE: self._tx_trace,
         }
 
     def _slave_remark(self) -> str:
@@ -89,7 +91,7 @@ class TransactionRequests:
         check_group(h.producer_group)
         if (refusal := self.b.role.end_refusal(h.master_epoch, h.commit_log_offset)) is not None:
             raise InvalidRequest(*refusal)
-        return self._end_reply(conn, cmd, self.b.tx.end(h, now))
+        return self._end_reply(conn, cmd, self.b.tx.end(h, now, conn))
 
     def end_run(self, conn: int, cmds: list[Command], now: int) -> list[Action]:
         """END_TRANSACTION requests that arrived together (one-way ones from RocketMQ producers
@@ -116,7 +118,7 @@ class TransactionRequests:
                 headers.append(h)
             except Exception as exc:  # MalformedHeader, InvalidRequest: that request's own error
                 early[i] = self.b.error_reply(conn, cmd, *failure(exc, "decoding an end"))
-        results = iter(self.b.tx.end_many(headers, now))
+        results = iter(self.b.tx.end_many(headers, now, conn))
         out: list[Action] = []
         for i, cmd in enumerate(cmds):
             if i in early:
@@ -152,7 +154,7 @@ class TransactionRequests:
                     refusal := self.b.role.end_refusal(h.master_epoch, h.commit_log_offset)):
                 parsed[i] = refusal
         decided = iter(self.b.tx.end_many([h for h in parsed if isinstance(
-            h, EndTransactionRequestHeader)], now))
+            h, EndTransactionRequestHeader)], now, conn))
         items, durable = [], 0
         for h in parsed:
             if isinstance(h, str):
@@ -200,6 +202,25 @@ class TransactionRequests:
         body = encode_body(self.b.tx.pending_list(now, limit))
         return ok_reply(conn, cmd, to_ext(PendingTransactionsResponseHeader(
             pending=len(self.b.tx.index.pending))), body)
+
+    def _tx_trace(self, conn: int, cmd: Command, now: int) -> list[Action]:
+        """GET_TRANSACTION_TRACE: the lives the broker keeps of the transaction ``id`` names
+        (``UNIQ_KEY`` or ``half:<offset>``) or of trace id ``traceId``, newest first ([] when none
+        is kept: nothing was recorded, or it was evicted, or the broker restarted since)."""
+        h = from_ext(cmd.ext, TransactionTraceRequestHeader)
+        if bool(h.id) == bool(h.trace_id):
+            raise InvalidRequest(ResponseCode.INVALID_PARAMETER, "give one of id and traceId")
+        limit = max(1, min(h.limit, limits.TRANSACTION_TRACE_QUERY_MAX))
+        traces = self.b.tx.traces
+        if h.trace_id:
+            if len(h.trace_id) != 32 or not all(c in "0123456789abcdef" for c in h.trace_id):
+                raise InvalidRequest(ResponseCode.INVALID_PARAMETER,
+                                     f"traceId {h.trace_id[:40]!r} is not 32 lowercase hex digits")
+            return ok_reply(conn, cmd, body=encode_body(traces.by_trace_id(h.trace_id, limit)))
+        if h.id.startswith("half:"):
+            life = traces.get(parse_int(h.id[5:], "half offset", 0, limits.TIMESTAMP_MAX_MS))
+            return ok_reply(conn, cmd, body=encode_body([] if life is None else [life]))
+        return ok_reply(conn, cmd, body=encode_body(traces.by_msg_id(h.id, limit)))
 
     def _tx_query(self, conn: int, cmd: Command, now: int) -> list[Action]:
         return ok_reply(conn, cmd, body=encode_body(self.b.tx.describe(self._tx_offset(cmd), now)))

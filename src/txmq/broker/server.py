@@ -167,11 +167,19 @@ class BrokerServer:
         self._repl = Replication(config, self.broker, self._deliver,
                                  lambda: asyncio.to_thread(self.store.flush), self._kick, self.acl)
         """Master-slave replication for the broker's role (txmq.broker.ha, docs/replication.md)."""
+        self._repl.on_confirm = self._advance_visible
+        self.store.set_read_limit(self._repl.read_limit())
         self._registering = False
         self.roles: RoleSwitch | None = None
         """Controller mode: what the controller client drives (a RoleTarget), once started."""
         self.replicas: ReplicasManager | None = None
         """Controller mode: the controller client driving :attr:`roles` (started by start())."""
+        self._otlp: Any = None
+        """The OTLP export of transactions' lives (``txmq.broker._otlp``) when configured."""
+        if config.otlp_endpoint or config.otlp_file:  # (raises MissingExtra without ``otlp``)
+            from txmq.broker._otlp import OtlpExport
+
+            self._otlp = self.broker.tx_traces.listener = OtlpExport(config)
         if config.enable_controller_mode:
             if not isinstance(self.store, FileStore):
                 raise ConfigError("controller mode needs the file store (epoch file, truncation)")
@@ -294,6 +302,8 @@ class BrokerServer:
         self._meta_pool.shutdown(wait=True)  # a save under way completes first
         self.broker.persist_offsets()
         self.store.close()
+        if self._otlp is not None:  # export what is queued (off the loop: it may wait on HTTP)
+            await asyncio.to_thread(self._otlp.shutdown)
 
     # -- connections ------------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -564,14 +574,34 @@ class BrokerServer:
         self._release(flushed)
         self._repl.notify()
         keys = self.broker.take_touched()
+        visible = self._raise_read_limit()
+        if keys and self.store.write_offset > visible:
+            self._touched.append((self.store.write_offset, keys))
+        self._wake(self._visible_keys(visible, keys))
+        self.broker.health.ok("flusher", now_ms())
+
+    def _raise_read_limit(self) -> int:
+        """Controller mode: raise the store's read limit to the confirm offset; the offset
+        below which readers see records now."""
+        if (limit := self._repl.read_limit()) is not None:
+            self.store.set_read_limit(limit)
+        return self.store.visible_offset
+
+    def _visible_keys(self, visible: int, keys: set[tuple[str, int]]) -> set[tuple[str, int]]:
+        """``keys`` and the queues appended to below ``visible`` since they were recorded."""
         wake = set(keys)
         touched = self._touched
-        while touched and touched[0][0] <= flushed:
+        while touched and touched[0][0] <= visible:
             wake |= touched.popleft()[1]
-        if keys and self.store.write_offset > flushed:
-            touched.append((self.store.write_offset, keys))
-        self._wake(wake)
-        self.broker.health.ok("flusher", now_ms())
+        return wake
+
+    def _advance_visible(self) -> None:
+        """The confirm offset may have moved (:attr:`Replication.on_confirm`): wake the pulls
+        held on queues whose appends became visible."""
+        if self._touched:
+            self._wake(self._visible_keys(self._raise_read_limit(), set()))
+        else:
+            self._raise_read_limit()
 
     def _flush_failed(self, exc: Exception) -> None:
         """On the loop: the flush raised; after a failed fsync (StoreError) nothing waiting is

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from txmq.errors import TxmqError
 
@@ -25,7 +26,8 @@ _SUB_APPS: dict[str, tuple[str, str]] = {
     "store": ("txmq.cli._store", "store_app"), "group": ("txmq.cli._group", "group_app"),
     "dlq": ("txmq.cli._group", "dlq_app"), "message": ("txmq.cli._message", "message_app"),
     "parked": ("txmq.cli._status", "parked_app"), "bench": ("txmq.cli._bench", "bench_app"),
-    "topic": ("txmq.cli._topic", "topic_app"), "acl": ("txmq.cli._acl", "acl_app")}
+    "topic": ("txmq.cli._topic", "topic_app"), "acl": ("txmq.cli._acl", "acl_app"),
+    "trace": ("txmq.cli._trace", "trace_app")}
 """Top-level sub-apps: name → (module, attribute), imported only when registered."""
 
 _COMMANDS: dict[str, tuple[str, str]] = {
@@ -105,6 +107,11 @@ def broker(
         help="Controllers host:port;host:port;… (RocketMQ controllerAddr).")] = None,
     broker_election_priority: Annotated[int | None, typer.Option(
         help="Lower is preferred at an election (RocketMQ brokerElectionPriority).")] = None,
+    otlp_endpoint: Annotated[str | None, typer.Option(
+        help="Export transactions' lives as OTLP spans to this OTLP/HTTP URL, e.g. "
+             "http://127.0.0.1:4318/v1/traces (extra otlp; docs/tracing.md).")] = None,
+    otlp_file: Annotated[Path | None, typer.Option(
+        help="Append the same spans to this file as OTLP JSON lines (extra otlp).")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING …")] = "INFO",
 ) -> None:
     """Run a broker until SIGINT/SIGTERM (`txmq broker status` asks a running one instead)."""
@@ -125,15 +132,17 @@ def broker(
                           ha_master_address=ha_master_address,
                           enable_controller_mode=enable_controller_mode,
                           controller_addr=controller_addr,
-                          broker_election_priority=broker_election_priority)
+                          broker_election_priority=broker_election_priority,
+                          otlp_endpoint=otlp_endpoint,
+                          otlp_file=str(otlp_file) if otlp_file else None)
     except TxmqError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")  # (a MissingExtra says txmq[…])
         raise typer.Exit(2) from exc
     loop = new_event_loop()
     try:
         loop.run_until_complete(run_server(cfg, port_file=str(port_file) if port_file else None))
     except TxmqError as exc:  # e.g. a commit log damaged below its checkpoint: say what to do
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")  # (a MissingExtra says txmq[…])
         raise typer.Exit(2) from exc
     finally:
         loop.close()

@@ -9,6 +9,11 @@
 2. One check-back round that checks every pending half message, with {1k, 10k, 100k} pending and
    {0, 1M} settled transactions in the index, on the sans-IO broker (MemoryStore): the round must not
    depend on settled history and must write no bytes.
+3. (``--trace``, the default) The cost of the broker's record of transactions' lives
+   (docs/tracing.md): three broker processes, the record off (``transaction_trace_max = 0``), on
+   (the default) and on with the OTLP export to a file (``otlp_file``), every message carrying a
+   fresh W3C ``traceparent``; ``--rounds`` alternating runs of transactional sends (awaited end)
+   on each, medians of the rates and of the broker's CPU time per transaction, as ratios to off.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import asyncio
 import gc
 import json
 import logging
+import secrets
 import statistics
 import tempfile
 import time
@@ -45,13 +51,16 @@ class _EmptyLocalTransaction:
         return LocalTransactionState.COMMIT_MESSAGE
 
 
-async def _drive(send: Any, n: int, in_flight: int) -> float:
-    """Send ``n`` messages with ``in_flight`` outstanding; returns messages per second."""
+async def _drive(send: Any, n: int, in_flight: int, *, traced: bool = False) -> float:
+    """Send ``n`` messages with ``in_flight`` outstanding (``traced``: each with a fresh W3C
+    ``traceparent``); returns messages per second."""
     sem = asyncio.Semaphore(in_flight)
 
     async def one() -> None:
         async with sem:
-            await send(Message(topic="bench", body=BODY))
+            props = {"traceparent": f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+                     } if traced else {}
+            await send(Message(topic="bench", body=BODY, properties=props))
 
     t0 = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(n)))
@@ -120,6 +129,76 @@ def bench_send_vs_tx(n: int = 20_000, in_flight: int = 32, producers: int = 4,
             bp.stop()
 
 
+_TRACE_KINDS = ("off", "on", "otlp")
+
+
+async def _trace_runs(brokers: dict[str, BrokerProcess], n: int, in_flight: int, producers: int,
+                      rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Alternating runs of ``n`` traced transactions on each broker: (rates, broker CPU µs per
+    transaction), per kind."""
+    clients = {k: [AsyncTransactionProducer("bench-tx", b.endpoints, _EmptyLocalTransaction())
+                   for _ in range(producers)] for k, b in brokers.items()}
+    for ps in clients.values():
+        for p in ps:
+            await p.start()
+    per = n // producers
+    rates: dict[str, list[float]] = {k: [] for k in brokers}
+    cpu: dict[str, list[float]] = {k: [] for k in brokers}
+    try:
+        for ps in clients.values():  # warm-up
+            await asyncio.gather(*(_drive(p.send_message_in_transaction, 200, in_flight, traced=True)
+                                   for p in ps))
+        for _ in range(rounds):
+            for k, ps in clients.items():
+                proc = brokers[k].proc
+                pid = proc.pid if proc is not None else 0
+                c0, t0 = process_cpu_s(pid), time.perf_counter()
+                await asyncio.gather(*(_drive(p.send_message_in_transaction, per, in_flight,
+                                              traced=True) for p in ps))
+                rates[k].append(per * producers / (time.perf_counter() - t0))
+                cpu[k].append((process_cpu_s(pid) - c0) / (per * producers) * 1e6)
+    finally:
+        for ps in clients.values():
+            for p in ps:
+                await p.shutdown()
+    return rates, cpu
+
+
+def bench_trace_cost(n: int = 20_000, in_flight: int = 32, producers: int = 4,
+                     rounds: int = 3) -> dict[str, Any]:
+    """Transactional send with the broker's record of lives off, on, and on with the OTLP file
+    export (see the module docstring, part 3); medians and ratios to off, and the spans the
+    export wrote."""
+    with tempfile.TemporaryDirectory(prefix="txmq-bench-trace-") as d:
+        spans = Path(d) / "spans.jsonl"
+        extra: dict[str, dict[str, Any]] = {"off": {"transaction_trace_max": 0}, "on": {},
+                 "otlp": {"otlp_file": str(spans)}}
+        brokers = {k: BrokerProcess(Path(d) / k, {"topics": {"bench": 8}, **extra[k]})
+                   for k in _TRACE_KINDS}
+        loop = new_event_loop()
+        try:
+            for b in brokers.values():
+                b.start()
+            rates, cpu = loop.run_until_complete(_trace_runs(brokers, n, in_flight, producers,
+                                                             rounds))
+        finally:
+            loop.close()
+            for b in brokers.values():
+                b.stop()  # (the export flushes its queue at the stop)
+        written = sum(line.count('"spanId"') for line in spans.read_text().splitlines()) \
+            if spans.exists() else 0
+    rate = {k: statistics.median(v) for k, v in rates.items()}
+    us = {k: statistics.median(v) for k, v in cpu.items()}
+    return {"trace_tx_per_s": {k: round(v, 1) for k, v in rate.items()},
+            "trace_broker_cpu_us_per_tx": {k: round(v, 1) for k, v in us.items()},
+            "trace_on_to_off_ratio": round(rate["on"] / rate["off"], 3),
+            "trace_otlp_to_off_ratio": round(rate["otlp"] / rate["off"], 3),
+            "trace_on_to_off_broker_cpu": round(us["on"] / us["off"], 3),
+            "trace_otlp_to_off_broker_cpu": round(us["otlp"] / us["off"], 3),
+            "trace_otlp_spans_written": written, "trace_rounds": rounds,
+            "trace_runs_tx_per_s": {k: [round(x) for x in v] for k, v in rates.items()}}
+
+
 def _check_round(pending: int, settled: int) -> dict[str, float]:
     h = BrokerHarness(transaction_checks_in_flight_max=1 << 30)
     h.heartbeat(1, "bench-producer", ["pg"])
@@ -157,11 +236,17 @@ def tx(json_path: Annotated[Path | None, typer.Option("--json", help="Write figu
        in_flight: Annotated[int, typer.Option(help="Requests in flight per producer.")] = 32,
        producers: Annotated[int, typer.Option(help="Producer clients.")] = 4,
        rounds: Annotated[int, typer.Option(min=1, help="Alternating runs of each kind (median).")] = 3,
-       max_pending: Annotated[int, typer.Option(help="Largest pending count.")] = 100_000) -> None:
-    """Plain vs transactional send, and check-round cost vs pending and settled history."""
+       max_pending: Annotated[int, typer.Option(help="Largest pending count.")] = 100_000,
+       trace: Annotated[bool, typer.Option(
+           "--trace/--no-trace", help="Also the cost of the broker's record of transactions' "
+           "lives: off, on, on with OTLP export to a file.")] = True) -> None:
+    """Plain vs transactional send, check-round cost vs pending and settled history, and the cost
+    of the broker's record of transactions' lives."""
     logging.disable(logging.WARNING)
     console = Console()
     figures: dict[str, Any] = bench_send_vs_tx(messages, in_flight, producers, rounds)
+    if trace:
+        figures |= bench_trace_cost(messages, in_flight, producers, rounds)
     pendings = tuple(p for p in (1_000, 10_000, 100_000) if p <= max_pending)
     checks = bench_check_rounds(pendings)
     figures["check_round_ms"] = [{k: r[k] for k in ("pending", "settled", "ms")} for r in checks]
@@ -176,6 +261,11 @@ def tx(json_path: Annotated[Path | None, typer.Option("--json", help="Write figu
         table.add_row(k, str(figures[k]))
     for r in figures["check_round_ms"]:
         table.add_row(f"check round: {r['pending']:,} pending, {r['settled']:,} settled", f"{r['ms']} ms")
+    for k in ("trace_tx_per_s", "trace_broker_cpu_us_per_tx", "trace_on_to_off_ratio",
+              "trace_otlp_to_off_ratio", "trace_on_to_off_broker_cpu",
+              "trace_otlp_to_off_broker_cpu", "trace_otlp_spans_written"):
+        if k in figures:
+            table.add_row(k, str(figures[k]))
     console.print(table)
     print(json.dumps(figures))
     if json_path is not None:

@@ -22,6 +22,19 @@ _KEYS = ("brokers", "orders_stored_per_broker", "outbox_transport", "rollback_to
 _REPLICA_KEYS = ("replicas", "slave_lag_bytes_at_end", "slave_log_bytes", "slave_log_identical")
 
 
+def _print_traces(console: Console, rep: dict[str, object]) -> None:
+    """Where the spans went, and the command that shows one order's whole trace."""
+    if not rep.get("trace_file"):
+        console.print("traces: off (--no-traces, or the extra otlp is not installed)")
+        return
+    console.print(f"traces: {rep['trace_file']} (OTLP JSON lines)", highlight=False, soft_wrap=True)
+    example = rep.get("trace_example")
+    if isinstance(example, dict):
+        console.print(f"order {example['order_key']} (UNKNOWN, committed by a check-back, rejected "
+                      f"by the ledger, compensated): {example['command']}", highlight=False,
+                      soft_wrap=True)
+
+
 def demo(
     sf: Annotated[float, typer.Option(help="TPC-H scale factor (0.01 = 15,000 orders).")] = 0.01,
     broker: Annotated[str | None, typer.Option(help="Use this broker (host:port) instead of "
@@ -52,6 +65,9 @@ def demo(
     spark_cluster: Annotated[bool, typer.Option(
         "--spark-cluster", help="Start a standalone Spark cluster of 2 workers (1 core each) on "
                                 "loopback for the Spark stage, and stop it after.")] = False,
+    traces: Annotated[bool, typer.Option(
+        help="Export the services' spans to <run dir>/traces.jsonl (OTLP JSON lines; needs the "
+             "extra otlp); `txmq trace show` reads it.")] = True,
 ) -> None:
     """Run the main job: TPC-H orders as transactional messages into a ledger and Spark; verify."""
     from txmq.demo._run import DemoOptions, run_demo
@@ -62,7 +78,7 @@ def demo(
                        producers=producers,
                        producer_threads=threads, outbox_transport=outbox_transport,
                        outbox_url=outbox_url, spark=spark, spark_master=spark_master,
-                       spark_cluster=spark_cluster)
+                       spark_cluster=spark_cluster, traces=traces)
     if run_dir is not None:
         opts.run_dir = run_dir
     try:
@@ -79,6 +95,7 @@ def demo(
     console.print(table)
     for d in rep["q1_diffs"] + rep["revenue_diffs"]:
         console.print(f"[red]diff[/red] {d}")
+    _print_traces(console, rep)
     verdict = "[green]consistent[/green]" if rep["consistent"] else "[red]INCONSISTENT[/red]"
     console.print(f"{verdict}; report: {report or opts.run_dir / 'report.json'}")
     if not rep["consistent"]:

@@ -27,7 +27,7 @@ def fuzz(
 ) -> None:
     """Fuzz decoders and the broker; exit 1 if any target found something it does not expect.
 
-    Targets: frame, header, record, message-ext, ha, broker. Each finding's input is saved in the
+    Targets: frame, header, record, message-ext, msg-trace, ha, broker. Each finding's input is saved in the
     corpus and its traceback printed on stderr.
     """
     from txmq.testing.fuzz import TARGETS, run_target

@@ -53,6 +53,8 @@ from txmq.protocol import (
     TopicRouteData,
     TopicStatsTable,
     TransactionIdRequestHeader,
+    TransactionLife,
+    TransactionTraceRequestHeader,
     ViewMessageByUniqKeyRequestHeader,
     ViewMessageRequestHeader,
     decode_body,
@@ -117,6 +119,19 @@ class TransactionAdmin(PullMixin):
         h = TransactionIdRequestHeader(id=ident)
         r = check_response(await self.call(RequestCode.QUERY_TRANSACTION, to_ext(h)))
         return decode_body(r.body, dict[str, Any])
+
+    async def transaction_lives(self, ident: str = "", *, trace_id: str = "",
+                                limit: int = 16) -> list[TransactionLife]:
+        """The lives the broker keeps (in memory, bounded: docs/tracing.md) of the transaction
+        ``ident`` names (``UNIQ_KEY`` or ``half:<offset>``), or of every transaction whose
+        ``traceparent`` carries W3C trace id ``trace_id``: half stored, check-backs and their
+        answers, the end; newest first, at most ``limit`` (the broker caps it at
+        ``limits.TRANSACTION_TRACE_QUERY_MAX``). [] when none is kept. Give one of ``ident`` and
+        ``trace_id`` (else INVALID_PARAMETER). An Apache RocketMQ broker answers
+        REQUEST_CODE_NOT_SUPPORTED (RemoteError)."""
+        h = TransactionTraceRequestHeader(id=ident, trace_id=trace_id, limit=limit)
+        r = check_response(await self.call(RequestCode.GET_TRANSACTION_TRACE, to_ext(h)))
+        return decode_body(r.body, list[TransactionLife])
 
     async def operator_end(self, ident: str, outcome: str, operator: str,
                            reason: str = "") -> EndTransactionResponseHeader:

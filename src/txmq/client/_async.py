@@ -28,7 +28,9 @@ from txmq.client._core import (
     send_result,
     set_delay_level,
 )
+from txmq.client._msgtrace import msg_tracer
 from txmq.client._route import (
+    UNREACHABLE_ROUTE_REFRESH_MS,
     FaultStrategy,
     QueueSelector,
     TopicRoute,
@@ -142,6 +144,11 @@ class AsyncProducer(ClientBase):
             docs/security.md).
         connect_timeout_ms: give up a connect after this (RocketMQ 3 s).
         poll_name_server_interval_ms: route refresh period (RocketMQ 30 s).
+        enable_msg_trace: write RocketMQ message trace records (``Pub``, and ``EndTransaction``
+            for a transaction producer) to the trace topic, asynchronously, never failing a send
+            (RocketMQ ``enableMsgTrace``; docs/tracing.md).
+        custom_trace_topic: the trace topic (RocketMQ ``customizedTraceTopic``; default
+            ``RMQ_SYS_TRACE_TOPIC``).
         tracing: True (the global tracer provider), False, or a
             :class:`~txmq.tracing.Tracing`: a send span per send, and the message's creation
             context in its ``traceparent`` property (docs/tracing.md).
@@ -159,6 +166,7 @@ class AsyncProducer(ClientBase):
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
                  poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "",
                  tracing: Tracing | bool = True) -> None:
         super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
                          secret_key=secret_key, tls=tls, tls_ca_file=tls_ca_file,
@@ -177,6 +185,7 @@ class AsyncProducer(ClientBase):
         self._selector = QueueSelector(self.faults, random.Random())
         self.send_failures: Counter[str] = Counter()
         """Failed send attempts by broker group (each retried or reported)."""
+        self.msg_trace = msg_tracer(self, enable_msg_trace, custom_trace_topic, group, "PRODUCE")
 
     def _heartbeat_data(self) -> HeartbeatData:
         return producer_heartbeat(self.client_id, [self.group])
@@ -230,6 +239,8 @@ class AsyncProducer(ClientBase):
         self._validate(msg)
         ensure_msg_id(msg, self._ids)
         half = msg.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
+        tracer = self.msg_trace
+        started_ms = _now_ms() if tracer is not None else 0
         with send_span(self.tracing, [msg], SEND_HALF if half else SEND, self.client_id) as span:
             route = await self._writable(msg.topic)
             fixed = self._fixed_queue(route, queue_id)
@@ -238,7 +249,9 @@ class AsyncProducer(ClientBase):
             result = await self._send(msg, msg.msg_id, half, RequestCode.SEND_MESSAGE_V2,
                                       msg.body, route, fixed)
             sent(span, result)
-            return result
+        if tracer is not None:
+            tracer.sent(msg, result, started_ms)
+        return result
 
     async def send_batch(self, msgs: list[Message], queue_id: QueueChoice = None) -> SendResult:
         """Send plain messages of one topic in one request, stored contiguously in one queue.
@@ -301,12 +314,19 @@ class AsyncProducer(ClientBase):
         route = await self.route(topic)
         if not route.publish:
             route = await self._refresh_route_soon(topic) or route
-        elif route.masterless():
+        elif route.masterless() or self._avoids_unreachable(route):
             self._refresh_route_later(topic)
         if not route.publish:
             raise BrokerUnavailable(f"topic {topic!r} has no writable queue on a broker group "
                                     f"with a master (groups: {route.broker_names()})")
         return route
+
+    def _avoids_unreachable(self, route: TopicRoute) -> bool:
+        """Whether a group of ``route`` is avoided since a send to it failed, and the route was
+        last looked up ``UNREACHABLE_ROUTE_REFRESH_MS`` ago or more: its master may have moved."""
+        since = self._refresh_gate.since_last(route.topic, time.monotonic_ns() // 1_000_000)
+        return (since is None or since >= UNREACHABLE_ROUTE_REFRESH_MS) and any(
+            not self.faults.reachable(name) for name in route.broker_names())
 
     async def _refreshed(self, route: TopicRoute) -> TopicRoute:
         """``route`` fetched again after TOPIC_NOT_EXIST, a broker that could not be reached or
@@ -394,7 +414,8 @@ class AsyncTransactionProducer(AsyncProducer):
             awaited, so a returned COMMIT is durable and visible.
         max_message_size, timeout_ms, namesrv_addr, retry_times_when_send_failed,
         send_latency_fault_enable, access_key, secret_key, tls, tls_ca_file, tls_verify_hostname,
-        connect_timeout_ms, poll_name_server_interval_ms: as :class:`AsyncProducer`.
+        connect_timeout_ms, poll_name_server_interval_ms, enable_msg_trace, custom_trace_topic:
+            as :class:`AsyncProducer`.
         tracing: as :class:`AsyncProducer`; a transactional send is a
             ``send_message_in_transaction`` span (its context the half's creation context) with
             the half's send, the local transaction and the end as children, and a check-back
@@ -412,6 +433,7 @@ class AsyncTransactionProducer(AsyncProducer):
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
                  poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "",
                  tracing: Tracing | bool = True) -> None:
         super().__init__(group, endpoints, max_message_size=max_message_size,
                          timeout_ms=timeout_ms, namesrv_addr=namesrv_addr,
@@ -421,6 +443,7 @@ class AsyncTransactionProducer(AsyncProducer):
                          tls_ca_file=tls_ca_file, tls_verify_hostname=tls_verify_hostname,
                          connect_timeout_ms=connect_timeout_ms,
                          poll_name_server_interval_ms=poll_name_server_interval_ms,
+                         enable_msg_trace=enable_msg_trace, custom_trace_topic=custom_trace_topic,
                          tracing=tracing)
         if listener is None:
             raise ConfigError("a transaction producer needs a TransactionListener")
@@ -469,6 +492,8 @@ class AsyncTransactionProducer(AsyncProducer):
 
     async def _end(self, half: SendResult, state: LocalTransactionState) -> str:
         h = self._tx.end_request(half, state)
+        if self.msg_trace is not None:
+            self.msg_trace.ended(half, state)
         try:
             return await self._end_once(half, h)
         except Exception as exc:
@@ -594,6 +619,9 @@ class AsyncTransactionProducer(AsyncProducer):
             if complaint:
                 log.error("check_local_transaction: %s", complaint)
             local_transaction_state(span, state, "TypeError" if complaint else "", complaint)
+            if self.msg_trace is not None:
+                self.msg_trace.checked(check.message, check.header.transaction_id or "", state,
+                                       conn.addr)
             end = self._tx.check_answer(check, state)
             if end is not None:
                 await self._answer_check(conn, check, end)

@@ -17,7 +17,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from txmq import limits
 from txmq.client._connection import AsyncConnection, parse_endpoint, tls_client_context
@@ -43,6 +43,9 @@ from txmq.protocol import (
     to_ext,
 )
 from txmq.tracing import Tracing
+
+if TYPE_CHECKING:
+    from txmq.client._msgtrace import MsgTracer
 
 __all__ = ["ClientBase", "supervised"]
 
@@ -164,6 +167,8 @@ class ClientBase:
         self._shut = False  # set by shutdown(): no background loop starts again (start() clears it)
         self.loop_errors: Counter[str] = Counter()
         """Failures of each background loop by name (heartbeat, route refresh, …)."""
+        self.msg_trace: MsgTracer | None = None
+        """The RocketMQ message trace this client writes (``enable_msg_trace``), or None."""
         self.tracing = Tracing.of(tracing)
         """What this client traces (docs/tracing.md)."""
 
@@ -485,6 +490,8 @@ class ClientBase:
     async def shutdown(self) -> None:
         """Stop background tasks, unregister from every broker and close the connections.
         Idempotent."""
+        if self.msg_trace is not None:  # the records still held go out over the connections
+            await self.msg_trace.close()
         self._running, self._shut, self._loops_spawned = False, True, False
         for t in self._tasks:
             t.cancel()

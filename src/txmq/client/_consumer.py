@@ -41,6 +41,7 @@ from txmq.client._core import (
     rebalance_plan,
 )
 from txmq.client._dispatch import ConsumePool
+from txmq.client._msgtrace import msg_tracer
 from txmq.client._pull import (
     DEFAULT_TIMESTAMP_AGO_MS,
     PullMixin,
@@ -166,6 +167,11 @@ class AsyncPushConsumer(PullMixin):
         access_key, secret_key: ACL credentials; every request is signed (docs/security.md).
         tls, tls_ca_file, tls_verify_hostname: TLS to the broker (RocketMQ ``tls.enable``; the
             certificate is checked against ``tls_ca_file`` or the system's CAs; docs/security.md).
+        enable_msg_trace: write RocketMQ message trace records (``SubBefore`` and ``SubAfter``
+            around each listener call) to the trace topic, asynchronously (RocketMQ
+            ``enableMsgTrace``; docs/tracing.md).
+        custom_trace_topic: the trace topic (RocketMQ ``customizedTraceTopic``; default
+            ``RMQ_SYS_TRACE_TOPIC``).
         tracing: True (the global tracer provider), False, or a :class:`~txmq.tracing.Tracing`:
             a ``process`` span per listener call (current while it runs; a single message's
             continues the producer's trace), and ``retry`` / ``dead_letter`` spans
@@ -195,7 +201,9 @@ class AsyncPushConsumer(PullMixin):
                  timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
                  access_key: str = "", secret_key: str = "",
                  tls: bool = False, tls_ca_file: str = "",
-                 tls_verify_hostname: bool = True, tracing: Tracing | bool = True) -> None:
+                 tls_verify_hostname: bool = True,
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "",
+                 tracing: Tracing | bool = True) -> None:
         super().__init__(endpoints, timeout_ms, namesrv_addr, access_key=access_key,
                          secret_key=secret_key, tls=tls, tls_ca_file=tls_ca_file,
                          tls_verify_hostname=tls_verify_hostname, tracing=tracing)
@@ -236,6 +244,7 @@ class AsyncPushConsumer(PullMixin):
         self._rebalance_now: asyncio.Event | None = None
         self._rebalance_lock: asyncio.Lock | None = None
         self._stopping = False
+        self.msg_trace = msg_tracer(self, enable_msg_trace, custom_trace_topic, group, "CONSUME")
 
     @property
     def _clustering(self) -> bool:
@@ -288,7 +297,9 @@ class AsyncPushConsumer(PullMixin):
         """
         if not self.subscriptions:
             raise ConfigError("subscribe to at least one topic before start()")
-        self._pool = ConsumePool(self.listener, self._threads, f"txmq-consume-{self.group}",
+        listener = self.listener if self.msg_trace is None else self.msg_trace.wrap_listener(
+            self.listener, self.consume_timeout_ms)
+        self._pool = ConsumePool(listener, self._threads, f"txmq-consume-{self.group}",
                                  self.group, self._process_span)
         self._pool.start(self.consume_timeout_ms / 1000)
         self._rebalance_now = asyncio.Event()

@@ -177,6 +177,9 @@ class SendResult(msgspec.Struct, frozen=True):
             client was given only its address).
         master_epoch: the master epoch of the broker that stored it (txmq ``masterEpoch``, a
             broker in controller mode); None from a classic broker.
+        region_id: the broker's region (its answer's ``MSG_REGION``; "" when it sent none), and
+        trace_on: false when the broker asked for no message trace (``TRACE_ON`` "false"):
+            RocketMQ ``SendResult.regionId`` / ``traceOn``.
     """
 
     msg_id: str
@@ -188,6 +191,8 @@ class SendResult(msgspec.Struct, frozen=True):
     offset_msg_id: str = ""
     broker_name: str = ""
     master_epoch: int | None = None
+    region_id: str = ""
+    trace_on: bool = True
 
     @property
     def message_queue(self) -> MessageQueue:
@@ -328,7 +333,8 @@ def send_result(topic: str, msg_id: str, cmd: Command, broker_name: str = "") ->
     _, offset = decode_offset_msg_id(first)
     return SendResult(msg_id, topic, h.queue_id, h.queue_offset, offset,
                       SEND_STATUS_OF_CODE[ResponseCode(cmd.code)], offset_msg_id=first,
-                      broker_name=broker_name, master_epoch=h.master_epoch)
+                      broker_name=broker_name, master_epoch=h.master_epoch,
+                      region_id=h.msg_region or "", trace_on=h.trace_on is not False)
 
 
 class RouteInfo(msgspec.Struct, frozen=True):

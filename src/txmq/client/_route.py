@@ -33,6 +33,7 @@ __all__ = [
     "MASTER_MOVED_CODES",
     "MASTER_MOVED_REMARKS",
     "NAMESRV_REFRESH_MIN_INTERVAL_MS",
+    "UNREACHABLE_ROUTE_REFRESH_MS",
     "FaultStrategy",
     "QueueSelector",
     "RouteRefreshGate",
@@ -52,6 +53,12 @@ FAULT_ISOLATION_LATENCY_MS = 10_000
 10 000 ms), so a broker that cannot be reached is avoided for 10 s."""
 
 assert len(FAULT_LATENCY_MAX_MS) == len(FAULT_NOT_AVAILABLE_DURATION_MS)
+
+UNREACHABLE_ROUTE_REFRESH_MS = 1_000
+"""While a broker group of a topic's route is avoided because a send to it failed, a producer
+looks the route up in the background at most this often (txmq): sends go to the other groups
+meanwhile, so no send would ask for it, and the group's new master (a failover) would be found only
+when the isolation (``FAULT_ISOLATION_LATENCY_MS``, 10 s) ends."""
 
 NAMESRV_REFRESH_MIN_INTERVAL_MS = 200
 """Least time between two route lookups of one topic triggered by failures (txmq; RocketMQ looks
@@ -182,6 +189,11 @@ class RouteRefreshGate:
         """Whether :meth:`begin` would start a lookup of ``topic`` now (it changes nothing)."""
         last = self._started.get(topic)
         return topic not in self._in_flight and (last is None or now_ms - last >= self._min_ms)
+
+    def since_last(self, topic: str, now_ms: int) -> int | None:
+        """ms since the last lookup of ``topic`` started (None: never)."""
+        last = self._started.get(topic)
+        return None if last is None else now_ms - last
 
     def end(self, topic: str) -> None:
         """The lookup of ``topic`` is over (answered or failed)."""

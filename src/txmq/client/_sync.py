@@ -53,6 +53,7 @@ from txmq.protocol import (
     TopicConfigSerializeWrapper,
     TopicRouteData,
     TopicStatsTable,
+    TransactionLife,
 )
 from txmq.tracing import Tracing
 
@@ -246,6 +247,7 @@ class Producer(_SyncClient):
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
                  poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "",
                  tracing: Tracing | bool = True) -> None:
         super().__init__()
         self._a = self._build(AsyncProducer, **_args(locals()))
@@ -285,6 +287,7 @@ class TransactionProducer(Producer):
                  tls_ca_file: str = "", tls_verify_hostname: bool = True,
                  connect_timeout_ms: int = limits.CONNECT_TIMEOUT_MS,
                  poll_name_server_interval_ms: int = limits.POLL_NAME_SERVER_INTERVAL_MS,
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "",
                  tracing: Tracing | bool = True) -> None:
         _SyncClient.__init__(self)
         self._a = self._build(AsyncTransactionProducer, **_args(locals()))
@@ -370,7 +373,9 @@ class PushConsumer(_SyncQueues):
                  timeout_ms: int = limits.REQUEST_TIMEOUT_MS, namesrv_addr: str = "",
                  access_key: str = "", secret_key: str = "",
                  tls: bool = False, tls_ca_file: str = "",
-                 tls_verify_hostname: bool = True, tracing: Tracing | bool = True) -> None:
+                 tls_verify_hostname: bool = True,
+                 enable_msg_trace: bool = False, custom_trace_topic: str = "",
+                 tracing: Tracing | bool = True) -> None:
         super().__init__()
         self._a = self._build(AsyncPushConsumer, **_args(locals()))
 
@@ -500,6 +505,11 @@ class Admin(_SyncQueues):
     def query_transaction(self, ident: str) -> dict[str, Any]:
         """See :meth:`TransactionAdmin.query_transaction`."""
         return self._run(self._a.query_transaction(ident))
+
+    def transaction_lives(self, ident: str = "", *, trace_id: str = "",
+                          limit: int = 16) -> list[TransactionLife]:
+        """See :meth:`TransactionAdmin.transaction_lives`."""
+        return self._run(self._a.transaction_lives(ident, trace_id=trace_id, limit=limit))
 
     def operator_end(self, ident: str, outcome: str, operator: str,
                      reason: str = "") -> EndTransactionResponseHeader:

@@ -6,9 +6,9 @@ Errors of the ``txmq.errors`` tree become ``{"detail": reason}`` with 400 (bad i
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
@@ -40,6 +40,7 @@ from txmq.console._models import (
     TopicSummary,
     TopicUpdateBody,
 )
+from txmq.console._msgtrace import MsgTracePage
 from txmq.errors import (
     BrokerUnavailable,
     InvalidRequest,
@@ -214,12 +215,17 @@ def _dlq_routes(r: APIRouter) -> None:
 def _message_routes(r: APIRouter) -> None:
     @r.get("/messages", response_model=MessageList)
     async def messages(request: Request, topic: str = "", key: str = "", begin_ms: int = 0,
-                       end_ms: int = 0, msg_id: str = "") -> MessageList:
-        return await _backend(request).messages(topic, key, begin_ms, end_ms, msg_id)
+                       end_ms: int = 0, msg_id: str = "", trace_id: str = "") -> MessageList:
+        return await _backend(request).messages(topic, key, begin_ms, end_ms, msg_id, trace_id)
 
     @r.get("/messages/{msg_id}", response_model=MessageTrace)
     async def message(request: Request, msg_id: str) -> MessageTrace:
         return await _backend(request).message(msg_id)
+
+    @r.get("/messages/{msg_id}/msg-trace", response_model=MsgTracePage)
+    async def msg_trace(request: Request, msg_id: str,
+                        trace_topic: Annotated[list[str] | None, Query()] = None) -> MsgTracePage:
+        return await _backend(request).msg_trace(msg_id, trace_topic or [])
 
     @r.get("/outbox", response_model=OutboxSummary)
     async def outbox(request: Request) -> OutboxSummary:

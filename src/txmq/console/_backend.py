@@ -24,7 +24,7 @@ import msgspec
 
 from txmq import limits
 from txmq.client import AsyncAdmin, AsyncConnection, AsyncPullConsumer
-from txmq.console import _convert, _trace
+from txmq.console import _convert, _msgtrace, _trace, _tx_life
 from txmq.console._history import History, Sample
 from txmq.console._models import (
     AuditEntry,
@@ -94,6 +94,7 @@ from txmq.protocol import (
     decode_cluster_info,
     dlq_topic,
     is_broker_topic,
+    is_trace_topic,
     retry_topic,
 )
 
@@ -161,8 +162,9 @@ def bad(reason: str, code: ResponseCode = ResponseCode.INVALID_PARAMETER) -> Inv
 
 
 def is_system_topic(topic: str) -> bool:
-    """Broker, retry and DLQ topics: hidden from the topic list unless asked for."""
-    return is_broker_topic(topic) or topic.startswith((RETRY_PREFIX, DLQ_PREFIX)) or topic == DEFAULT_TOPIC
+    """Broker, retry, DLQ and message trace topics: hidden from the topic list unless asked for."""
+    return (is_broker_topic(topic) or topic.startswith((RETRY_PREFIX, DLQ_PREFIX)) or topic == DEFAULT_TOPIC
+            or is_trace_topic(topic))
 
 
 def _now_ms() -> int:
@@ -805,11 +807,17 @@ class Backend:
 
     # -- messages -------------------------------------------------------------------------------
     async def messages(self, topic: str = "", key: str = "", begin_ms: int = 0,
-                       end_ms: int = 0, msg_id: str = "") -> MessageList:
-        """By ``msg_id`` (the message and its half, retry and DLQ copies) or by ``topic`` and
-        ``key`` stored in ``[begin_ms, end_ms]`` (``end_ms`` 0 = now), newest first, at most
-        ``QUERY_MESSAGE_MAX_NUM`` per broker."""
-        if msg_id:
+                       end_ms: int = 0, msg_id: str = "", trace_id: str = "") -> MessageList:
+        """By ``msg_id`` (the message and its half, retry and DLQ copies), by ``topic`` and
+        ``key`` stored in ``[begin_ms, end_ms]`` (``end_ms`` 0 = now), or by W3C ``trace_id``
+        (the transactions the brokers recorded in that trace: :mod:`._tx_life`), newest first,
+        at most ``QUERY_MESSAGE_MAX_NUM`` per broker."""
+        if trace_id:
+            trace_id = trace_id.strip().lower()
+            if len(trace_id) != 32 or not all(c in "0123456789abcdef" for c in trace_id):
+                raise bad(f"trace id {trace_id[:40]!r} is not 32 hex digits")
+            found = [m for b in await self.brokers() for m in await _traced(b, trace_id)]
+        elif msg_id:
             _check_ident(msg_id)
             found = [m for ms in await self.each(lambda b: _or_empty(b.admin.view_message(msg_id)))
                      for m in ms]
@@ -836,6 +844,12 @@ class Backend:
         _check_ident(msg_id)
         return await _trace.message_trace(await self.brokers(), msg_id)
 
+    async def msg_trace(self, msg_id: str, trace_topics: list[str] | None = None) -> _msgtrace.MsgTracePage:
+        """``msg_id``'s RocketMQ message trace records (:func:`txmq.console._msgtrace.msg_trace`;
+        ``trace_topics``: custom trace topics). Raises InvalidRequest (bad id or topic)."""
+        _check_ident(msg_id)
+        return await _msgtrace.msg_trace(await self.brokers(), msg_id, trace_topics)
+
     # -- outbox ---------------------------------------------------------------------------------
     async def outbox(self) -> OutboxSummary:
         """The outbox tables' counts. Raises QUERY_NOT_FOUND when no ``outbox_url`` was given."""
@@ -848,6 +862,16 @@ class Backend:
 def _user_topics(g: ConsumerGroupInfo) -> list[str]:
     """The topics a group subscribes to or has offsets of, without its own retry topic."""
     return sorted(t for t in set(g.subscriptions) | set(g.offset_topics) if t != retry_topic(g.group))
+
+
+async def _traced(b: BrokerClients, trace_id: str) -> list[MessageExt]:
+    """One stored copy (the committed message, else its half) of each transaction broker ``b``
+    recorded in W3C trace ``trace_id``."""
+    out = []
+    for i in await _tx_life.trace_msg_ids(b, trace_id):
+        copies = [m for m in await _or_empty(b.admin.view_message(i)) if m.msg_id == i]
+        out += ([m for m in copies if not is_system_topic(m.topic)] or copies)[:1]
+    return out
 
 
 def _check_ident(ident: str) -> None:

@@ -418,28 +418,35 @@ class MessageList(BaseModel):
 class TraceEvent(BaseModel):
     """One step of a message's life.
 
-    ``kind``: half, commit, rollback, stored, delivered, retry or dlq; ``by``: producer,
-    check-back or operator for commit/rollback, else ""; ``group``: the consumer group of
-    delivered/retry/dlq. ``time_ms`` is 0 when the broker does not record it (``delivered``: the
-    group's consumer offset is past the message, or ``detail`` starts with "not yet").
+    ``kind``: half, answer, check-back, commit, rollback, stored, delivered, retry or dlq;
+    ``by``: producer, check-back or operator for commit/rollback (producer for an answer), else
+    ""; ``group``: the consumer group of delivered/retry/dlq; ``client``: the producer's client id
+    and address a check-back went to, that answered UNKNOWN, or whose request decided (from the
+    broker's record of the transaction's life, while it has it: docs/tracing.md). ``time_ms`` is
+    0 when the broker does not record it (``delivered``: the group's consumer offset is past the
+    message, or ``detail`` starts with "not yet").
     """
 
-    kind: Literal["half", "commit", "rollback", "stored", "delivered", "retry", "dlq"]
+    kind: Literal["half", "answer", "check-back", "commit", "rollback", "stored", "delivered",
+                  "retry", "dlq"]
     time_ms: int
     group: str = ""
     by: str = ""
     operator: str = ""
     reason: str = ""
     detail: str = ""
+    client: str = ""
 
 
 class MessageTrace(BaseModel):
     """GET /api/messages/{msg_id}: the message (the stored copy in its real topic, else its half
-    or first copy) and its trace: half, decision, stored, then per consumer group delivery,
-    retries and dead letter."""
+    or first copy) and its trace: half, answers and check-backs, decision, stored, then per
+    consumer group delivery, retries and dead letter; and its W3C trace id."""
 
     message: MessageDetail
     trace: list[TraceEvent]
+    trace_id: str = ""
+    """The W3C trace id of the message's ``traceparent`` property ("" when it has none)."""
 
 
 class OutboxStatus(BaseModel):

@@ -64,15 +64,22 @@ error pages (400/404/409/502)
     ``#dlq-resend-all`` (asks ``confirm()``), ``#dlq-resend-status``, ``#dlq-resend-results``
     with ``[dlq-result-row]`` (``data-msg-id``, ``data-ok`` = ``true``/``false``),
     ``#dlq-export-json``, ``#dlq-export-csv``, ``[dlq-pager]``.
-``/messages`` (``?topic=&key=&begin_ms=&end_ms=`` or ``?msg_id=`` renders results server-side)
+``/messages`` (``?topic=&key=&begin_ms=&end_ms=``, ``?msg_id=`` or ``?trace_id=`` renders results
+    server-side)
     ``#msg-search-form``: ``#msg-search-topic``, ``#msg-search-key``, ``#msg-search-begin``,
-    ``#msg-search-end`` (datetime-local, UTC), ``#msg-search-id``, ``#msg-search-submit``,
+    ``#msg-search-end`` (datetime-local, UTC), ``#msg-search-id``, ``#msg-search-trace-id``,
+    ``#msg-search-submit``,
     ``#msg-search-status``; ``#msg-results-table`` with ``[msg-result-row]`` (``data-msg-id``)
     and ``[msg-link]``; ``#msg-results-empty``.
-``/messages/{id}``
-    ``#msg-id``, ``#msg-trace`` with ``[trace-row]`` (``data-kind`` = half, commit, rollback,
-    stored, delivered, retry, dlq; ``[trace-by]``, ``[trace-operator]``), ``#msg-fields``,
-    ``#msg-properties``, ``#msg-body``.
+``/messages/{id}`` (``?trace_topic=T`` also reads custom trace topic T)
+    ``#msg-id``, ``#msg-trace-id`` (a link to ``/messages?trace_id=``; absent without a trace
+    id), ``#msg-trace`` with ``[trace-row]`` (``data-kind`` = half, answer, check-back, commit,
+    rollback, stored, delivered, retry, dlq; ``[trace-by]``, ``[trace-operator]``,
+    ``[trace-client]``), ``#msg-fields``, ``#msg-properties``, ``#msg-body``; the RocketMQ
+    message trace ``#msg-trace-records`` with ``[msgtrace-row]`` (``data-type`` = Pub,
+    EndTransaction, SubBefore, SubAfter, Recall, ``data-group``; cells ``[msgtrace-group]``
+    ``[msgtrace-host]`` ``[msgtrace-cost]`` ``[msgtrace-status]`` ``[msgtrace-retry]``
+    ``[msgtrace-by]``), ``#msg-trace-empty``, ``#msg-trace-error``, ``#msg-trace-topics``.
 ``/outbox``
     ``#outbox-statuses`` (``[outbox-status-row]``, ``data-status``), ``#outbox-leases``
     (``[outbox-lease-row]``), ``#outbox-inbox``; without ``--outbox-url``: ``#outbox-unavailable``.
@@ -99,6 +106,7 @@ from txmq import limits
 from txmq.console._api import error_status
 from txmq.console._backend import Backend
 from txmq.console._models import MessageTrace, TopicDetail
+from txmq.console._msgtrace import msg_trace_context
 from txmq.console._user import acting_user
 from txmq.errors import ConfigError, InvalidRequest, RemoteError, ResponseCode, TxmqError
 
@@ -118,7 +126,8 @@ NAV: tuple[tuple[str, str, str], ...] = (
     ("outbox", "/outbox", "Outbox"),
 )
 
-_TRACE_BADGES = {"half": "info", "commit": "ok", "delivered": "ok", "stored": "",
+_TRACE_BADGES = {"half": "info", "answer": "warn", "check-back": "info", "commit": "ok",
+                 "delivered": "ok", "stored": "",
                  "rollback": "bad", "dlq": "bad", "retry": "warn"}
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -318,7 +327,7 @@ def message_context(trace: MessageTrace) -> dict[str, Any]:
               for k, v in m.model_dump().items() if k not in skip]
     return {"msg_id": m.msg_id, "fields": fields, "properties": sorted(m.properties.items()),
             "body": m.body, "body_encoding": m.body_encoding, "body_bytes": m.body_bytes,
-            "trace": trace.trace}
+            "trace": trace.trace, "trace_id": trace.trace_id}
 
 
 # -- the pages ---------------------------------------------------------------------------------------
@@ -429,15 +438,16 @@ class _Pages:
     async def messages(self, request: Request) -> Response:
         p = request.query_params
         q = {"topic": p.get("topic", "").strip(), "key": p.get("key", "").strip(),
-             "msg_id": p.get("msg_id", "").strip()}
+             "msg_id": p.get("msg_id", "").strip(), "trace_id": p.get("trace_id", "").strip()}
         begin, end = time_param(request, "begin"), time_param(request, "end")
         q |= {"begin": iso_input(begin), "end": iso_input(end)}
-        searched = bool(q["msg_id"] or (q["topic"] and q["key"]))
+        searched = bool(q["msg_id"] or q["trace_id"] or (q["topic"] and q["key"]))
         results: list[Any] = []
         error = ""
         if searched:
             try:
-                found = await self.backend.messages(q["topic"], q["key"], begin, end, q["msg_id"])
+                found = await self.backend.messages(q["topic"], q["key"], begin, end, q["msg_id"],
+                                                    q["trace_id"])
                 results = list(found.items)
             except TxmqError as exc:
                 error = error_detail(exc)
@@ -447,8 +457,10 @@ class _Pages:
 
     async def message(self, request: Request) -> Response:
         trace = await self.backend.message(request.path_params["msg_id"])
+        records = await msg_trace_context(self.backend, trace.message.msg_id,
+                                          request.query_params.getlist("trace_topic"))
         return self.render(request, "message.html", "messages", f"Message {trace.message.msg_id}",
-                           **message_context(trace))
+                           **message_context(trace), **records)
 
     async def outbox(self, request: Request) -> Response:
         try:

@@ -13,7 +13,9 @@ Where each step comes from:
   operator. A half message discarded after ``transactionCheckMax`` shows as a rollback by
   check-back with the reason;
 - delivery: for each group that subscribes to (or has offsets of) the real topic, whether its
-  consumer offset of that queue is past the message's queue offset.
+  consumer offset of that queue is past the message's queue offset;
+- the check-backs, their answers and who decided, from the broker's record of the transaction's
+  life while it keeps it (:mod:`txmq.console._tx_life`), and the W3C trace id.
 
 The op record property names below are the broker's (``txmq.broker.transaction._op``); the
 console reads them from the wire and does not import the broker.
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from txmq import limits
 from txmq.client import AsyncPullConsumer, PullStatus
+from txmq.console import _tx_life
 from txmq.console._convert import message_detail
 from txmq.console._models import MessageTrace, TraceEvent
 from txmq.errors import InvalidRequest, RemoteError, ResponseCode
@@ -127,8 +130,10 @@ async def _trace_on(b: BrokerClients, msg_id: str, copies: list[MessageExt]) -> 
         events.append(decision)
     events += [TraceEvent(kind="stored", time_ms=m.store_timestamp_ms,
                           detail=f"{m.topic} queue {m.queue_id} offset {m.queue_offset}") for m in reals]
+    events = _tx_life.add_life(events, await _tx_life.lives_of(b, halves))
     events += await _deliveries(b, reals, copies)
-    return MessageTrace(message=message_detail(primary), trace=events)
+    return MessageTrace(message=message_detail(primary), trace=events,
+                        trace_id=_tx_life.trace_id(primary))
 
 
 def _half_detail(h: MessageExt) -> str:

@@ -26,6 +26,14 @@ def controller(
     port_file: Annotated[Path | None, typer.Option(
         help="Write the bound port here (default <store-dir>/controller.port).")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING …")] = "INFO",
+    access_key: Annotated[str, typer.Option(
+        "--access-key", envvar="TXMQ_ACCESS_KEY", show_default=False,
+        help="ACL account that signs the role-change pushes to brokers with ACL on (allowed All "
+             "on Cluster:<cluster>; docs/security.md).")] = "",
+    secret_key: Annotated[str, typer.Option(
+        "--secret-key", envvar="TXMQ_SECRET_KEY", show_default=False,
+        help="Secret key of --access-key (prefer the environment variable: a command line is "
+             "visible to other local users).")] = "",
 ) -> None:
     """Run a controller (RocketMQ 5 controller mode: elects each broker group's master) until
     SIGINT/SIGTERM. Run three; see docs/controller.md."""
@@ -38,7 +46,11 @@ def controller(
             parse_address(addr)
     except Exception as exc:
         raise typer.BadParameter(str(exc)) from exc
+    if bool(access_key) != bool(secret_key):
+        raise typer.BadParameter("give both --access-key and --secret-key (or TXMQ_ACCESS_KEY and "
+                                 "TXMQ_SECRET_KEY), or neither")
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(run_controller(host, port, raft_address, peers, store_dir,
-                               str(port_file) if port_file else None))
+                               str(port_file) if port_file else None, access_key=access_key,
+                               secret_key=secret_key))

@@ -10,7 +10,10 @@ role-change pushes around :class:`~txmq.controller.ControllerService`.
 - Every ``SCAN_INTERVAL_MS`` the leader expires silent brokers and checks every group
   (RocketMQ ``ControllerManager.scanInactiveMasterAndTriggerReelect``).
 - After an election it pushes NOTIFY_BROKER_ROLE_CHANGED (1008, one-way) to the group's live
-  brokers' remoting addresses (RocketMQ ``ControllerManager.notifyBrokerRoleChanged``).
+  brokers' remoting addresses (RocketMQ ``ControllerManager.notifyBrokerRoleChanged``), signed
+  with ``access_key`` / ``secret_key`` when given, as RocketMQ's ``AclClientRPCHook`` signs a
+  request: a broker with ACL on admits it only from an account allowed All on its cluster
+  (docs/security.md). RocketMQ's controller sends it unsigned.
 - pysyncobj's thread reaches the loop only through ``call_soon_threadsafe``.
 """
 
@@ -40,6 +43,7 @@ from txmq.protocol import (
     encode_command,
     encode_controller_body,
     parse_address,
+    sign_remoting,
     to_ext,
 )
 from txmq.serving import serve_until_signal, write_port_file
@@ -77,14 +81,20 @@ class ControllerServer:
         store_dir: Raft journal and snapshot (None: in memory only).
         heartbeat_timeout_ms, lease_ms: see :data:`CONTROLLER_HEARTBEAT_TIMEOUT_MS`,
             :data:`CONTROLLER_LEASE_MS`.
+        access_key, secret_key: the ACL account the role-change pushes are signed with (brokers
+            with ACL on need it allowed All on ``Cluster:<their cluster>``); "": unsigned.
     """
 
     def __init__(self, host: str, port: int, raft_address: str, raft_peers: list[str],
                  store_dir: Path | None, *,
                  heartbeat_timeout_ms: int = CONTROLLER_HEARTBEAT_TIMEOUT_MS,
                  lease_ms: int = CONTROLLER_LEASE_MS, scan_interval_ms: int = SCAN_INTERVAL_MS,
-                 idle_max_ms: int = limits.CHANNEL_IDLE_MAX_MS) -> None:
+                 idle_max_ms: int = limits.CHANNEL_IDLE_MAX_MS, access_key: str = "",
+                 secret_key: str = "") -> None:
+        if bool(access_key) != bool(secret_key):
+            raise ValueError("access_key and secret_key go together")
         self.host, self.port = host, port
+        self._access_key, self._secret_key = access_key, secret_key
         self.raft_address, self.raft_peers, self.store_dir = raft_address, raft_peers, store_dir
         self._timeout_ms, self._lease_ms = heartbeat_timeout_ms, lease_ms
         self._scan_s, self._idle_s = scan_interval_ms / 1000, idle_max_ms / 1000
@@ -112,8 +122,9 @@ class ControllerServer:
                                                                    self._lease_ms), self._notify)
         for coro in (self._scan_loop(), self._publish_loop()):
             self._spawn(coro)
-        log.info("controller listening on %s, raft %s, peers %s", self.addr, self.raft_address,
-                 ",".join(self.raft_peers))
+        log.info("controller listening on %s, raft %s, peers %s; role-change pushes %s",
+                 self.addr, self.raft_address, ",".join(self.raft_peers),
+                 f"signed by {self._access_key}" if self._access_key else "unsigned")
         return self.port
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -206,8 +217,10 @@ class ControllerServer:
             sync_state_set_epoch=g.sync_state_set_epoch, master_broker_id=g.master_broker_id)
         body = encode_controller_body(SyncStateSet(sync_state_set=sorted(g.sync_state_set),
                                                    sync_state_set_epoch=g.sync_state_set_epoch))
-        cmd = Command(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, 0, FLAG_ONEWAY, ext=to_ext(header),
-                      body=body)
+        ext = to_ext(header)
+        if self._access_key:
+            ext = sign_remoting(ext, body, self._access_key, self._secret_key)
+        cmd = Command(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, 0, FLAG_ONEWAY, ext=ext, body=body)
         try:
             host, port = parse_address(addr)
             _, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
@@ -279,10 +292,13 @@ class ControllerServer:
 
 
 async def run_controller(host: str, port: int, raft_address: str, raft_peers: list[str],
-                         store_dir: Path, port_file: str | None = None) -> None:
+                         store_dir: Path, port_file: str | None = None, *, access_key: str = "",
+                         secret_key: str = "") -> None:
     """Serve until SIGINT or SIGTERM; write the bound port to ``port_file`` (default
-    ``<store_dir>/controller.port``)."""
-    server = ControllerServer(host, port, raft_address, raft_peers, store_dir)
+    ``<store_dir>/controller.port``). ``access_key`` / ``secret_key`` sign the role-change
+    pushes (:class:`ControllerServer`)."""
+    server = ControllerServer(host, port, raft_address, raft_peers, store_dir,
+                              access_key=access_key, secret_key=secret_key)
     bound = await server.start()
     write_port_file(port_file or str(store_dir / "controller.port"), bound)
     await serve_until_signal(server.close)

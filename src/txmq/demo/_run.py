@@ -41,9 +41,9 @@ import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from txmq.demo import ledger, order_service, orderdb, tpch
+from txmq.demo import ledger, order_service, orderdb, tpch, traces
 from txmq.demo._brokers import Brokers, start_brokers
-from txmq.demo._faults import Fault, fault_of
+from txmq.demo._faults import Fault, fault_of, ledger_rejects
 from txmq.demo._processes import ServiceProcess
 from txmq.errors import ConfigError, TxmqError
 from txmq.outbox import parse_transport_url
@@ -107,6 +107,16 @@ class DemoOptions:
     """Start a standalone cluster of :data:`SPARK_CLUSTER_WORKERS` workers on loopback
     (:class:`txmq.testing.SparkCluster`, under ``<run_dir>/spark-cluster``) for the Spark stage,
     instead of ``spark_master``."""
+    traces: bool = True
+    """Export the service processes' spans to ``<run_dir>/traces.jsonl`` (OTLP JSON lines; needs
+    the extra ``otlp``, else the run is untraced and the report says so)."""
+
+    @property
+    def trace_file(self) -> Path | None:
+        """Where the spans go, or None (off, or the extra ``otlp`` missing)."""
+        if not self.traces or not traces.tracing_available():
+            return None
+        return self.run_dir / traces.TRACE_FILE_NAME
 
 
 @dataclass(frozen=True)
@@ -263,6 +273,7 @@ def _run_producers(
                 "--threads",
                 str(opts.producer_threads),
                 "--linger",
+                *_trace_args(opts),
             ],
             logs / f"producer-{i}-{spawned[i]}.log",
         )
@@ -374,20 +385,26 @@ def _spark_stage(opts: DemoOptions, brokers: Brokers, order_db: Path, progress: 
     }
 
 
+def _trace_args(opts: DemoOptions) -> list[str]:
+    """A service process's ``--trace-file`` arguments (none when not tracing)."""
+    path = opts.trace_file
+    return [] if path is None else ["--trace-file", str(path)]
+
+
 def _start_services(opts: DemoOptions, brokers: Brokers, side: _Outbox, order_db: Path,
                     ledger_db: Path) -> tuple[list[ServiceProcess], ServiceProcess]:
     """Start the ledger processes and the order service's compensation consumer."""
     ledgers = [
         ServiceProcess(
             "txmq.demo.ledger",
-            [*brokers.args(), "--db", str(ledger_db), *side.args()],
+            [*brokers.args(), "--db", str(ledger_db), *side.args(), *_trace_args(opts)],
             opts.run_dir / "logs" / f"ledger-{i}.log",
         )
         for i in range(opts.ledgers)
     ]
     compensator = ServiceProcess(
         "txmq.demo.order_service",
-        [*brokers.args(), "--db", str(order_db), "--compensate", *side.args()],
+        [*brokers.args(), "--db", str(order_db), "--compensate", *side.args(), *_trace_args(opts)],
         opts.run_dir / "logs" / "compensation.log",
     )
     return ledgers, compensator
@@ -431,6 +448,8 @@ def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
     stage = _Stages()
     side = _resolve_outbox(opts)
     opts.run_dir.mkdir(parents=True, exist_ok=True)
+    if opts.trace_file is not None:
+        opts.trace_file.unlink(missing_ok=True)  # a reused run directory: this run's spans only
     order_db, ledger_db = opts.run_dir / "orders.db", opts.run_dir / "ledger.db"
     with stage("generate"):
         orders, work = _prepare_work(opts, console)
@@ -455,7 +474,7 @@ def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
             for p in producers:
                 p.terminate()
             committed = orderdb.committed_orderkeys(order_db)
-            rejected = {k for k in committed if fault_of(k) is Fault.LEDGER_REJECT}
+            rejected = {k for k in committed if ledger_rejects(k)}
             with stage("ledger"):
                 received, dups = _wait_ledger(ledger_db, committed - rejected, progress)
             with stage("compensate"):
@@ -475,8 +494,24 @@ def run_demo(opts: DemoOptions, console: Console) -> dict[str, Any]:
     comp = {"rejected": rejected, "cancelled": cancelled, **ledger.ledger_rejected(ledger_db)}
     report = _report(opts, orders, prog, stats, crashes, committed, received, dups, spark, comp,
                      stage.seconds, time.monotonic() - t0, side,
-                     {**_cluster_report(brokers, stored), **replica})
+                     {**_cluster_report(brokers, stored), **replica, **_trace_report(opts)})
     return report
+
+
+def _trace_report(opts: DemoOptions) -> dict[str, Any]:
+    """The report's trace part: the file (None: untraced), and an order whose trace shows a
+    check-back and a compensation, with the command that shows it (after every service process
+    ended, so their spans are in the file)."""
+    path = opts.trace_file
+    if path is None or not path.exists():
+        return {"trace_file": None, "trace_example": None}
+    found = traces.example_trace([path])
+    if found is None:
+        return {"trace_file": str(path), "trace_example": None}
+    trace_id, key = found
+    return {"trace_file": str(path), "trace_example": {
+        "order_key": key, "trace_id": trace_id,
+        "command": f"txmq trace show {path} --trace-id {trace_id}"}}
 
 
 def _cluster_report(brokers: Brokers, stored: dict[str, int]) -> dict[str, Any]:

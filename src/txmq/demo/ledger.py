@@ -5,7 +5,7 @@ Run as ``python -m txmq.demo.ledger --endpoints E|--namesrv-addr N --db ledger.d
 [--rollback-topic T]``. For each delivered order the inbox row and the ``received`` row commit in one SQLite
 transaction, so a redelivery is recognised by
 the inbox's unique key and acknowledged without booking twice (counted in ``duplicates``). The
-ledger permanently rejects the orders :func:`txmq.demo._faults.fault_of` marks ``LEDGER_REJECT``:
+ledger permanently rejects the orders :func:`txmq.demo._faults.ledger_rejects` names:
 after 10 failed deliveries the inbox writes a ROLLBACK event into the ledger's own outbox, and this
 process's relay ships it to ``orders-rollback``, where the order service compensates. With
 ``--outbox-url`` (``amqp://…`` or ``nats://…``, see :func:`txmq.outbox.open_transport`) the relay
@@ -27,7 +27,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from txmq import outbox
 from txmq.client import Producer
-from txmq.demo._faults import Fault, fault_of
+from txmq.demo._faults import ledger_rejects
+from txmq.demo.traces import start_tracing
 from txmq.outbox import EventStatus, InboxEvent
 
 __all__ = ["APP_ID", "LEDGER_GROUP", "LedgerRejected", "init_db", "ledger_counts", "ledger_rejected", "main"]
@@ -101,7 +102,7 @@ def ledger_rejected(path: Path) -> dict[str, set[int]]:
 def book(conn: sa.Connection, ev: InboxEvent) -> None:
     """The ledger's side effect, inside the inbox transaction. Raises LedgerRejected."""
     key = int(ev.biz_key)
-    if fault_of(key) is Fault.LEDGER_REJECT:
+    if ledger_rejects(key):
         raise LedgerRejected(f"order {key} is rejected by the ledger")
     m = ev.message
     row = {"orderkey": key, "msg_id": m.msg_id, "queue_id": m.queue_id, "queue_offset": m.queue_offset}
@@ -136,11 +137,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--db", type=Path, required=True)
     p.add_argument("--outbox-url", help="send ROLLBACK events over this transport (amqp://, nats://)")
     p.add_argument("--rollback-topic", help="where ROLLBACK events go (default <topic>-rollback)")
+    p.add_argument("--trace-file", type=Path, help="append spans here (OTLP JSON lines)")
     a = p.parse_args(argv)
     if not a.endpoints and not a.namesrv_addr:
         p.error("--endpoints or --namesrv-addr is required")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(name)s: %(message)s")
     init_db(a.db)
+    provider = start_tracing(a.trace_file, LEDGER_GROUP) if a.trace_file else None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     engine = _engine(a.db)
@@ -148,7 +151,11 @@ def main(argv: list[str] | None = None) -> None:
     relay = outbox.Relay(engine, sender, config=outbox.RelayConfig(period_ms=500))
     fixed_topic: str | None = a.rollback_topic
     rollback_topic = ((lambda _t: fixed_topic) if fixed_topic else outbox.default_rollback_topic)
-    listener = outbox.CommitListener(engine, book, app_id=APP_ID, on_rollback=relay.wake,
+    # run with ``python -m``, this module is ``__main__``: the handler from the module itself,
+    # so that its refusal's error.type on the spans is txmq.demo.ledger.LedgerRejected
+    from txmq.demo.ledger import book as handler
+
+    listener = outbox.CommitListener(engine, handler, app_id=APP_ID, on_rollback=relay.wake,
                                      on_duplicate=_duplicate_recorder(engine),
                                      rollback_topic=rollback_topic)
     consumer = listener.consumer(LEDGER_GROUP, a.endpoints, "orders",
@@ -162,6 +169,8 @@ def main(argv: list[str] | None = None) -> None:
         consumer.shutdown()
         relay.stop()
         close_sender()
+        if provider is not None:
+            provider.shutdown()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ the inbox row in the order database, so a redelivered rollback cancels once. ``-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -29,11 +30,14 @@ import msgspec
 
 from txmq.client import LocalTransactionState, Message, MessageExt, TransactionProducer
 from txmq.demo import orderdb
-from txmq.demo._faults import Fault, fault_of
+from txmq.demo._faults import Fault, fault_of, returns_unknown
 from txmq.demo.tpch import decode_order
+from txmq.demo.traces import ORDER_KEY, start_tracing
 
 if TYPE_CHECKING:  # the producers never need SQLAlchemy: they do not import it (about 2 s each)
     import sqlalchemy as sa
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Tracer
 
     from txmq.outbox import InboxEvent
 
@@ -102,7 +106,7 @@ class OrderListener:
             return LocalTransactionState.ROLLBACK_MESSAGE
         if fault is Fault.CRASH_AFTER_COMMIT:
             os.kill(os.getpid(), signal.SIGKILL)
-        if fault is Fault.UNKNOWN:
+        if returns_unknown(order.o_orderkey):
             return LocalTransactionState.UNKNOWN
         return LocalTransactionState.COMMIT_MESSAGE
 
@@ -141,28 +145,39 @@ def _todo(work: list[tuple[int, bytes]], progress: Path) -> list[tuple[int, byte
             if k not in done and not (k in attempted and fault_of(k) in crash)]
 
 
-def _worker(producer: TransactionProducer, work: list[tuple[int, bytes]], fd: int) -> None:
+def _worker(producer: TransactionProducer, work: list[tuple[int, bytes]], fd: int,
+            tracer: Tracer | None) -> None:
     for key, body in work:
         os.write(fd, f"A {key}\n".encode())
-        r = producer.send_message_in_transaction(Message(topic=TOPIC, body=body, keys=str(key)))
+        with (tracer.start_as_current_span(f"place order {key}", attributes={
+                ORDER_KEY: key, "txmq.demo.fault": fault_of(key).value})
+              if tracer is not None else contextlib.nullcontext()):
+            r = producer.send_message_in_transaction(Message(topic=TOPIC, body=body, keys=str(key)))
         os.write(fd, f"D {key} {r.local_transaction_state.name} {r.outcome}\n".encode())
+
+
+def _tracer(provider: TracerProvider | None) -> Tracer | None:
+    return None if provider is None else provider.get_tracer("txmq.demo")
 
 
 def run(
     endpoints: str, db: Path, work_file: Path, progress: Path, threads: int, linger: bool = False,
-    namesrv_addr: str = "",
+    namesrv_addr: str = "", trace_file: Path | None = None,
 ) -> None:
     """Send every order of ``work_file`` not yet attempted, with ``threads`` concurrent senders, to
-    the broker ``endpoints`` or the cluster the name servers ``namesrv_addr`` route to."""
+    the broker ``endpoints`` or the cluster the name servers ``namesrv_addr`` route to; each in a
+    ``place order <key>`` span exported to ``trace_file`` (when given)."""
     work = msgspec.msgpack.decode(work_file.read_bytes(), type=list[tuple[int, bytes]])
     todo = _todo(work, progress)
+    provider = start_tracing(trace_file, PRODUCER_GROUP) if trace_file else None
     fd = os.open(progress, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     producer = TransactionProducer(PRODUCER_GROUP, endpoints, OrderListener(db), check_threads=4,
                                    namesrv_addr=namesrv_addr)
     producer.start()
     try:
         parts = [todo[i::threads] for i in range(threads)]
-        ts = [threading.Thread(target=_worker, args=(producer, p, fd)) for p in parts]
+        ts = [threading.Thread(target=_worker, args=(producer, p, fd, _tracer(provider)))
+              for p in parts]
         for t in ts:
             t.start()
         for t in ts:
@@ -175,6 +190,8 @@ def run(
     finally:
         producer.shutdown()
         os.close(fd)
+        if provider is not None:
+            provider.shutdown()  # exports what is left
 
 
 def cancel_order(conn: sa.Connection, ev: InboxEvent) -> None:
@@ -192,10 +209,11 @@ def cancel_order(conn: sa.Connection, ev: InboxEvent) -> None:
 
 
 def run_compensator(endpoints: str, db: Path, outbox_url: str | None = None,
-                    rollback_topic: str = ROLLBACK_TOPIC, namesrv_addr: str = "") -> None:
+                    rollback_topic: str = ROLLBACK_TOPIC, namesrv_addr: str = "",
+                    trace_file: Path | None = None) -> None:
     """Consume ``rollback_topic`` and cancel each named order once, until SIGTERM: on txmq at
     ``endpoints`` (or the cluster of the name servers ``namesrv_addr``), or over the transport of
-    ``outbox_url`` (``amqp://…``, ``nats://…``).
+    ``outbox_url`` (``amqp://…``, ``nats://…``); spans to ``trace_file`` (when given).
 
     Raises:
         ConfigError: a bad ``outbox_url`` or a topic name that transport cannot carry.
@@ -203,6 +221,7 @@ def run_compensator(endpoints: str, db: Path, outbox_url: str | None = None,
     from txmq.outbox import RollbackListener, create_sqlite_engine, open_transport
     from txmq.outbox import init_db as init_outbox
 
+    provider = start_tracing(trace_file, COMPENSATION_GROUP) if trace_file else None
     engine = create_sqlite_engine(db)
     init_outbox(engine)
     stop = threading.Event()
@@ -221,6 +240,8 @@ def run_compensator(endpoints: str, db: Path, outbox_url: str | None = None,
         if transport is not None:
             transport.close()
         engine.dispose()
+        if provider is not None:
+            provider.shutdown()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -235,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--outbox-url", help="with --compensate: consume over this transport (amqp://, nats://)")
     p.add_argument("--rollback-topic", default=ROLLBACK_TOPIC, help="with --compensate: the topic")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--trace-file", type=Path, help="append spans here (OTLP JSON lines)")
     p.add_argument(
         "--linger",
         action="store_true",
@@ -245,11 +267,12 @@ def main(argv: list[str] | None = None) -> None:
     if not a.endpoints and not a.namesrv_addr:
         p.error("--endpoints or --namesrv-addr is required")
     if a.compensate:
-        run_compensator(a.endpoints, a.db, a.outbox_url, a.rollback_topic, a.namesrv_addr)
+        run_compensator(a.endpoints, a.db, a.outbox_url, a.rollback_topic, a.namesrv_addr,
+                        a.trace_file)
         return
     if a.work is None or a.progress is None:
         p.error("--work and --progress are required unless --compensate")
-    run(a.endpoints, a.db, a.work, a.progress, a.threads, a.linger, a.namesrv_addr)
+    run(a.endpoints, a.db, a.work, a.progress, a.threads, a.linger, a.namesrv_addr, a.trace_file)
 
 
 if __name__ == "__main__":

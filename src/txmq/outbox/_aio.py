@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Protocol, Self
+from typing import TYPE_CHECKING, Protocol, Self
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -34,7 +34,12 @@ from txmq.outbox._policy import RelayConfig, RoundResult, idle_wait_ms
 from txmq.outbox._relay import default_relay_id
 from txmq.outbox._relay_core import FINISH_TRIES, RelayCore, Round, relay_isolation
 from txmq.outbox._schema import DEFAULT_TABLES, EventStatus, OutboxTables
+from txmq.outbox._tracing import SYSTEMS, failed, outside_trace, relay_spans, system_of
 from txmq.protocol import Message
+from txmq.tracing import ROCKETMQ, Tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["AsyncCommitListener", "AsyncHandler", "AsyncRelay", "AsyncRollbackListener", "AsyncSender"]
 
@@ -58,7 +63,7 @@ class AsyncRelay:
     Args:
         engine: an ``AsyncEngine`` on the outbox's database.
         sender: an :class:`AsyncSender`, or a transport URL (opened now, closed by :meth:`stop`).
-        tables, config, relay_id, metrics, clock, rng: as :class:`~txmq.outbox.Relay`'s.
+        tables, config, relay_id, metrics, clock, rng, tracing: as :class:`~txmq.outbox.Relay`'s.
 
     Raises:
         ConfigError: a bad URL, or ``config.retention_ms`` (purge with :func:`txmq.outbox.purge`
@@ -68,15 +73,18 @@ class AsyncRelay:
     def __init__(self, engine: AsyncEngine, sender: AsyncSender | str, *,
                  tables: OutboxTables = DEFAULT_TABLES, config: RelayConfig | None = None,
                  relay_id: str | None = None, metrics: OutboxMetrics | None = None,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+                 tracing: Tracing | bool = True) -> None:
         self.engine, self.tables = engine, tables
+        self.tracing = Tracing.of(tracing)
         self.config = config or RelayConfig()
         if self.config.retention_ms is not None:
             raise ConfigError("AsyncRelay does not purge: leave retention_ms unset and run outbox.purge")
         self._owned: AsyncTransport | None = None
         if isinstance(sender, str):
-            sender = self._owned = open_async_transport(sender)
+            sender = self._owned = open_async_transport(sender, tracing=self.tracing)
         self.sender: AsyncSender = sender
+        self._system = system_of(sender)
         self.relay_id = relay_id or default_relay_id()
         self.metrics = metrics or default_metrics()
         self._core = RelayCore(tables, self.config, self.relay_id, self.metrics, clock,
@@ -102,12 +110,17 @@ class AsyncRelay:
         if not rnd.rows:
             return RoundResult()
         for batch, msgs in rnd.batches(self.config):
-            try:
-                await self.sender.send_batch(msgs)
-            except Exception as exc:  # any failure leaves these events unsent: retry them later
-                rnd.send_failed(batch, exc, self.relay_id)
-            else:
-                rnd.sent(batch)
+            with relay_spans(self.tracing, self._system, self._core.label, batch, msgs,
+                             self._core.now_ms()) as spans:
+                try:
+                    sending = self.sender.send_batch(msgs)
+                    await (outside_trace(spans, asyncio.ensure_future, sending) if len(spans) > 1
+                           else sending)
+                except Exception as exc:  # any failure leaves these events unsent: retry them later
+                    failed(spans, exc)
+                    rnd.send_failed(batch, exc, self.relay_id)
+                else:
+                    rnd.sent(batch)
         self._core.plan_backoff(rnd)
         for attempt in range(FINISH_TRIES):
             try:
@@ -183,13 +196,14 @@ class _AsyncInboxListener:
                  max_reconsume_times: int | None, metrics: OutboxMetrics | None,
                  on_duplicate: Callable[[InboxEvent], object] | None, clock: Callable[[], float],
                  rollback_topic: Callable[[str], str] | None = None,
-                 on_rollback: Callable[[], object] | None = None) -> None:
+                 on_rollback: Callable[[], object] | None = None,
+                 tracing: Tracing | bool = True) -> None:
         self.engine, self.handler, self.tables = engine, handler, tables
         self.max_reconsume_times = max_reconsume_times
         self.metrics = metrics or default_metrics()
         self.core = InboxCore(tables, app_id=app_id, max_reconsume_times=max_reconsume_times,
                               rollback_topic=rollback_topic, metrics=self.metrics, clock=clock,
-                              on_duplicate=on_duplicate, on_rollback=on_rollback)
+                              on_duplicate=on_duplicate, on_rollback=on_rollback, tracing=tracing)
 
     async def __call__(self, msgs: list[MessageExt]) -> ConsumeStatus:
         """The consumer's listener: CONSUME_SUCCESS when every message is handled (or was before)."""
@@ -203,42 +217,50 @@ class _AsyncInboxListener:
         """Handle one delivered message (the threaded listener's flow, awaiting the handler)."""
         core = self.core
         ev, give_up = core.decode(msg)
-        if give_up is not None:
-            return await self._give_up(ev, give_up)
-        try:
-            async with self.engine.begin() as conn:
-                await conn.run_sync(core.insert_inbox, ev, EventStatus.CONSUME_PROCESSED)
-                await self.handler(conn, ev)
-        except Duplicate:
-            return await self._duplicate(ev)
-        except Exception as exc:  # the handler (or the database) failed: nothing was committed
-            give_up = core.failed(ev, exc)
-            return ConsumeStatus.RECONSUME_LATER if give_up is None else await self._give_up(ev, give_up)
-        return core.consumed()
+        with core.span(ev) as span:
+            if give_up is not None:
+                return await self._give_up(ev, give_up, span)
+            try:
+                async with self.engine.begin() as conn:
+                    await conn.run_sync(core.insert_inbox, ev, EventStatus.CONSUME_PROCESSED)
+                    await self.handler(conn, ev)
+            except Duplicate:
+                return await self._duplicate(ev, span)
+            except Exception as exc:  # the handler (or the database) failed: nothing was committed
+                give_up = core.failed(ev, exc, span)
+                return ConsumeStatus.RECONSUME_LATER if give_up is None else \
+                    await self._give_up(ev, give_up, span)
+            return core.consumed(span)
 
     async def inbox_status(self, ev: InboxEvent) -> str | None:
         """The committed inbox status of ``ev``, or None if it has no inbox row."""
         async with self.engine.connect() as conn:
             return await conn.run_sync(self.core.status_of, ev)
 
-    async def _duplicate(self, ev: InboxEvent) -> ConsumeStatus:
-        return self.core.duplicate(ev, await self.inbox_status(ev))
+    async def _duplicate(self, ev: InboxEvent, span: Span | None) -> ConsumeStatus:
+        return self.core.duplicate(ev, await self.inbox_status(ev), span)
 
-    async def _give_up(self, ev: InboxEvent, reason: str) -> ConsumeStatus:
+    async def _give_up(self, ev: InboxEvent, reason: str, span: Span | None) -> ConsumeStatus:
         try:
             async with self.engine.begin() as conn:
                 await conn.run_sync(self.core.write_give_up, ev)
         except Duplicate:
-            return await self._duplicate(ev)
+            return await self._duplicate(ev, span)
         except (sa.exc.SQLAlchemyError, OutboxError) as exc:  # retry: nothing was acknowledged
-            return self.core.give_up_failed(ev, exc)
-        return self.core.gave_up(ev, reason)
+            return self.core.give_up_failed(ev, exc, span)
+        return self.core.gave_up(ev, reason, span)
+
+    def _subscribe(self, transport: AsyncTransport, group: str, topic: str,
+                   max_reconsume_times: int) -> AsyncSubscription:
+        self.core.system = SYSTEMS.get(transport.kind, ROCKETMQ)
+        return transport.subscribe(group, topic, self, max_reconsume_times=max_reconsume_times)
 
 
 class AsyncCommitListener(_AsyncInboxListener):
     """:class:`~txmq.outbox.CommitListener` for asyncio: ``engine`` is an ``AsyncEngine``, the
-    handler ``async def handler(conn: AsyncConnection, event)``; the other arguments are the same.
-    ``on_duplicate`` and ``on_rollback`` are plain callables (e.g. ``relay.wake``)."""
+    handler ``async def handler(conn: AsyncConnection, event)``; the other arguments (``tracing``
+    too) are the same. ``on_duplicate`` and ``on_rollback`` are plain callables (e.g.
+    ``relay.wake``)."""
 
     def __init__(self, engine: AsyncEngine, handler: AsyncHandler, *, app_id: str = "",
                  tables: OutboxTables = DEFAULT_TABLES,
@@ -247,12 +269,13 @@ class AsyncCommitListener(_AsyncInboxListener):
                  metrics: OutboxMetrics | None = None,
                  on_duplicate: Callable[[InboxEvent], object] | None = None,
                  on_rollback: Callable[[], object] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, tracing: Tracing | bool = True) -> None:
         if max_reconsume_times < 1:
             raise ConfigError(f"max_reconsume_times must be at least 1, got {max_reconsume_times}")
         super().__init__(engine, handler, app_id=app_id, tables=tables,
                          max_reconsume_times=max_reconsume_times, metrics=metrics, on_duplicate=on_duplicate,
-                         clock=clock, rollback_topic=rollback_topic, on_rollback=on_rollback)
+                         clock=clock, rollback_topic=rollback_topic, on_rollback=on_rollback,
+                         tracing=tracing)
 
     def subscribe(self, transport: AsyncTransport, group: str, topic: str, *,
                   max_reconsume_times: int = limits.MAX_RECONSUME_TIMES) -> AsyncSubscription:
@@ -265,7 +288,7 @@ class AsyncCommitListener(_AsyncInboxListener):
         if max_reconsume_times <= self.max_reconsume_times:
             raise ConfigError(f"consumer max_reconsume_times {max_reconsume_times} must exceed the "
                               f"rollback threshold {self.max_reconsume_times}")
-        return transport.subscribe(group, topic, self, max_reconsume_times=max_reconsume_times)
+        return self._subscribe(transport, group, topic, max_reconsume_times)
 
 
 class AsyncRollbackListener(_AsyncInboxListener):
@@ -275,13 +298,13 @@ class AsyncRollbackListener(_AsyncInboxListener):
     def __init__(self, engine: AsyncEngine, handler: AsyncHandler, *, app_id: str = "",
                  tables: OutboxTables = DEFAULT_TABLES, metrics: OutboxMetrics | None = None,
                  on_duplicate: Callable[[InboxEvent], object] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, tracing: Tracing | bool = True) -> None:
         super().__init__(engine, handler, app_id=app_id, tables=tables, max_reconsume_times=None,
-                         metrics=metrics, on_duplicate=on_duplicate, clock=clock)
+                         metrics=metrics, on_duplicate=on_duplicate, clock=clock, tracing=tracing)
 
     def subscribe(self, transport: AsyncTransport, group: str, topic: str, *,
                   max_reconsume_times: int = limits.OUTBOX_COMPENSATION_MAX_RECONSUME_TIMES
                   ) -> AsyncSubscription:
         """A (not started) consumer of the rollback ``topic``; after ``max_reconsume_times + 1``
         failed compensations the event goes to the group's DLQ."""
-        return transport.subscribe(group, topic, self, max_reconsume_times=max_reconsume_times)
+        return self._subscribe(transport, group, topic, max_reconsume_times)

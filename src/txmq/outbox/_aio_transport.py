@@ -23,6 +23,7 @@ from txmq.outbox._bridge import AsyncCore, Stop
 from txmq.outbox._open import not_routed_yet
 from txmq.outbox._transport import Listener, parse_transport_url, txmq_addresses
 from txmq.protocol import Message, MessageExt
+from txmq.tracing import Tracing
 
 __all__ = ["AsyncSubscription", "AsyncTransport", "AsyncTxmqTransport", "open_async_transport"]
 
@@ -138,10 +139,11 @@ class AsyncTxmqTransport:
 
     def __init__(self, url: str, endpoints: str, *, namesrv_addr: str = "",
                  producer_group: str = "txmq-outbox-relay",
-                 consumer_kw: dict[str, Any] | None = None) -> None:
+                 consumer_kw: dict[str, Any] | None = None, tracing: Tracing | bool = True) -> None:
         self.url, self.endpoints, self.producer_group = url, endpoints, producer_group
         self.namesrv_addr = namesrv_addr
         self.consumer_kw = dict(consumer_kw or {})
+        self.tracing = Tracing.of(tracing)
         self._producer: AsyncProducer | None = None
         self._lock = asyncio.Lock()
         self._subs: list[_TxmqSubscription] = []
@@ -150,7 +152,8 @@ class AsyncTxmqTransport:
         """The started producer. Raises BrokerUnavailable."""
         async with self._lock:
             if self._producer is None:
-                p = AsyncProducer(self.producer_group, self.endpoints, namesrv_addr=self.namesrv_addr)
+                p = AsyncProducer(self.producer_group, self.endpoints, namesrv_addr=self.namesrv_addr,
+                                  tracing=self.tracing)
                 try:
                     await p.start()
                 except BaseException:
@@ -180,8 +183,9 @@ class AsyncTxmqTransport:
 
     def subscribe(self, group: str, topic: str, listener: Any, *,
                   max_reconsume_times: int) -> _TxmqSubscription:
+        kw = {"tracing": self.tracing, **self.consumer_kw}
         c = AsyncPushConsumer(group, self.endpoints, listener, max_reconsume_times=max_reconsume_times,
-                              namesrv_addr=self.namesrv_addr, **self.consumer_kw)
+                              namesrv_addr=self.namesrv_addr, **kw)
         c.subscribe(topic)
         s = _TxmqSubscription(c)
         self._subs.append(s)

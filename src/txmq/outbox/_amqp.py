@@ -20,12 +20,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage, AbstractRobustConnection
 
 from txmq import limits
 from txmq.outbox._bridge import Stop, handle_delivery
+from txmq.outbox._tracing import (
+    DEAD_LETTER,
+    PUBLISH,
+    RABBITMQ,
+    batch_attributes,
+    delivery_span,
+    settle_span,
+    text_headers,
+)
 from txmq.outbox._transport import (
     PROPERTY_DLQ_REASON,
     Listener,
@@ -36,6 +47,10 @@ from txmq.outbox._transport import (
     to_headers,
 )
 from txmq.protocol import Message, MessageExt
+from txmq.tracing import Tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["DLX", "RabbitCore", "dlq_name", "queue_name"]
 
@@ -79,13 +94,17 @@ class RabbitCore:
         url: ``amqp://user:pass@host:port/vhost``.
         retry_delay_ms: pause before a failed delivery is nacked (requeued).
         prefetch: unacknowledged deliveries per consumer.
+        tracing: the spans of publishes, deliveries, nacks and dead letters (docs/tracing.md,
+            "Outbox and inbox"); the trace context travels in the AMQP headers either way.
     """
 
     kind = "rabbitmq"
 
     def __init__(self, url: str, *, retry_delay_ms: int = limits.OUTBOX_TRANSPORT_RETRY_DELAY_MS,
-                 prefetch: int = limits.OUTBOX_TRANSPORT_PREFETCH) -> None:
+                 prefetch: int = limits.OUTBOX_TRANSPORT_PREFETCH,
+                 tracing: Tracing | bool = True) -> None:
         self.url, self.retry_delay_ms, self.prefetch = url, retry_delay_ms, prefetch
+        self.tracing = Tracing.of(tracing)
         self._conn: AbstractRobustConnection | None = None
         self._pub: AbstractChannel | None = None
         self._exchanges: dict[str, AbstractExchange] = {}
@@ -119,8 +138,12 @@ class RabbitCore:
         if not msgs:
             return
         ex = await self._exchange(msgs[0].topic)
-        await asyncio.gather(*(ex.publish(_amqp_message(m, to_headers(m)), "", mandatory=True,
-                                          timeout=self._timeout_s) for m in msgs))
+        headers = [to_headers(m) for m in msgs]
+        with self.tracing.send_span(PUBLISH, msgs[0].topic, headers, system=RABBITMQ,
+                                    attributes=batch_attributes(len(msgs))):
+            await asyncio.gather(*(ex.publish(_amqp_message(m, h), "", mandatory=True,
+                                              timeout=self._timeout_s)
+                                   for m, h in zip(msgs, headers, strict=True)))
 
     async def _declare(self, ch: AbstractChannel, group: str, topic: str,
                        max_reconsume_times: int) -> aio_pika.abc.AbstractQueue:
@@ -155,19 +178,33 @@ class RabbitCore:
     async def _on_message(self, group: str, topic: str, listener: Listener, max_rt: int,
                           m: AbstractIncomingMessage) -> None:
         count = _delivery_count(m)
+        queue = queue_name(group, topic)
+
+        def span_of(msg: MessageExt) -> AbstractContextManager[Span | None]:
+            return delivery_span(self.tracing, RABBITMQ, topic, group, queue, msg.properties,
+                                 count + 1)
+
         v, reason = await handle_delivery(
             listener, lambda: from_headers(topic, m.body, {**(m.headers or {})}, count), count + 1, max_rt,
-            broker_limits=True)
+            broker_limits=True, span_of=span_of)
         if v is Verdict.ACK:
             await m.ack()
-        elif v is Verdict.RETRY:
-            await asyncio.sleep(self.retry_delay_ms / 1000)
-            await m.nack(requeue=True)
-        else:  # not an envelope: to the DLQ with the reason, confirmed, before the ack
-            headers = {k: v for k, v in (m.headers or {}).items() if not k.startswith("x-")}
-            headers[PROPERTY_DLQ_REASON] = reason
-            out = aio_pika.Message(m.body, headers=headers, message_id=m.message_id,
-                                   delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+            return
+        props = text_headers(m.headers or {})
+        if v is Verdict.RETRY:  # past the delivery limit, this nack makes RabbitMQ dead-letter it
+            last = count + 1 > max_rt
+            with settle_span(self.tracing, RABBITMQ, DEAD_LETTER if last else "nack",
+                             dlq_name(group, topic) if last else queue, group, props, count + 1):
+                await asyncio.sleep(self.retry_delay_ms / 1000)
+                await m.nack(requeue=True)
+            return
+        # not an envelope: to the DLQ with the reason, confirmed, before the ack
+        headers = {k: v for k, v in (m.headers or {}).items() if not k.startswith("x-")}
+        headers[PROPERTY_DLQ_REASON] = reason
+        out = aio_pika.Message(m.body, headers=headers, message_id=m.message_id,
+                               delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+        with settle_span(self.tracing, RABBITMQ, DEAD_LETTER, dlq_name(group, topic), group, props,
+                         count + 1):
             try:
                 await self._exchanges[DLX].publish(out, dlq_name(group, topic), mandatory=True,
                                                    timeout=self._timeout_s)

@@ -10,25 +10,32 @@ written once for every asyncio transport.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol, TypeVar
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from txmq import limits
 from txmq.client import ConsumeStatus
 from txmq.errors import BrokerUnavailable
 from txmq.outbox._transport import Listener, NotAnEnvelope, Verdict, verdict
 from txmq.protocol import Message, MessageExt
+from txmq.tracing import set_error
 
-__all__ = ["AsyncCore", "BridgedTransport", "LoopThread", "handle_delivery", "is_async_listener"]
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+__all__ = ["AsyncCore", "BridgedTransport", "LoopThread", "SpanOf", "handle_delivery", "is_async_listener"]
 
 log = logging.getLogger("txmq.outbox.transport")
 
 T = TypeVar("T")
 
 Stop = Callable[[], Coroutine[Any, Any, None]]
+_NULL: Final = contextlib.nullcontext(None)
 
 
 class AsyncCore(Protocol):
@@ -78,10 +85,16 @@ class LoopThread:
             self.loop.close()
 
 
+SpanOf = Callable[[MessageExt], AbstractContextManager["Span | None"]]
+"""The process span of a decoded delivery (:func:`txmq.outbox._tracing.delivery_span`)."""
+
+
 async def handle_delivery(listener: Listener, decode: Callable[[], MessageExt], delivery: int,
-                          max_reconsume_times: int, *, broker_limits: bool) -> tuple[Verdict, str]:
+                          max_reconsume_times: int, *, broker_limits: bool,
+                          span_of: SpanOf | None = None) -> tuple[Verdict, str]:
     """Decode one delivery and run the listener on it: awaited if it is a coroutine function (or
-    its ``__call__`` is), else in a worker thread (it does blocking database I/O).
+    its ``__call__`` is), else in a worker thread (it does blocking database I/O; the thread
+    carries the current context, so the inbox's span nests in the process span).
 
     Args:
         listener: the inbox listener.
@@ -89,6 +102,7 @@ async def handle_delivery(listener: Listener, decode: Callable[[], MessageExt], 
         delivery: this delivery's number, 1-based.
         max_reconsume_times: redeliveries allowed before the DLQ.
         broker_limits: the broker dead-letters after its own delivery limit (RabbitMQ).
+        span_of: the span the listener runs in (failed unless it consumed the message).
 
     Returns:
         ``(verdict, reason)``; the reason is for the DLQ (empty on ACK).
@@ -97,14 +111,17 @@ async def handle_delivery(listener: Listener, decode: Callable[[], MessageExt], 
         msg = decode()
     except NotAnEnvelope as exc:
         return Verdict.DEAD_LETTER, str(exc)
-    try:
-        if is_async_listener(listener):  # an asyncio listener: awaited on this loop
-            status = await listener([msg])  # type: ignore[misc]
-        else:  # a threaded one does blocking database I/O: a worker thread
-            status = await asyncio.to_thread(listener, [msg])
-    except Exception:  # a listener must not raise; if it does, the delivery is retried
-        log.exception("outbox listener raised on a delivery; retrying it")
-        status = ConsumeStatus.RECONSUME_LATER
+    with span_of(msg) if span_of is not None else _NULL as span:
+        try:
+            if is_async_listener(listener):  # an asyncio listener: awaited on this loop
+                status = await listener([msg])  # type: ignore[misc]
+            else:  # a threaded one does blocking database I/O: a worker thread
+                status = await asyncio.to_thread(listener, [msg])
+        except Exception:  # a listener must not raise; if it does, the delivery is retried
+            log.exception("outbox listener raised on a delivery; retrying it")
+            status = ConsumeStatus.RECONSUME_LATER
+        if status is not ConsumeStatus.CONSUME_SUCCESS:
+            set_error(span, getattr(status, "name", str(status)), f"listener returned {status!r}")
     v = verdict(status, delivery, max_reconsume_times, broker_limits=broker_limits)
     reason = "" if v is Verdict.ACK else \
         f"failed {delivery} deliveries (max_reconsume_times {max_reconsume_times})"

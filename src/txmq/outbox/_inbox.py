@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -33,7 +33,12 @@ from txmq.outbox._envelope import InboxEvent, default_rollback_topic
 from txmq.outbox._inbox_core import Duplicate, InboxCore, RejectEvent
 from txmq.outbox._metrics import OutboxMetrics, default_metrics
 from txmq.outbox._schema import DEFAULT_TABLES, EventStatus, OutboxTables
+from txmq.outbox._tracing import SYSTEMS
 from txmq.outbox._transport import Subscription, Transport
+from txmq.tracing import ROCKETMQ, Tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["CommitListener", "Handler", "RejectEvent", "RollbackListener"]
 
@@ -52,7 +57,8 @@ class _InboxListener:
                  on_duplicate: Callable[[InboxEvent], object] | None = None,
                  clock: Callable[[], float] = time.time,
                  rollback_topic: Callable[[str], str] | None = None,
-                 on_rollback: Callable[[], object] | None = None) -> None:
+                 on_rollback: Callable[[], object] | None = None,
+                 tracing: Tracing | bool = True) -> None:
         self.engine = engine
         self.handler = handler
         self.app_id = app_id
@@ -61,7 +67,7 @@ class _InboxListener:
         self.metrics = metrics or default_metrics()
         self.core = InboxCore(tables, app_id=app_id, max_reconsume_times=max_reconsume_times,
                               rollback_topic=rollback_topic, metrics=self.metrics, clock=clock,
-                              on_duplicate=on_duplicate, on_rollback=on_rollback)
+                              on_duplicate=on_duplicate, on_rollback=on_rollback, tracing=tracing)
 
     def __call__(self, msgs: list[MessageExt]) -> ConsumeStatus:
         """The PushConsumer listener: CONSUME_SUCCESS when every message is handled (or was before)."""
@@ -75,43 +81,47 @@ class _InboxListener:
         """Handle one delivered message; see the module docstring."""
         core = self.core
         ev, give_up = core.decode(msg)
-        if give_up is not None:
-            return self._give_up(ev, give_up)
-        try:
-            with self.engine.begin() as conn:
-                core.insert_inbox(conn, ev, EventStatus.CONSUME_PROCESSED)
-                self.handler(conn, ev)
-        except Duplicate:
-            return self._duplicate(ev)
-        except Exception as exc:  # the handler (or the database) failed: nothing was committed
-            give_up = core.failed(ev, exc)
-            return ConsumeStatus.RECONSUME_LATER if give_up is None else self._give_up(ev, give_up)
-        return core.consumed()
+        with core.span(ev) as span:
+            if give_up is not None:
+                return self._give_up(ev, give_up, span)
+            try:
+                with self.engine.begin() as conn:
+                    core.insert_inbox(conn, ev, EventStatus.CONSUME_PROCESSED)
+                    self.handler(conn, ev)
+            except Duplicate:
+                return self._duplicate(ev, span)
+            except Exception as exc:  # the handler (or the database) failed: nothing was committed
+                give_up = core.failed(ev, exc, span)
+                return ConsumeStatus.RECONSUME_LATER if give_up is None else \
+                    self._give_up(ev, give_up, span)
+            return core.consumed(span)
 
     def inbox_status(self, ev: InboxEvent) -> str | None:
         """The committed inbox status of ``ev``, or None if it has no inbox row."""
         with self.engine.connect() as conn:
             return self.core.status_of(conn, ev)
 
-    def _duplicate(self, ev: InboxEvent) -> ConsumeStatus:
-        return self.core.duplicate(ev, self.inbox_status(ev))
+    def _duplicate(self, ev: InboxEvent, span: Span | None) -> ConsumeStatus:
+        return self.core.duplicate(ev, self.inbox_status(ev), span)
 
-    def _give_up(self, ev: InboxEvent, reason: str) -> ConsumeStatus:
+    def _give_up(self, ev: InboxEvent, reason: str, span: Span | None) -> ConsumeStatus:
         try:
             with self.engine.begin() as conn:
                 self.core.write_give_up(conn, ev)
         except Duplicate:
-            return self._duplicate(ev)
+            return self._duplicate(ev, span)
         except (sa.exc.SQLAlchemyError, OutboxError) as exc:  # retry: nothing was acknowledged
-            return self.core.give_up_failed(ev, exc)
-        return self.core.gave_up(ev, reason)
+            return self.core.give_up_failed(ev, exc, span)
+        return self.core.gave_up(ev, reason, span)
 
     def _subscribe(self, transport: Transport, group: str, topic: str,
                    max_reconsume_times: int) -> Subscription:
+        self.core.system = SYSTEMS.get(transport.kind, ROCKETMQ)
         return transport.subscribe(group, topic, self, max_reconsume_times=max_reconsume_times)
 
     def _consumer(self, group: str, endpoints: str, topic: str, max_reconsume_times: int,
                   kw: dict[str, Any]) -> PushConsumer:
+        kw.setdefault("tracing", self.core.tracing)
         c = PushConsumer(group, endpoints, self, max_reconsume_times=max_reconsume_times, **kw)
         c.subscribe(topic)
         return c
@@ -131,6 +141,10 @@ class CommitListener(_InboxListener):
         on_duplicate: called (outside any transaction) for each duplicate acknowledged.
         on_rollback: called after a ROLLBACK event committed (e.g. ``relay.wake``).
         clock: wall clock in seconds.
+        tracing: True (the global tracer provider), False, or a :class:`~txmq.tracing.Tracing`:
+            each event is handled in an ``apply <topic>`` span (a child of the consumer's process
+            span, else of the event's creation context), and a ROLLBACK event carries its
+            context (docs/tracing.md, "Outbox and inbox"). :meth:`consumer` passes it on.
 
     The consumer's own ``max_reconsume_times`` (DLQ) must exceed this one, or the broker would move
     the event to the DLQ before the rollback is emitted; :meth:`consumer` checks it.
@@ -144,13 +158,13 @@ class CommitListener(_InboxListener):
                  metrics: OutboxMetrics | None = None,
                  on_duplicate: Callable[[InboxEvent], object] | None = None,
                  on_rollback: Callable[[], object] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, tracing: Tracing | bool = True) -> None:
         if max_reconsume_times < 1:
             raise ConfigError(f"max_reconsume_times must be at least 1, got {max_reconsume_times}")
         super().__init__(engine, handler, app_id=app_id, tables=tables,
                          max_reconsume_times=max_reconsume_times, metrics=metrics,
                          on_duplicate=on_duplicate, clock=clock, rollback_topic=rollback_topic,
-                         on_rollback=on_rollback)
+                         on_rollback=on_rollback, tracing=tracing)
         self.rollback_topic = rollback_topic
         self.on_rollback = on_rollback
 
@@ -189,15 +203,16 @@ class RollbackListener(_InboxListener):
 
     Same arguments as :class:`CommitListener` without the rollback ones. A compensation that raises
     is retried by the broker; after the consumer's ``max_reconsume_times`` (16) the event goes to
-    ``%DLQ%<group>`` for a person to handle.
+    ``%DLQ%<group>`` for a person to handle. Each event is handled in a ``compensate <topic>``
+    span.
     """
 
     def __init__(self, engine: sa.Engine, handler: Handler, *, app_id: str = "",
                  tables: OutboxTables = DEFAULT_TABLES, metrics: OutboxMetrics | None = None,
                  on_duplicate: Callable[[InboxEvent], object] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, tracing: Tracing | bool = True) -> None:
         super().__init__(engine, handler, app_id=app_id, tables=tables, max_reconsume_times=None,
-                         metrics=metrics, on_duplicate=on_duplicate, clock=clock)
+                         metrics=metrics, on_duplicate=on_duplicate, clock=clock, tracing=tracing)
 
     def consumer(self, group: str, endpoints: str, topic: str, *,
                  max_reconsume_times: int = limits.OUTBOX_COMPENSATION_MAX_RECONSUME_TIMES,

@@ -25,7 +25,8 @@ import contextlib
 import functools
 import json
 import logging
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import nats
@@ -36,6 +37,15 @@ from nats.js.errors import BadRequestError, NotFoundError
 
 from txmq import limits
 from txmq.outbox._bridge import Stop, handle_delivery
+from txmq.outbox._tracing import (
+    DEAD_LETTER,
+    NATS,
+    PUBLISH,
+    batch_attributes,
+    delivery_span,
+    settle_span,
+    text_headers,
+)
 from txmq.outbox._transport import (
     PROPERTY_DLQ_REASON,
     Listener,
@@ -46,6 +56,10 @@ from txmq.outbox._transport import (
     to_headers,
 )
 from txmq.protocol import Message, MessageExt
+from txmq.tracing import Tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["DLQ_STREAM", "STREAM", "NatsCore", "consumer_name", "dlq_subject", "subject"]
 
@@ -90,14 +104,18 @@ class NatsCore:
         retry_delay_ms: ``nak`` delay of a failed delivery.
         prefetch: messages per fetch.
         ack_wait_ms: redelivery of an unacknowledged delivery after this.
+        tracing: the spans of publishes, deliveries, naks and dead letters (docs/tracing.md,
+            "Outbox and inbox"); the trace context travels in the NATS headers either way.
     """
 
     kind = "nats"
 
     def __init__(self, url: str, *, retry_delay_ms: int = limits.OUTBOX_TRANSPORT_RETRY_DELAY_MS,
                  prefetch: int = limits.OUTBOX_TRANSPORT_PREFETCH,
-                 ack_wait_ms: int = limits.OUTBOX_TRANSPORT_ACK_WAIT_MS) -> None:
+                 ack_wait_ms: int = limits.OUTBOX_TRANSPORT_ACK_WAIT_MS,
+                 tracing: Tracing | bool = True) -> None:
         self.url, self.retry_delay_ms = url, retry_delay_ms
+        self.tracing = Tracing.of(tracing)
         self.prefetch, self.ack_wait_ms = prefetch, ack_wait_ms
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
@@ -146,15 +164,17 @@ class NatsCore:
             return
         subj = subject(msgs[0].topic)
 
-        async def one(m: Message) -> None:
-            headers = to_headers(m)
+        async def one(m: Message, headers: dict[str, str]) -> None:
             if m.msg_id:
                 headers["Nats-Msg-Id"] = m.msg_id
             ack = await self.js.publish(subj, m.body, headers=headers)
             if ack.stream != STREAM:
                 raise RuntimeError(f"subject {subj} is stored by stream {ack.stream}, not {STREAM}")
 
-        await asyncio.gather(*(one(m) for m in msgs))
+        headers = [to_headers(m) for m in msgs]
+        with self.tracing.send_span(PUBLISH, subj, headers, system=NATS,
+                                    attributes=batch_attributes(len(msgs))):
+            await asyncio.gather(*(one(m, h) for m, h in zip(msgs, headers, strict=True)))
 
     async def consume(self, group: str, topic: str, listener: Listener, max_reconsume_times: int) -> Stop:
         """Create (or bind) the durable pull consumer and run its fetch loop in a task; returns the
@@ -195,18 +215,28 @@ class NatsCore:
 
     async def _one(self, m: Msg, group: str, topic: str, listener: Listener, max_rt: int) -> None:
         n = m.metadata.num_delivered or 1
+
+        def span_of(msg: MessageExt) -> AbstractContextManager[Span | None]:
+            return delivery_span(self.tracing, NATS, topic, group, consumer_name(group, topic),
+                                 msg.properties, n)
+
         v, reason = await handle_delivery(
             listener, lambda: from_headers(topic, m.data, dict(m.headers or {}), n - 1), n, max_rt,
-            broker_limits=False)
+            broker_limits=False, span_of=span_of)
         if v is Verdict.ACK:
             await m.ack()
-        elif v is Verdict.RETRY:
-            await m.nak(delay=self.retry_delay_ms / 1000)
-        else:
-            headers = dict(m.headers or {})
-            headers.pop("Nats-Msg-Id", None)
-            headers[PROPERTY_DLQ_REASON] = reason
-            headers["Nats-Msg-Id"] = f"dlq-{group}-{m.metadata.sequence.stream}"
+            return
+        props = text_headers(m.headers or {})
+        if v is Verdict.RETRY:
+            with settle_span(self.tracing, NATS, "nak", subject(topic), group, props, n):
+                await m.nak(delay=self.retry_delay_ms / 1000)
+            return
+        headers = dict(m.headers or {})
+        headers.pop("Nats-Msg-Id", None)
+        headers[PROPERTY_DLQ_REASON] = reason
+        headers["Nats-Msg-Id"] = f"dlq-{group}-{m.metadata.sequence.stream}"
+        with settle_span(self.tracing, NATS, DEAD_LETTER, dlq_subject(group, topic), group, props,
+                         n):
             try:
                 await self.js.publish(dlq_subject(group, topic), m.data, headers=headers)
             except Exception:
@@ -225,10 +255,13 @@ class NatsCore:
             seq = int(info["stream_seq"])
             raw = await self.js.get_msg(STREAM, seq)
             headers = {str(k): str(v) for k, v in (raw.headers or {}).items() if k != "Nats-Msg-Id"}
+            delivered = int(info.get("deliveries", 0) or 0)
             headers[PROPERTY_DLQ_REASON] = (f"{info.get('deliveries', '?')} deliveries without an "
                                             "acknowledgement (max-deliveries advisory)")
             headers["Nats-Msg-Id"] = f"dlq-{group}-{seq}"
-            await self.js.publish(dlq_subject(group, topic), raw.data or b"", headers=headers)
+            with settle_span(self.tracing, NATS, DEAD_LETTER, dlq_subject(group, topic), group,
+                             headers, delivered):
+                await self.js.publish(dlq_subject(group, topic), raw.data or b"", headers=headers)
         except Exception:  # the message stays in the stream; an operator can still find it
             log.exception("NATS: following a max-deliveries advisory of %s for %s failed", topic, group)
 

@@ -19,6 +19,7 @@ from txmq.errors import ConfigError, RemoteError, ResponseCode, TxmqError
 from txmq.extras import require_extra
 from txmq.outbox._transport import Listener, Transport, parse_transport_url, txmq_addresses
 from txmq.protocol import Message, MessageExt
+from txmq.tracing import Tracing
 
 __all__ = ["TxmqTransport", "not_routed_yet", "open_transport"]
 
@@ -37,6 +38,7 @@ class TxmqTransport:
         producer_group: the relay's producer group.
         consumer_kw: extra :class:`~txmq.client.PushConsumer` arguments for :meth:`subscribe`
             (e.g. ``consume_from_where``).
+        tracing: the producer's and the consumers' ``tracing=`` (the SDK's spans).
 
     The producer starts on first use; if the broker is down, that send raises BrokerUnavailable and
     the next one tries again.
@@ -46,10 +48,11 @@ class TxmqTransport:
 
     def __init__(self, url: str, endpoints: str, *, namesrv_addr: str = "",
                  producer_group: str = "txmq-outbox-relay",
-                 consumer_kw: dict[str, Any] | None = None) -> None:
+                 consumer_kw: dict[str, Any] | None = None, tracing: Tracing | bool = True) -> None:
         self.url, self.endpoints, self.producer_group = url, endpoints, producer_group
         self.namesrv_addr = namesrv_addr
         self.consumer_kw = dict(consumer_kw or {})
+        self.tracing = Tracing.of(tracing)
         self._producer: Producer | None = None
         self._lock = threading.Lock()
 
@@ -57,7 +60,8 @@ class TxmqTransport:
         """The started producer. Raises BrokerUnavailable."""
         with self._lock:
             if self._producer is None:
-                p = Producer(self.producer_group, self.endpoints, namesrv_addr=self.namesrv_addr)
+                p = Producer(self.producer_group, self.endpoints, namesrv_addr=self.namesrv_addr,
+                             tracing=self.tracing)
                 try:
                     p.start()
                 except BaseException:
@@ -88,8 +92,9 @@ class TxmqTransport:
 
     def subscribe(self, group: str, topic: str, listener: Listener, *,
                   max_reconsume_times: int) -> PushConsumer:
+        kw = {"tracing": self.tracing, **self.consumer_kw}
         c = PushConsumer(group, self.endpoints, listener, max_reconsume_times=max_reconsume_times,
-                         namesrv_addr=self.namesrv_addr, **self.consumer_kw)
+                         namesrv_addr=self.namesrv_addr, **kw)
         c.subscribe(topic)
         return c
 
@@ -137,9 +142,9 @@ def open_transport(url: str, **kw: Any) -> Transport:
 
     ``txmq://host:port`` (a broker) or ``txmq://host:port[;host:port]?namesrv=1`` (name servers: a
     cluster) → :class:`TxmqTransport`; ``amqp://user:pass@host:port/vhost`` → RabbitMQ;
-    ``nats://host:port`` → NATS JetStream. ``kw`` go to the transport (RabbitMQ / NATS:
-    ``retry_delay_ms``, ``prefetch``; NATS also ``ack_wait_ms``; txmq: ``producer_group``,
-    ``consumer_kw``).
+    ``nats://host:port`` → NATS JetStream. ``kw`` go to the transport (every one: ``tracing``;
+    RabbitMQ / NATS: ``retry_delay_ms``, ``prefetch``; NATS also ``ack_wait_ms``; txmq:
+    ``producer_group``, ``consumer_kw``).
 
     Raises:
         ConfigError: an unknown scheme, a URL without host, a bad port, or an unknown keyword.

@@ -21,7 +21,9 @@ if TYPE_CHECKING:  # importing sqlalchemy.ext.asyncio costs about a second: only
 from txmq import limits
 from txmq.errors import OutboxError
 from txmq.outbox._schema import DEFAULT_TABLES, EventStatus, OutboxTables, TxType
+from txmq.outbox._tracing import put_span
 from txmq.protocol import Message
+from txmq.tracing import Tracing
 
 __all__ = ["insert_event", "new_event_id", "put_message"]
 
@@ -42,8 +44,14 @@ def _check(name: str, value: str, max_chars: int, *, empty_ok: bool = False) -> 
 
 def insert_event(conn: sa.Connection, tables: OutboxTables, message: Message, *, event_type: str,
                  biz_key: str, app_id: str, tx_type: TxType, now_ms: int,
-                 origin_event_id: str | None = None) -> str:
+                 origin_event_id: str | None = None, tracing: Tracing | None = None,
+                 fallback_context: dict[str, str] | None = None) -> str:
     """INSERT one PRODUCE_INIT event on ``conn`` (no commit); returns its event id.
+
+    With ``tracing`` (propagating), the event's properties (a copy) get the current trace context
+    (``traceparent``, ``tracestate``: its creation context, carried to every consumer) unless
+    they carry one already, or, when there is none, ``fallback_context``; the write is a
+    ``put_message <topic>`` span when spans are made.
 
     Raises:
         OutboxError: an empty or too long field, an empty topic, a payload over 4 MiB.
@@ -55,14 +63,31 @@ def insert_event(conn: sa.Connection, tables: OutboxTables, message: Message, *,
     if len(message.body) > limits.MESSAGE_SIZE_MAX_BYTES:
         raise OutboxError(f"payload of {len(message.body)} bytes exceeds {limits.MESSAGE_SIZE_MAX_BYTES}")
     event_id = new_event_id()
+    tx = TxType(tx_type).value
+    if tracing is None or not tracing.propagates:
+        _insert(conn, tables, message, message.properties, event_id, event_type, biz_key, app_id, tx,
+                now_ms, origin_event_id)
+        return event_id
+    with put_span(tracing, tables.outbox.name, message, event_id, event_type, biz_key, tx,
+                  origin_event_id):
+        props = dict(message.properties)  # the caller's dict may be shared
+        if not tracing.inject(props) and fallback_context:
+            props.update(fallback_context)
+        _insert(conn, tables, message, props, event_id, event_type, biz_key, app_id, tx, now_ms,
+                origin_event_id)
+    return event_id
+
+
+def _insert(conn: sa.Connection, tables: OutboxTables, message: Message, props: dict[str, str],
+            event_id: str, event_type: str, biz_key: str, app_id: str, tx_type: str, now_ms: int,
+            origin_event_id: str | None) -> None:
     conn.execute(tables.outbox.insert(), {  # values as parameters: the statement is compiled once
         "event_id": event_id, "app_id": app_id, "biz_key": biz_key, "event_type": event_type,
-        "tx_type": TxType(tx_type).value, "status": EventStatus.PRODUCE_INIT.value, "topic": message.topic,
-        "msg_tags": message.tags, "msg_keys": message.keys, "properties": json.dumps(message.properties),
+        "tx_type": tx_type, "status": EventStatus.PRODUCE_INIT.value, "topic": message.topic,
+        "msg_tags": message.tags, "msg_keys": message.keys, "properties": json.dumps(props),
         "payload": bytes(message.body), "origin_event_id": origin_event_id, "attempts": 0,
         "next_attempt_at_ms": now_ms, "fencing_token": 0, "created_at_ms": now_ms, "updated_at_ms": now_ms,
     })
-    return event_id
 
 
 def _sync_connection(conn: sa.Connection | Session) -> sa.Connection:
@@ -75,19 +100,19 @@ def _sync_connection(conn: sa.Connection | Session) -> sa.Connection:
 @overload
 def put_message(conn: AsyncConnection | AsyncSession, message: Message, event_type: str, biz_key: str,
                 app_id: str, tx_type: TxType = ..., *, tables: OutboxTables = ...,
-                now_ms: int | None = ...) -> Coroutine[Any, Any, str]: ...
+                now_ms: int | None = ..., tracing: Tracing | bool = ...) -> Coroutine[Any, Any, str]: ...
 
 
 @overload
 def put_message(conn: sa.Connection | Session, message: Message, event_type: str, biz_key: str,
                 app_id: str, tx_type: TxType = ..., *, tables: OutboxTables = ...,
-                now_ms: int | None = ...) -> str: ...
+                now_ms: int | None = ..., tracing: Tracing | bool = ...) -> str: ...
 
 
 def put_message(conn: sa.Connection | Session | AsyncConnection | AsyncSession, message: Message,
                 event_type: str, biz_key: str, app_id: str, tx_type: TxType = TxType.COMMIT, *,
-                tables: OutboxTables = DEFAULT_TABLES,
-                now_ms: int | None = None) -> str | Coroutine[Any, Any, str]:
+                tables: OutboxTables = DEFAULT_TABLES, now_ms: int | None = None,
+                tracing: Tracing | bool = True) -> str | Coroutine[Any, Any, str]:
     """Write ``message`` as an outbox event in the caller's open local transaction.
 
     Args:
@@ -101,6 +126,10 @@ def put_message(conn: sa.Connection | Session | AsyncConnection | AsyncSession, 
         tx_type: COMMIT (default) or ROLLBACK.
         tables: which outbox (default ``txmq_outbox``).
         now_ms: the creation time, ms since the epoch (default: the wall clock).
+        tracing: True (the global tracer provider), False, or a :class:`~txmq.tracing.Tracing`:
+            the event carries the current trace context (its creation context: the relay's send
+            and the consumers join the caller's trace), and the write is a ``put_message <topic>``
+            span (docs/tracing.md, "Outbox and inbox").
 
     Returns:
         The event id (32 hex digits), which is also the sent message's id.
@@ -112,7 +141,7 @@ def put_message(conn: sa.Connection | Session | AsyncConnection | AsyncSession, 
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     kw: dict[str, Any] = {"event_type": event_type, "biz_key": biz_key, "app_id": app_id,
-                          "tx_type": tx_type, "now_ms": now}
+                          "tx_type": tx_type, "now_ms": now, "tracing": Tracing.of(tracing)}
 
     if isinstance(conn, sa.Connection | Session):
         return insert_event(_sync_connection(conn), tables, message, **kw)

@@ -36,8 +36,10 @@ from txmq.outbox._ops import backlog, purge
 from txmq.outbox._policy import RelayConfig, RoundResult, idle_wait_ms
 from txmq.outbox._relay_core import FINISH_TRIES, RelayCore, Round, relay_isolation
 from txmq.outbox._schema import DEFAULT_TABLES, OutboxTables
+from txmq.outbox._tracing import failed, outside_trace, relay_spans, system_of
 from txmq.outbox._transport import Transport
 from txmq.protocol import Message
+from txmq.tracing import Tracing
 
 __all__ = ["Relay", "Sender", "default_relay_id"]
 
@@ -73,17 +75,22 @@ class Relay:
         metrics: where to count (default: the process-wide :func:`default_metrics`).
         clock: wall clock in seconds (tests pass a fake).
         rng: randomness for backoff jitter (seed it for reproducible tests).
+        tracing: True (the global tracer provider), False, or a :class:`~txmq.tracing.Tracing`:
+            each row's send is a ``relay <topic>`` span in the row's trace (docs/tracing.md,
+            "Outbox and inbox"). A sender it opens from a URL traces with it too.
     """
 
     def __init__(self, engine: sa.Engine, sender: Sender | str, *, tables: OutboxTables = DEFAULT_TABLES,
                  config: RelayConfig | None = None, relay_id: str | None = None,
                  metrics: OutboxMetrics | None = None, clock: Callable[[], float] = time.time,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, tracing: Tracing | bool = True) -> None:
         self.engine = engine
         self._owned: Transport | None = None
+        self.tracing = Tracing.of(tracing)
         if isinstance(sender, str):  # a transport URL: checked now (ConfigError), closed by stop()
-            sender = self._owned = open_transport(sender)
+            sender = self._owned = open_transport(sender, tracing=self.tracing)
         self.sender: Sender = sender
+        self._system = system_of(sender)
         self.tables = tables
         self.config = config or RelayConfig()
         self.relay_id = relay_id or default_relay_id()
@@ -123,12 +130,15 @@ class Relay:
         if not rnd.rows:
             return RoundResult()
         for batch, msgs in rnd.batches(self.config):
-            try:
-                self.sender.send_batch(msgs)
-            except Exception as exc:  # any failure leaves these events unsent: retry them later
-                rnd.send_failed(batch, exc, self.relay_id)
-            else:
-                rnd.sent(batch)
+            with relay_spans(self.tracing, self._system, self._label, batch, msgs,
+                             self._now_ms()) as spans:
+                try:
+                    outside_trace(spans, self.sender.send_batch, msgs)
+                except Exception as exc:  # any failure leaves these events unsent: retry them later
+                    failed(spans, exc)
+                    rnd.send_failed(batch, exc, self.relay_id)
+                else:
+                    rnd.sent(batch)
         return self._finish_round(rnd)
 
     def _finish(self, rows: list[OutboxRow], ok: list[OutboxRow],

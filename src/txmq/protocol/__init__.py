@@ -35,6 +35,8 @@ from txmq.protocol._message_codec import *  # noqa: F403
 from txmq.protocol._message_codec import __all__ as _message_codec_all
 from txmq.protocol._message_id import *  # noqa: F403
 from txmq.protocol._message_id import __all__ as _message_id_all
+from txmq.protocol._msg_trace import *  # noqa: F403
+from txmq.protocol._msg_trace import __all__ as _msg_trace_all
 from txmq.protocol._parked import *  # noqa: F403
 from txmq.protocol._parked import __all__ as _parked_all
 from txmq.protocol._remoting import *  # noqa: F403
@@ -45,6 +47,8 @@ from txmq.protocol._topic_admin import *  # noqa: F403
 from txmq.protocol._topic_admin import __all__ as _topic_admin_all
 from txmq.protocol._topics import *  # noqa: F403
 from txmq.protocol._topics import __all__ as _topics_all
+from txmq.protocol._tx_trace import *  # noqa: F403
+from txmq.protocol._tx_trace import __all__ as _tx_trace_all
 from txmq.protocol._validate import *  # noqa: F403
 from txmq.protocol._validate import __all__ as _validate_all
 
@@ -69,10 +73,12 @@ __all__ = [
     "MessageIndex",
     "index_message_exts",
     *_message_id_all,
+    *_msg_trace_all,
     *_parked_all,
     *_topic_admin_all,
     *_remoting_all,
     *_topics_all,
+    *_tx_trace_all,
     *_route_all,
     *_validate_all,
 ]

@@ -112,3 +112,7 @@ class RequestCode(IntEnum):
     RESET_CONSUMER_OFFSETS = 9012
     """Broker to consumer: the group's offsets of a topic were reset; restart from them (JSON
     body :class:`~txmq.protocol.ResetConsumerClientOffsetBody`)."""
+    GET_TRANSACTION_TRACE = 9013
+    """The recorded lives of transactions, by id or by W3C trace id (header
+    :class:`~txmq.protocol.TransactionTraceRequestHeader`; body: JSON list of
+    :class:`~txmq.protocol.TransactionLife`)."""

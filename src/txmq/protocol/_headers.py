@@ -235,6 +235,13 @@ class SendMessageResponseHeader(_Header, kw_only=True):
     master_epoch: JLong | None = None
     """txmq extension: the master epoch of the broker that stored it (controller mode); the
     producer puts it on the half's END_TRANSACTION."""
+    msg_region: str | None = msgspec.field(default=None, name="MSG_REGION")
+    """The broker's region (RocketMQ ``SendMessageProcessor`` adds ``MSG_REGION`` to every send
+    response; txmq's broker when it hosts message trace): clients write it into their message
+    trace records."""
+    trace_on: bool | None = msgspec.field(default=None, name="TRACE_ON")
+    """The broker's ``traceOn`` (ext field ``TRACE_ON``): false asks clients not to trace the
+    message (Java clients trace unless it is ``false``; the C++ client only when ``true``)."""
 
 
 # --- pull and offsets -------------------------------------------------------------------------

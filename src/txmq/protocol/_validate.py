@@ -39,6 +39,7 @@ from txmq.protocol._message import (
     PROPERTY_TXMQ_RESUMED_FROM,
     PROPERTY_TXMQ_SENDER_CLIENT_ID,
 )
+from txmq.protocol._msg_trace import TRACE_TOPIC_PREFIX
 from txmq.protocol._parked import PARK_PROPERTY_NAMES
 from txmq.protocol._topics import (
     HALF_TOPIC,
@@ -76,7 +77,9 @@ BROKER_TOPICS = frozenset({
 """Topics only the broker writes: RocketMQ ``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET`` and txmq's
 Spark sink batch marker topic. Topics starting with ``rmq_sys_`` (RocketMQ ``SYSTEM_TOPIC_PREFIX``)
 or ``TXMQ_SYS_`` (txmq's prefix for later system topics) are reserved too. Clients may read them
-(``txmq tx``, the tests), not send to or create them."""
+(``txmq tx``, the tests), not send to or create them. A region's trace topic
+``rmq_sys_TRACE_DATA_<region>`` is not reserved: clients write message trace records there
+(RocketMQ ``TraceConstants.TRACE_TOPIC_PREFIX``; docs/tracing.md)."""
 _BROKER_TOPIC_PREFIXES = ("rmq_sys_", "TXMQ_SYS_")
 
 BROKER_ONLY_PROPERTIES = frozenset({
@@ -138,8 +141,10 @@ def check_topic(topic: str) -> str:
 
 
 def is_broker_topic(topic: str) -> bool:
-    """Whether only the broker writes ``topic`` (:data:`BROKER_TOPICS` and reserved prefixes)."""
-    return topic in BROKER_TOPICS or topic.startswith(_BROKER_TOPIC_PREFIXES)
+    """Whether only the broker writes ``topic`` (:data:`BROKER_TOPICS` and reserved prefixes,
+    but not a region's trace topic)."""
+    return topic in BROKER_TOPICS or (topic.startswith(_BROKER_TOPIC_PREFIXES)
+                                      and not topic.startswith(TRACE_TOPIC_PREFIX))
 
 
 def check_send_topic(topic: str) -> str:

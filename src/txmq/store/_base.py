@@ -128,6 +128,36 @@ class Store(abc.ABC):
         """Layout, retention and disk-space settings."""
         self._hooks: dict[str, RetentionHook] = {}
         self._tables: dict[str, StateTable] = {}
+        self._read_limit: int | None = None
+
+    # -- read visibility --------------------------------------------------------------------------
+    def set_read_limit(self, offset: int | None) -> None:
+        """Cap what readers see (consume queue reads and :meth:`queue_bounds`) at commit log
+        ``offset`` besides ``flushed_offset``: controller mode's confirm offset, up to which the
+        SyncStateSet holds the log (RocketMQ ``MessageStoreConfig.readUnCommitted`` false,
+        ``DefaultMessageStore.getMaxOffsetInQueue(committed)``). The cap only rises, so an offset
+        a reader saw never leaves the visible range (only :meth:`truncate_log` lowers it, to the
+        cut); ``None`` lifts it (every mode but controller mode)."""
+        if offset is None or self._read_limit is None or offset > self._read_limit:
+            self._read_limit = offset
+
+    @property
+    def read_limit(self) -> int | None:
+        """The cap :meth:`set_read_limit` set (None: readers see every durable record)."""
+        return self._read_limit
+
+    @property
+    def visible_offset(self) -> int:
+        """Commit log offset below which readers see records: ``flushed_offset``, capped by
+        :meth:`set_read_limit`."""
+        f = self.flushed_offset
+        lim = self._read_limit
+        return f if lim is None or lim >= f else lim
+
+    def queue_durable_max(self, topic: str, queue_id: int) -> int:
+        """One past a consume queue's last durable entry, whatever the read limit (a pull's
+        offset up to it is only not visible yet; past it, it is out of range)."""
+        return self.bounds_below(topic, queue_id, self.flushed_offset)[1]
 
     # -- writing ----------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -254,9 +284,15 @@ class Store(abc.ABC):
             CorruptRecord: the consume queue or the commit log range cannot be read.
         """
 
-    @abc.abstractmethod
     def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
-        """``(min_offset, max_offset)`` of a consume queue's durable records; max is exclusive."""
+        """``(min_offset, max_offset)`` of a consume queue's visible records (durable, and below
+        the read limit); max is exclusive."""
+        return self.bounds_below(topic, queue_id, self.visible_offset)
+
+    @abc.abstractmethod
+    def bounds_below(self, topic: str, queue_id: int, commit_log_offset: int) -> tuple[int, int]:
+        """``(min_offset, max_offset)`` of a consume queue counting the entries whose records
+        start below ``commit_log_offset`` (at most ``flushed_offset``); max is exclusive."""
 
     @abc.abstractmethod
     def queue_ids(self, topic: str) -> list[int]:

@@ -66,6 +66,8 @@ class ConsumeQueue:
         self._fresh = False
         self.last_persisted: tuple[int, int] | None = None
         """``(commit log offset, size)`` of the newest entry written to a file."""
+        self._last_clo: tuple[int, int, int] | None = None
+        """(queue offset, persisted count, commit log offset) of the last persisted entry."""
 
     @property
     def max(self) -> int:
@@ -79,6 +81,7 @@ class ConsumeQueue:
         Returns False (and opens nothing) when files are missing or short: the caller rebuilds the
         queue from the commit log. Raises OSError.
         """
+        self._last_clo = None
         self.min, self.persisted = min(min_offset, max_offset), max_offset
         if max_offset == self.min:
             self._remove_files_from(0)
@@ -108,6 +111,7 @@ class ConsumeQueue:
     def reset(self, start: int | None) -> None:
         """Forget everything (files included) and start empty at queue offset ``start``, or with
         None at whatever offset the first dispatched record has (a rebuild)."""
+        self._last_clo = None
         self.close()
         self._remove_files_from(0)
         self.min = self.persisted = start or 0
@@ -148,6 +152,7 @@ class ConsumeQueue:
 
     def truncate_from(self, commit_log_offset: int) -> None:
         """Drop entries of records at or after ``commit_log_offset`` (the log was cut there)."""
+        self._last_clo = None
         cut = self._first_at_or_after(commit_log_offset, self.min)
         if cut >= self.persisted:
             n = cut - self.persisted
@@ -204,9 +209,26 @@ class ConsumeQueue:
         return f
 
     # -- reading ----------------------------------------------------------------------------------
-    def visible_max(self, flushed: int) -> int:
-        """One past the last entry whose record is below ``flushed`` (persisted ones always are)."""
-        return self.persisted + bisect_left(self._clo, flushed)
+    def visible_max(self, below: int) -> int:
+        """One past the last entry whose record starts below commit log offset ``below`` (the
+        flushed offset, or controller mode's lower read limit, which persisted entries may pass:
+        they are then bisected on disk). Raises OSError."""
+        clo = self._clo
+        if clo and clo[0] < below:
+            return self.persisted + bisect_left(clo, below)
+        if self.persisted <= self.min or self._persisted_clo(self.persisted - 1) < below:
+            return self.persisted
+        return self._first_at_or_after(below, self.min)
+
+    def _persisted_clo(self, i: int) -> int:
+        """Commit log offset of persisted entry ``i`` (the last one's is cached)."""
+        last = self._last_clo
+        if last is not None and last[0] == i and last[1] == self.persisted:
+            return last[2]
+        c = self.entries(i, i + 1)[0][0]
+        if i == self.persisted - 1:
+            self._last_clo = (i, self.persisted, c)
+        return c
 
     def entries(self, start: int, end: int) -> list[tuple[int, int]]:
         """``(commit log offset, size)`` of queue offsets ``[start, end)`` within ``[min, max)``.

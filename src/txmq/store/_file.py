@@ -183,6 +183,8 @@ class FileStore(Store):
                 raise StoreError(self._failed) from exc
             self._write = self._flushed = offset
             self._tail = self._flushed_tail = (offset, -1)  # (-1: no record to verify)
+            if self._read_limit is not None and self._read_limit > offset:
+                self._read_limit = offset
         self.checkpoint()()
         step("checkpoint")
         (self.root / TRUNCATE_MARKER).unlink()
@@ -562,7 +564,7 @@ class FileStore(Store):
         cq = self._queues.get((topic, queue_id))
         if cq is None or offset < cq.min or max_count <= 0:
             return []
-        end = min(offset + max_count, cq.visible_max(self._flushed))
+        end = min(offset + max_count, cq.visible_max(self.visible_offset))
         if offset >= end:
             return []
         try:
@@ -609,7 +611,7 @@ class FileStore(Store):
         cq = self._queues.get((topic, queue_id))
         if cq is None or offset < cq.min or max_count <= 0:
             return RawRead(b"", 0, offset)
-        end = min(offset + max_count, cq.visible_max(self._flushed))
+        end = min(offset + max_count, cq.visible_max(self.visible_offset))
         if offset >= end:
             return RawRead(b"", 0, offset)
         try:
@@ -650,11 +652,11 @@ class FileStore(Store):
             raise CorruptRecord(f"commit log range [{start}, {ends[j - 1]}) is not all stored")
         return j, view, start
 
-    def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+    def bounds_below(self, topic: str, queue_id: int, commit_log_offset: int) -> tuple[int, int]:
         cq = self._queues.get((topic, queue_id))
         if cq is None:
             return 0, 0
-        return cq.min, max(cq.min, cq.visible_max(self._flushed))
+        return cq.min, max(cq.min, cq.visible_max(min(commit_log_offset, self._flushed)))
 
     def topic_queues(self) -> dict[str, int]:
         out: dict[str, int] = {}

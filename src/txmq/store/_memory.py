@@ -158,7 +158,7 @@ class MemoryStore(Store):
         if q is None or offset < q.min:
             return []
         start = offset - q.min
-        end = min(start + max_count, bisect_left(q.offsets, self._flushed))
+        end = min(start + max_count, bisect_left(q.offsets, self.visible_offset))
         out: list[MessageExt] = []
         size = 0
         for clo in q.offsets[start:end]:
@@ -175,7 +175,7 @@ class MemoryStore(Store):
         if q is None or offset < q.min or max_count <= 0:
             return RawRead(b"", 0, offset)
         start = offset - q.min
-        end = min(start + max_count, bisect_left(q.offsets, self._flushed))
+        end = min(start + max_count, bisect_left(q.offsets, self.visible_offset))
         parts: list[bytes] = []
         total = 0
         for i, clo in enumerate(q.offsets[start:end]):
@@ -188,11 +188,11 @@ class MemoryStore(Store):
             total += len(data)
         return RawRead(b"".join(parts), len(parts), offset + max(0, end - start))
 
-    def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+    def bounds_below(self, topic: str, queue_id: int, commit_log_offset: int) -> tuple[int, int]:
         q = self._queues.get((topic, queue_id))
         if q is None:
             return 0, 0
-        return q.min, q.min + bisect_left(q.offsets, self._flushed)
+        return q.min, q.min + bisect_left(q.offsets, min(commit_log_offset, self._flushed))
 
     def topic_queues(self) -> dict[str, int]:
         out: dict[str, int] = {}

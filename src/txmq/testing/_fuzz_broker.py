@@ -59,6 +59,7 @@ from txmq.protocol import (
     SendMessageResponseHeader,
     SubscriptionData,
     TransactionIdRequestHeader,
+    TransactionTraceRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     ViewMessageByUniqKeyRequestHeader,
     ViewMessageRequestHeader,
@@ -316,10 +317,13 @@ def _admin(src: Source, run: _Run) -> None:
     ident = src.pick([*run.ids[-4:], "half:0", "half:x", "nope"])
     code = src.pick([RequestCode.ADMIN_END_TRANSACTION, RequestCode.RESUME_CHECK_HALF_MESSAGE,
                      RequestCode.QUERY_TRANSACTION, RequestCode.GET_TRANSACTION_STATS,
-                     RequestCode.GET_PENDING_TRANSACTIONS])
+                     RequestCode.GET_PENDING_TRANSACTIONS, RequestCode.GET_TRANSACTION_TRACE])
     header: msgspec.Struct = {
         RequestCode.ADMIN_END_TRANSACTION: AdminEndTransactionRequestHeader(
             id=ident, outcome=src.pick(["COMMIT", "ROLLBACK", "X"]), operator="op"),
+        RequestCode.GET_TRANSACTION_TRACE: TransactionTraceRequestHeader(
+            id=src.pick([ident, ""]), trace_id=src.pick(["", "0" * 31 + "1", "X" * 32, ident]),
+            limit=src.pick([1, 16, -1, 2**40])),
         RequestCode.RESUME_CHECK_HALF_MESSAGE: ResumeCheckHalfMessageRequestHeader(msg_id=ident),
         RequestCode.GET_PENDING_TRANSACTIONS: PendingTransactionsRequestHeader(
             limit=src.pick([1, 100, -1]))}.get(code, TransactionIdRequestHeader(id=ident))

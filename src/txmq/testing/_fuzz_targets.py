@@ -25,6 +25,7 @@ from txmq.errors import (
     HaProtocolError,
     MalformedFrame,
     MalformedHeader,
+    MalformedMessage,
     ProtocolError,
     ResponseCode,
 )
@@ -64,11 +65,13 @@ from txmq.protocol import (
     decode_register_body,
     decode_route,
     decode_topic_list,
+    decode_trace_records,
     encode_batch,
     encode_body,
     encode_command,
     encode_message_ext,
     encode_message_exts,
+    encode_trace_record,
     from_ext,
     offset_msg_id,
     to_ext,
@@ -390,6 +393,27 @@ def _message_ext_seeds() -> list[bytes]:
             b"\x00" + encode_message_ext(m)]
 
 
+def _msg_trace(data: bytes) -> None:
+    """RocketMQ message trace bodies: what decodes writes again and reads back the same."""
+    for r in decode_trace_records(data):
+        assert decode_trace_records(encode_trace_record(r)) == [r], r
+
+
+def _msg_trace_seeds() -> list[bytes]:
+    """Records as RocketMQ's Java client (``TraceDataEncoder``) and C++ client write them."""
+    def rec(*fields: str) -> bytes:
+        return ("\u0001".join(fields) + "\u0002").encode()
+
+    pub = rec("Pub", "1700000000123", "DefaultRegion", "pg", "t", "M1", "null", "k1 k2", "10.0.0.5:10911",
+              "37", "4", "1", "0A00000500002A9F0000000000001A2B", "true")
+    subs = rec("SubBefore", "1700000000500", "DefaultRegion", "cg", "R1", "M1", "2", "k1") + rec(
+        "SubAfter", "R1", "M1", "12", "false", "k1", "4", "1700000000512", "cg")
+    end = rec("EndTransaction", "1700000000200", "DefaultRegion", "pg", "t", "M1", "null", "k1",
+              "10.0.0.5:10911", "2", "M1", "UNKNOW", "true")
+    cpp = rec("SubAfter", "R1", "M1", "3", "true", "dKey")
+    return [pub, subs, end, cpp + rec("Recall", "1", "R", "g", "t", "M1", "false")]
+
+
 def _targets() -> Iterator[Target]:
     yield Target("frame", _frame, (FrameTooLarge, MalformedFrame), _frame_seeds,
                  "FrameDecoder.feed in chunks, both serialize types; decoded commands re-encode "
@@ -409,6 +433,10 @@ def _targets() -> Iterator[Target]:
                  "RocketMQ's HA stream (replication): TransferDecoder, ReportDecoder, SlaveCore and "
                  "the ACL handshake (HelloDecoder, challenge) on raw bytes in chunks; decoded "
                  "frames re-encode to the input")
+    yield Target("msg-trace", _msg_trace, (MalformedMessage,), _msg_trace_seeds,
+                 "RocketMQ message trace bodies (Pub, SubBefore, SubAfter, EndTransaction, Recall "
+                 "records): every input decodes or raises MalformedMessage; decoded records "
+                 "re-encode and read back the same")
     yield Target("broker", broker_target, (), broker_seeds,
                  "a request program through the wire codec (JSON or ROCKETMQ headers, corrupted "
                  "fields) and Broker.handle/tick on a MemoryStore, then a reopen that must recover "

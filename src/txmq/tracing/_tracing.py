@@ -220,17 +220,20 @@ class Tracing:
     # -- spans ------------------------------------------------------------------------------------
     def send_span(self, operation_name: str, destination: str | None,
                   messages: Sequence[MutableMapping[str, str]], *, system: str = ROCKETMQ,
-                  attributes: Attributes | None = None,
-                  operation_type: str = OPERATION_SEND) -> AbstractContextManager[Span | None]:
+                  attributes: Attributes | None = None, operation_type: str = OPERATION_SEND,
+                  ambient: bool = True) -> AbstractContextManager[Span | None]:
         """A send span, current in the ``with`` block (messaging-spans.md, "Producer spans").
 
         Each of ``messages`` (their properties, written in place) that carries no creation context
         gets the span's: the span is then a PRODUCER span; when every message carries one
         already (set by the application, or captured earlier as the outbox does at ``put``), it is
         left unchanged and the span is a CLIENT span. The span links to each creation context
-        that was there before. When spans are not made, the current trace context is still
-        injected (if valid). Yields the span, or None. An exception leaving the block marks it
-        failed (:func:`error_type`) and goes on.
+        that was there before. Its parent is the current span; with ``ambient=False`` (a send in
+        no caller's scope, as the outbox relay's) it is, for one message with a creation context
+        and ``parent_from_message``, that context (the send joins the message's trace), else
+        none. When spans are not made, the current trace context is still injected (if valid).
+        Yields the span, or None. An exception leaving the block marks it failed
+        (:func:`error_type`) and goes on.
         """
         tracer = self.tracer()
         if tracer is None:
@@ -242,9 +245,13 @@ class Tracing:
         existing = [api.extract(props) for props in messages]
         links = [api.link(c) for c in existing[:TRACE_LINKS_MAX] if c is not None]
         kind: Kind = "client" if messages and all(c is not None for c in existing) else "producer"
+        parent = None
+        if not ambient:
+            parent = existing[0] if (self.parent_from_message and len(messages) == 1
+                                     and existing[0] is not None) else api.root()
         span = api.start(tracer, _name(operation_name, destination), kind,
                          _attributes(system, operation_type, operation_name, destination,
-                                     attributes), None, links)
+                                     attributes), parent, links)
         ctx = api.context_of(span)
         for props, had in zip(messages, existing, strict=True):
             if had is None:

@@ -217,3 +217,41 @@ def test_group_lag_chart_falls_as_its_consumer_catches_up(page: Page, broker: Br
     after = ys[ys.index(n):]
     assert len(after) > 1 and after[-1] == 0
     assert all(a >= b for a, b in itertools.pairwise(after))  # it only falls
+
+
+class _CommitWhenChecked(_Undecided):
+    """UNKNOWN from the local transaction, COMMIT when checked back."""
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT_MESSAGE
+
+
+def test_a_traced_transaction_shows_its_check_back_and_links_its_trace_id(
+        page: Page, broker: BrokerProcess) -> None:
+    """Issue #28: a transaction in a W3C trace, answered UNKNOWN and committed by a check-back;
+    its page shows the check-back (to whom, answered how) and the deciding client, and its trace
+    id links to the search of that trace."""
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    with TransactionProducer("browser-traced", broker.endpoints, _CommitWhenChecked()) as p:
+        sent = p.send_message_in_transaction(Message(
+            topic="orders", body=b'{"order": 31}', keys="traced-31",
+            properties={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}))
+        with Admin(broker.endpoints) as adm:
+            wait_until(lambda: adm.query_transaction(f"half:{sent.half_offset}")["state"]
+                       == "COMMIT", WAIT_S)
+        client_id = p.client_id
+    page.goto(f"/messages/{sent.msg_id}")
+    answer = page.locator("[data-testid=trace-row][data-kind=answer]")
+    expect(answer).to_contain_text("UNKNOWN")
+    check = page.locator("[data-testid=trace-row][data-kind=check-back]").first
+    expect(check.locator("[data-testid=trace-client]")).to_contain_text(client_id)
+    expect(check).to_contain_text("answered COMMIT")
+    commit = page.locator("[data-testid=trace-row][data-kind=commit]")
+    expect(commit.locator("[data-testid=trace-by]")).to_have_text("check-back")
+    expect(commit.locator("[data-testid=trace-client]")).to_contain_text(client_id)
+    page.locator("[data-testid=msg-trace-id]").click()
+    expect(page).to_have_url(re.compile(rf"/messages\?trace_id={trace_id}$"))
+    expect(page.locator("#msg-search-trace-id")).to_have_value(trace_id)
+    row = page.locator(f"[data-testid=msg-result-row][data-msg-id='{sent.msg_id}']")
+    expect(row).to_contain_text("traced-31")
+    expect(page.locator("#msg-search-status")).to_contain_text("1 message(s) found")

@@ -202,9 +202,10 @@ REMOTING_RULES: dict[int, Rule] = {
     R.GET_ALL_TOPIC_CONFIG: _rule("List on Cluster", _on_cluster(A.LIST)),
     R.GET_BROKER_RUNTIME_INFO: _rule("Get on Cluster", _on_cluster(A.GET)),
     R.GET_BROKER_HA_STATUS: _rule("Get on Cluster", _on_cluster(A.GET)),
-    R.NOTIFY_BROKER_ROLE_CHANGED: _rule("All on Cluster (a controller's push; with ACL on the "
-                                        "broker learns its role by polling instead)",
-                                        _on_cluster(A.ALL)),
+    R.NOTIFY_BROKER_ROLE_CHANGED: _rule("All on Cluster (a controller's push, signed by "
+                                        "`txmq controller --access-key`; refused unsigned: the "
+                                        "broker then learns its role from its next heartbeat "
+                                        "answer)", _on_cluster(A.ALL)),
     R.EXCHANGE_BROKER_HA_INFO: _rule("All on Cluster (a slave asks its master's HA address, or is "
                                      "told it: the HA account)", _on_cluster(A.ALL)),
     R.SEARCH_OFFSET_BY_TIMESTAMP: _rule("Sub or Get on Topic:`topic` (RocketMQ: Get)",
@@ -236,6 +237,7 @@ REMOTING_RULES: dict[int, Rule] = {
     R.GET_TRANSACTION_STATS: _rule("Get on Cluster", _on_cluster(A.GET)),
     R.GET_PENDING_TRANSACTIONS: _rule("List on Cluster", _on_cluster(A.LIST)),
     R.QUERY_TRANSACTION: _rule("Get on Cluster", _on_cluster(A.GET)),
+    R.GET_TRANSACTION_TRACE: _rule("Get on Cluster", _on_cluster(A.GET)),
     R.ADMIN_END_TRANSACTION: _rule("TxAdmin on Cluster (an operator's commit or rollback)",
                                    _on_cluster(A.TX_ADMIN)),
     R.END_TRANSACTION_BATCH: _rule("as END_TRANSACTION, for every entry", _end_transaction_batch),

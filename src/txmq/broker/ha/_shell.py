@@ -348,18 +348,23 @@ class HaMaster:
     async def _transfer(self, link: int, writer: asyncio.StreamWriter, at: int) -> None:
         """Ship from ``at`` for ever (cancelled when the slave goes)."""
         wake, last_write = self._wake[link], _mono_ms()
+        sent_confirm = -1
         while True:
             end = self.store.flushed_offset
             if at < end:  # frames of up to 32 KiB, up to _READ_BYTES of them before a drain
                 stop = min(end, at + _READ_BYTES)
                 while at < stop:
                     at += self._send_frame(writer, at, stop)
+            elif self._auto is not None and (
+                    (confirm := self._auto.frame(at)[3]) > sent_confirm
+                    or _mono_ms() - last_write >= limits.HA_SEND_HEARTBEAT_INTERVAL_MS):
+                # (controller mode: a risen confirm offset goes out at once, so that the slave's
+                # readers see what the SyncStateSet now holds)
+                epoch, start, _, confirm = self._auto.frame(at)
+                writer.write(encode_auto_transfer(at, b"", epoch, start, confirm))
+                sent_confirm = confirm
             elif _mono_ms() - last_write >= limits.HA_SEND_HEARTBEAT_INTERVAL_MS:
-                if self._auto is not None:
-                    epoch, start, _, confirm = self._auto.frame(at)
-                    writer.write(encode_auto_transfer(at, b"", epoch, start, confirm))
-                else:
-                    writer.write(encode_heartbeat(at))
+                writer.write(encode_heartbeat(at))
             else:
                 wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -394,6 +399,10 @@ class HaSlave:
         reply before the first report (truncate to the consistent point)."""
         self._flush, self._on_append = flush, on_append
         self.credentials = credentials
+        self.confirm = -1
+        """Controller mode: the highest confirm offset the master sent (-1: none yet)."""
+        self.on_confirm: Callable[[], None] = lambda: None
+        """Called when :attr:`confirm` rose."""
         self.connected = False
         self._last_report = 0
         self.last_read_ms = 0
@@ -464,6 +473,9 @@ class HaSlave:
                 pieces = core.feed(data)
                 if core.new_epochs and auto is not None:
                     auto.on_epochs(core.new_epochs)
+                if core.confirm > self.confirm:
+                    self.confirm = core.confirm
+                    self.on_confirm()
                 touched: set[tuple[str, int]] = set()
                 for offset, chunk in pieces:
                     self.store.append_replica(offset, chunk, touched)
@@ -481,6 +493,7 @@ class HaSlave:
         finally:
             if flushing is not None:
                 flushing.cancel()
+                await asyncio.gather(flushing, return_exceptions=True)
 
     async def _flush_and_report(self, writer: asyncio.StreamWriter, core: SlaveCore) -> None:
         """fsync and report the durable end, again while more was appended meanwhile. (An 8-byte
@@ -615,6 +628,10 @@ class Replication:
         """Controller mode: the acknowledgements of whichever HA listener runs (master)."""
         self._ha_port = 0
         self._slave_task: asyncio.Task[None] | None = None
+        self.on_confirm: Callable[[], None] = lambda: None
+        """Called when the confirm offset may have moved (an ack on a master, a frame on a
+        slave, a role or SyncStateSet change): the server raises the store's read limit
+        (:meth:`read_limit`) and wakes the pulls held on what became visible."""
 
     @property
     def ha_addr(self) -> str:
@@ -689,6 +706,7 @@ class Replication:
                 if c.ha_access_key else None)
         self.slave = HaSlave(self.store, ha_addr, self._flush, self._on_append, cred,
                              auto_switch=auto)
+        self.slave.on_confirm = lambda: self.on_confirm()
         self._slave_task = asyncio.create_task(self.slave.run(), name="ha-slave")
         self._slave_task.add_done_callback(_log_end)
 
@@ -708,6 +726,24 @@ class Replication:
         if not c.all_ack_in_sync_state_set:
             return self.acks.acked_by(c.min_in_sync_replicas - 1)
         return self.master.acked_by_brokers(r.sync_state_set - {r.controller_id})
+
+    def read_limit(self) -> int | None:
+        """What readers may see (:meth:`Store.set_read_limit`): None but in controller mode,
+        where it is the confirm offset: on a master, what every other SyncStateSet member
+        acknowledged (whatever ``all_ack_in_sync_state_set`` says of sends: any member may be
+        the next master), on a slave the confirm offset its master last sent (RocketMQ
+        ``AutoSwitchHAService.computeConfirmOffset``, ``readUnCommitted`` false). 0 while it
+        is unknown (the store keeps the highest limit it was given)."""
+        if not self.config.enable_controller_mode:
+            return None
+        r = self.role
+        if r.slave:
+            return max(0, self.slave.confirm) if self.slave is not None else 0
+        others = r.sync_state_set - {r.controller_id}
+        if not others:
+            return self.store.flushed_offset
+        acked = self.master.acked_by_brokers(others) if self.master is not None else -1
+        return min(self.store.flushed_offset, max(0, acked))
 
     def told(self, ha_addr: str, master_addr: str) -> None:
         """EXCHANGE_BROKER_HA_INFO with ``masterHaAddress``: a slave follows it."""
@@ -758,6 +794,10 @@ class Replication:
     def _acked(self) -> None:
         if self.sync is not None:
             self.sync.acked()
+        if self.config.enable_controller_mode:
+            self.on_confirm()
+            if self.master is not None:
+                self.master.notify()  # (the slaves learn the new confirm offset at once)
 
     def park(self, reply: Reply, code: int, t0: float) -> bool:
         """A durable reply: True when it waits for slaves (SYNC_MASTER), False to write it now."""

@@ -118,7 +118,10 @@ class RoleSwitch:
 
     def confirm_offset(self) -> int:
         end = self.store.flushed_offset
-        return end if self.role.slave else min(end, self.repl.sss_acked())
+        if self.role.slave:
+            return end
+        limit = self.repl.read_limit()
+        return end if limit is None else limit
 
     def last_epoch(self) -> int:
         return self.store.epochs.last_epoch()
@@ -145,6 +148,7 @@ class RoleSwitch:
             elif not self._new_epoch(master_epoch, end):
                 return  # (stays fenced: the controller elects again or the operator looks)
             r.to_master(master_epoch, sync_state_set, sync_state_set_epoch)
+            self.repl.on_confirm()
             pending = self.broker.take_master_role(self._wall_ms(), torn_from)
             await self.repl.start_master(AutoSwitchMaster(self._handshake, self._frame))
             log.warning("became master of %s, epoch %d, log end %d, SyncStateSet %s; %d pending "
@@ -200,6 +204,7 @@ class RoleSwitch:
             r.sync_state_set, r.sync_state_set_epoch = sync_state_set, sync_state_set_epoch
             if self.repl.sync is not None:
                 self.repl.sync.acked()  # a smaller set may release waiting sends
+            self.repl.on_confirm()  # (and make more visible to readers)
 
     def in_sync_slaves(self, now_ms: int) -> frozenset[int]:
         """Slave ids caught up within ``ha_max_time_slave_not_catchup_ms`` (``now_ms``:

@@ -26,13 +26,16 @@ from txmq.protocol import (
 )
 from txmq.store import Record
 
-__all__ = ["REMOVE_TAG", "op_records"]
+__all__ = ["REMOVE_TAG", "decided_by", "op_records"]
 
 REMOVE_TAG = "d"
 """RocketMQ ``TransactionalMessageUtil.REMOVE_TAG``: the tag of op records."""
 
 
-def _decided_by(entry: HalfEntry, outcome: Outcome, operator: str, checked: frozenset[int]) -> str:
+def decided_by(entry: HalfEntry, outcome: Outcome, operator: str, checked: frozenset[int]) -> str:
+    """``TXMQ_DECIDED_BY`` of a settlement: ``operator`` when an operator decided, ``check-back``
+    for a check-back's answer (``entry.half_offset`` in ``checked``) or a discard, else
+    ``producer``."""
     if operator:
         return "operator"
     if entry.half_offset in checked or outcome is Outcome.DISCARD:
@@ -47,7 +50,7 @@ def op_records(items: list[tuple[HalfEntry, Outcome]], now_ms: int, operator: st
     messages the same way); ``checked``: half offsets decided by a check-back answer."""
     groups: dict[tuple[Outcome, str], list[HalfEntry]] = {}
     for entry, outcome in items:
-        groups.setdefault((outcome, _decided_by(entry, outcome, operator, checked)), []).append(entry)
+        groups.setdefault((outcome, decided_by(entry, outcome, operator, checked)), []).append(entry)
     out: list[Record] = []
     for (outcome, by), entries in groups.items():
         props = {PROPERTY_TXMQ_OUTCOME: outcome.value, PROPERTY_TXMQ_DECIDED_BY: by}

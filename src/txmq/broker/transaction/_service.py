@@ -20,7 +20,7 @@ from txmq.broker._clients import ClientRegistry
 from txmq.broker._config import BrokerConfig
 from txmq.broker._health import PARK_PROPERTIES, park_properties
 from txmq.broker.transaction._index import HalfEntry, LatencyHistogram, Outcome, TransactionIndex
-from txmq.broker.transaction._op import REMOVE_TAG, op_records
+from txmq.broker.transaction._op import REMOVE_TAG, decided_by, op_records
 from txmq.broker.transaction._persist import SnapshotKeeper, open_state_table
 from txmq.broker.transaction._sink import (
     PROPERTY_TXMQ_SINK_BATCH,
@@ -31,6 +31,7 @@ from txmq.broker.transaction._sink import (
     decode_marker,
     encode_marker,
 )
+from txmq.broker.transaction._trace import TransactionTraces
 from txmq.errors import CorruptRecord, ResponseCode, StoreError
 from txmq.protocol import (
     FLAG_ONEWAY,
@@ -123,13 +124,22 @@ class TransactionService(SnapshotKeeper):
             at it or when a commit asks for it, and counted in ``stats["parked"]``.
         store_host: the broker's ``ip:port``, for the offset message id of a check-back of a
             half message stored without one (the memory store keeps no host).
+        traces: where the transactions' lives are recorded (:mod:`._trace`); a new one of
+            ``config.transaction_trace_max`` lives when None.
+        peer: connection → its remote ``ip:port`` (who a check-back went to, who answered).
     """
 
     def __init__(self, config: BrokerConfig, store: Store, append: Append,
                  clients: ClientRegistry,
                  destination_problem: Callable[[str | None, str | None], str | None],
-                 store_host: Callable[[], str] = lambda: "") -> None:
+                 store_host: Callable[[], str] = lambda: "",
+                 traces: TransactionTraces | None = None,
+                 peer: Callable[[int], str] = lambda conn: "") -> None:
         self.config = config
+        self.traces = traces if traces is not None else TransactionTraces(
+            config.transaction_trace_max, limits.TRANSACTION_CHECK_ANSWER_TIMEOUT_MS)
+        """The transactions' lives (GET_TRANSACTION_TRACE, the OTLP export)."""
+        self._peer = peer
         self._store_host = store_host
         self._problem = destination_problem
         self.store = store
@@ -161,7 +171,8 @@ class TransactionService(SnapshotKeeper):
 
     # -- prepare ----------------------------------------------------------------------------------
     def half_record(self, rec: Record, producer_group: str, client_id: str) -> Record:
-        """Turn a ``TRAN_MSG`` send into the half record (``parseHalfMessageInner``)."""
+        """Turn a ``TRAN_MSG`` send into the half record (``parseHalfMessageInner``; like
+        RocketMQ's it keeps the producer's born host, which the committed message inherits)."""
         props = dict(rec.properties)
         props[PROPERTY_REAL_TOPIC] = rec.topic
         props[PROPERTY_REAL_QUEUE_ID] = str(rec.queue_id)
@@ -171,7 +182,7 @@ class TransactionService(SnapshotKeeper):
         props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         return Record(topic=HALF_TOPIC, queue_id=0, body=rec.body, tags=rec.tags, keys=rec.keys,
                       properties=props, born_timestamp_ms=rec.born_timestamp_ms,
-                      store_timestamp_ms=rec.store_timestamp_ms)
+                      store_timestamp_ms=rec.store_timestamp_ms, born_host=rec.born_host)
 
     def stored_half(self, uniq_key: str, producer_group: str, real_topic: str) -> StoredHalf | None:
         """The pending half message a half send retries, or None: one whose ``UNIQ_KEY``,
@@ -213,14 +224,17 @@ class TransactionService(SnapshotKeeper):
             batch, task = get(PROPERTY_TXMQ_SINK_BATCH, ""), get(PROPERTY_TXMQ_SINK_TASK, "")
             if batch:
                 self.sinks.add(batch, task, res.queue_offset)
-        self.index.add(HalfEntry(
+        entry = HalfEntry(
             half_offset=res.queue_offset, commit_log_offset=res.commit_log_offset,
             producer_group=get(PROPERTY_PRODUCER_GROUP, ""),
             sender_client_id=get(PROPERTY_TXMQ_SENDER_CLIENT_ID, ""),
             msg_id=get(PROPERTY_UNIQ_KEY, ""), real_topic=get(PROPERTY_REAL_TOPIC, ""),
             keys=rec.keys, born_ms=rec.born_timestamp_ms, first_check_ms=first,
             next_check_ms=first, sink_batch=batch, sink_task=task,
-        ))
+        )
+        self.index.add(entry)
+        if cache and self.traces.enabled:  # (recovery: a pending one's life begins at its check)
+            self.traces.half(entry, p, rec.store_timestamp_ms, rec.born_host)
 
     def _immunity_ms(self, p: dict[str, str]) -> int:
         """The time before a half's first check: the transaction timeout, or the half's
@@ -232,15 +246,17 @@ class TransactionService(SnapshotKeeper):
         return immunity_ms
 
     # -- end transaction --------------------------------------------------------------------------
-    def end(self, h: EndTransactionRequestHeader, now_ms: int) -> EndResult:
+    def end(self, h: EndTransactionRequestHeader, now_ms: int, conn: int = 0) -> EndResult:
         """Commit or roll back a half message; first decision wins (I4).
 
         A repeated or conflicting end is answered with the recorded outcome, writes nothing and is
-        counted in ``duplicate_ends``. UNKNOWN changes nothing.
+        counted in ``duplicate_ends``. UNKNOWN changes nothing. ``conn``: the connection it came
+        on (who answered or ended, in the transaction's life; 0: unknown).
         """
-        return self.end_many([h], now_ms)[0]
+        return self.end_many([h], now_ms, conn)[0]
 
-    def end_many(self, headers: list[EndTransactionRequestHeader], now_ms: int) -> list[EndResult]:
+    def end_many(self, headers: list[EndTransactionRequestHeader], now_ms: int,
+                 conn: int = 0) -> list[EndResult]:
         """:meth:`end` for several requests at once, settled with one append: the real records of
         every commit and one op record per outcome (RocketMQ 5.1 batches op messages the same
         way). One result per header, in order; a second end of the same half message in the
@@ -248,6 +264,7 @@ class TransactionService(SnapshotKeeper):
         results: list[EndResult | None] = []
         decided: list[tuple[HalfEntry, Outcome]] = []
         first: dict[int, Outcome] = {}
+        who = (self._clients.client_id(conn), self._peer(conn)) if self.traces.enabled else ("", "")
         headers = [self._by_commit_log_offset(h) for h in headers]
         for h in headers:
             if h.tran_state_table_offset in first and h.commit_or_rollback in _DECISIONS:
@@ -255,7 +272,7 @@ class TransactionService(SnapshotKeeper):
                 results.append(EndResult(ResponseCode.SUCCESS, first[h.tran_state_table_offset].value,
                                          duplicate=True))
                 continue
-            r = self._decide(h)
+            r = self._decide(h, now_ms, who)
             if isinstance(r, EndResult):
                 results.append(r)
             else:
@@ -264,8 +281,8 @@ class TransactionService(SnapshotKeeper):
                 results.append(None)
         parked: dict[int, str] = {}  # commits that cannot be: discarded instead, with the reason
         checked = frozenset(h.tran_state_table_offset for h in headers if h.from_transaction_check)
-        durable = self._finish_many(decided, now_ms, parked=parked,
-                                    checked=checked).durable_offset if decided else 0
+        durable = self._finish_many(decided, now_ms, parked=parked, checked=checked,
+                                    who=who).durable_offset if decided else 0
         return [_end_result(first[h.tran_state_table_offset], durable,
                             parked.get(h.tran_state_table_offset)) if r is None else r
                 for h, r in zip(headers, results, strict=True)]
@@ -308,8 +325,10 @@ class TransactionService(SnapshotKeeper):
             return h
         return msgspec.structs.replace(h, tran_state_table_offset=rec.queue_offset)
 
-    def _decide(self, h: EndTransactionRequestHeader) -> EndResult | tuple[HalfEntry, Outcome]:
-        """Validate one end request: a final answer, or the pending entry and its outcome."""
+    def _decide(self, h: EndTransactionRequestHeader, now_ms: int, who: tuple[str, str]
+                ) -> EndResult | tuple[HalfEntry, Outcome]:
+        """Validate one end request: a final answer, or the pending entry and its outcome
+        (``who``: the client id and address it came from, for the transaction's life)."""
         if h.from_transaction_check:
             self._in_flight.pop(h.tran_state_table_offset, None)
             self.stats["checks_answered"] += 1
@@ -329,6 +348,9 @@ class TransactionService(SnapshotKeeper):
         if h.commit_log_offset != entry.commit_log_offset:
             return EndResult(ResponseCode.ILLEGAL_OPERATION,
                              remark="commit log offset does not match the half message")
+        if self.traces.enabled and (h.from_transaction_check or h.commit_or_rollback not in _DECISIONS):
+            self.traces.answered(entry.half_offset, h.commit_or_rollback, h.from_transaction_check,
+                                 now_ms, *who)
         if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
             return entry, Outcome.COMMIT
         if h.commit_or_rollback == TRANSACTION_ROLLBACK_TYPE:
@@ -342,7 +364,8 @@ class TransactionService(SnapshotKeeper):
     def _finish_many(self, items: list[tuple[HalfEntry, Outcome]], now_ms: int,
                      operator: str = "", reason: str = "",
                      parked: dict[int, str] | None = None,
-                     checked: frozenset[int] = frozenset()) -> EndResult:
+                     checked: frozenset[int] = frozenset(),
+                     who: tuple[str, str] = ("", "")) -> EndResult:
         """Settle pending transactions with one append: a real (or discard) record per committed
         (or discarded) message, then op records whose bodies list the settled half offsets per
         outcome, at most ``limits.TRANSACTION_OP_MSG_MAX_SIZE`` characters each (RocketMQ 5.1
@@ -351,6 +374,8 @@ class TransactionService(SnapshotKeeper):
         ``parked`` (half offset → reason) names discards to mark with a park reason; a commit
         whose half message has no valid real topic or queue is discarded instead and added there.
         ``checked``: half offsets decided by a check-back answer (recorded in the op records).
+        ``who``: the client id and address of the request that settles them (their lives), and
+        ``reason`` why (recorded in the op records for an operator only).
         """
         parked = {} if parked is None else parked
         records: list[Record] = []
@@ -384,6 +409,10 @@ class TransactionService(SnapshotKeeper):
                 log.warning("half message %s (offset %d) discarded: %s", entry.msg_id,
                             entry.half_offset, parked[entry.half_offset])
             self._settled(entry, outcome, now_ms)
+            if self.traces.enabled:
+                self.traces.ended(entry, outcome.value, now_ms,
+                                  decided_by(entry, outcome, operator, checked), *who, operator,
+                                  parked.get(entry.half_offset, reason))
         last = results[-1]
         return EndResult(ResponseCode.SUCCESS, settled[-1][1].value,
                          durable_offset=last.commit_log_offset + last.size)
@@ -485,7 +514,10 @@ class TransactionService(SnapshotKeeper):
         if entry.check_count >= cfg.transaction_check_max or (
             now_ms - entry.born_ms > cfg.file_reserved_time_ms
         ):
-            self._finish(entry, Outcome.DISCARD, now_ms)
+            self._finish(entry, Outcome.DISCARD, now_ms, reason=(
+                f"no decision after {entry.check_count} check-backs (transaction_check_max)"
+                if entry.check_count >= cfg.transaction_check_max else
+                "older than file_reserved_time_ms"))
             log.warning("half message %s (offset %d) discarded after %d checks", entry.msg_id,
                         entry.half_offset, entry.check_count)
             return None
@@ -514,6 +546,9 @@ class TransactionService(SnapshotKeeper):
         entry.check_count += 1
         self.stats["checks_sent"] += 1
         self._in_flight[entry.half_offset] = now_ms
+        if self.traces.enabled:
+            self.traces.check_sent(entry, half.properties, half.born_host, now_ms,
+                                   self._clients.client_id(conn), self._peer(conn))
         return SendTo(conn, self._check_request(half, entry))
 
     def _check_request(self, half: MessageExt, entry: HalfEntry) -> Command:

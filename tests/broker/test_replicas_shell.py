@@ -183,6 +183,9 @@ def test_reconnecting_to_the_controller_leaves_no_connection_behind(
             controller.start()
             since = time.monotonic() * 1000
             await until(lambda s=since: fake.lease > s + 1000, 30)  # heartbeats answered again
+        # the leader found again (metadata poll): the heartbeats go over the kept connection
+        await until(lambda: m.core is not None and m.core.leader is not None
+                    and _read_loops() >= 1, 30)
         gc.collect()
         await asyncio.sleep(0.1)
         assert reported == []

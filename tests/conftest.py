@@ -3,6 +3,7 @@ and one tiny TPC-H data set."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,3 +53,14 @@ def spark_tpch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def spark_orders(spark_tpch_dir: Path) -> list[tpch.Order]:
     return tpch.load_orders(spark_tpch_dir)
+
+
+@pytest.fixture(autouse=True)
+def _txmq_logger_restored() -> Iterator[None]:
+    """Each test leaves the ``txmq`` logger's level and propagation as it found them (a test that
+    quiets it must not silence the log records a later test asserts on)."""
+    logger = logging.getLogger("txmq")
+    level, propagate = logger.level, logger.propagate
+    yield
+    logger.setLevel(level)
+    logger.propagate = propagate

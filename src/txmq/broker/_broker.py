@@ -543,9 +543,10 @@ class Broker:
                 # the old master (never acknowledged to its producer): the end is all there is to
                 # have consumed, and the answer below moves the consumer back to it (txmq; else
                 # its next commit, the end, would move the offset back).
-                # (The durable end, not the visible one: controller mode's read limit may trail
+                # (Past the visible end, the durable end: controller mode's read limit may trail
                 # what a consumer read before a restart.)
-                end = self.store.queue_durable_max(h.topic, h.queue_id)
+                end = hi if h.commit_offset <= hi else self.store.queue_durable_max(h.topic,
+                                                                                      h.queue_id)
                 self.set_offset(h.consumer_group, h.topic, h.queue_id, min(h.commit_offset, end))
         if self.slave_read.refuses:  # a slave that serves no reads: pull from the master
             return self._pull_reply(conn, cmd, ResponseCode.PULL_RETRY_IMMEDIATELY, h.queue_offset,

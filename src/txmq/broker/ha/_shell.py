@@ -356,13 +356,12 @@ class HaMaster:
                 while at < stop:
                     at += self._send_frame(writer, at, stop)
             elif self._auto is not None and (
-                    (confirm := self._auto.frame(at)[3]) > sent_confirm
+                    (frame := self._auto.frame(at))[3] > sent_confirm
                     or _mono_ms() - last_write >= limits.HA_SEND_HEARTBEAT_INTERVAL_MS):
                 # (controller mode: a risen confirm offset goes out at once, so that the slave's
                 # readers see what the SyncStateSet now holds)
-                epoch, start, _, confirm = self._auto.frame(at)
-                writer.write(encode_auto_transfer(at, b"", epoch, start, confirm))
-                sent_confirm = confirm
+                epoch, start, _, sent_confirm = frame
+                writer.write(encode_auto_transfer(at, b"", epoch, start, sent_confirm))
             elif _mono_ms() - last_write >= limits.HA_SEND_HEARTBEAT_INTERVAL_MS:
                 writer.write(encode_heartbeat(at))
             else:

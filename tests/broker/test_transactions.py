@@ -6,6 +6,7 @@ Regression tests named ``test_rocketmq_<issue>_…`` answer the RocketMQ defect 
 
 from __future__ import annotations
 
+from txmq.broker import Reply
 from txmq.broker.transaction import HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC
 from txmq.errors import ResponseCode
 from txmq.protocol import (
@@ -407,3 +408,34 @@ def test_clock_jump_back_does_not_delay_check_backs_by_the_jump() -> None:
     assert h.tick(-jump) == []  # back to the real time
     h.tick(INTERVAL - 1)
     assert len(h.tick(1)) == 1  # one interval after the return, not after jump + interval
+
+
+def _end_reply(h: BrokerHarness, half: Command, outcome: str, *, from_check: bool = False) -> Reply:
+    ext = _end_ext(half, outcome)
+    if from_check:
+        ext["fromTransactionCheck"] = "true"
+    [reply] = [a for a in h.broker.handle(1, Command(code=RequestCode.END_TRANSACTION, opaque=7, ext=ext),
+                                          h.now_ms) if isinstance(a, Reply)]
+    return reply
+
+
+def test_a_repeated_end_is_answered_only_once_the_decision_it_repeats_is_durable() -> None:
+    """A commit not yet on disk (nor on a SYNC_MASTER's slaves), then a second end of the same half
+    (the producer's own after a check-back's, or a retry): the repeat's answer waits for the same
+    bytes as the first, so an acknowledged outcome never rests on an unflushed decision."""
+    h = harness()
+    halves = [h.send(1, "t", f"m{i}".encode(), transactional=True) for i in range(2)]
+    first = _end_reply(h, halves[0], "COMMIT", from_check=True)
+    assert first.durable_offset > h.store.flushed_offset
+    again = _end_reply(h, halves[0], "COMMIT")
+    assert _ended(again.command).outcome == "COMMIT"
+    assert again.durable_offset >= first.durable_offset
+    late_rollback = _end_reply(h, halves[0], "ROLLBACK")
+    assert (_ended(late_rollback.command).outcome, late_rollback.durable_offset >= first.durable_offset) \
+        == ("COMMIT", True)
+    h.store.flush()
+    batch = [_end_ext(halves[0], "COMMIT"), _end_ext(halves[1], "UNKNOWN")]  # nothing new appended
+    r = [a for a in h.broker.handle(1, Command(code=RequestCode.END_TRANSACTION_BATCH, opaque=8,
+                                                body=encode_body(batch)), h.now_ms)
+         if isinstance(a, Reply)]
+    assert len(r) == 1 and 0 < r[0].durable_offset <= h.store.flushed_offset  # durable already

@@ -2,12 +2,12 @@
 transactions' lives (their trace)."""
 
 from txmq.broker.transaction._index import HalfEntry, Outcome, TransactionIndex
+from txmq.broker.transaction._result import EndResult
 from txmq.broker.transaction._service import (
     HALF_TOPIC,
     OP_TOPIC,
     REMOVE_TAG,
     TRANS_CHECK_MAX_TIME_TOPIC,
-    EndResult,
     StoredHalf,
     TransactionService,
 )

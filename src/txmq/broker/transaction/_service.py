@@ -22,6 +22,7 @@ from txmq.broker._health import PARK_PROPERTIES, park_properties
 from txmq.broker.transaction._index import HalfEntry, LatencyHistogram, Outcome, TransactionIndex
 from txmq.broker.transaction._op import REMOVE_TAG, decided_by, op_records
 from txmq.broker.transaction._persist import SnapshotKeeper, open_state_table
+from txmq.broker.transaction._result import EndResult, end_result
 from txmq.broker.transaction._sink import (
     PROPERTY_TXMQ_SINK_BATCH,
     PROPERTY_TXMQ_SINK_TASK,
@@ -70,7 +71,6 @@ __all__ = [
     "OP_TOPIC",
     "REMOVE_TAG",
     "TRANS_CHECK_MAX_TIME_TOPIC",
-    "EndResult",
     "StoredHalf",
     "TransactionService",
 ]
@@ -86,17 +86,6 @@ _TX_PROPS = (PROPERTY_TRANSACTION_PREPARED, PROPERTY_REAL_TOPIC, PROPERTY_REAL_Q
              PROPERTY_TXMQ_SENDER_CLIENT_ID)
 
 Append = Callable[[list[Record]], list[AppendResult]]
-
-
-class EndResult:
-    """What END_TRANSACTION decided: response code, recorded outcome, and durability target."""
-
-    __slots__ = ("code", "duplicate", "durable_offset", "outcome", "remark")
-
-    def __init__(self, code: ResponseCode, outcome: str = "", *, duplicate: bool = False,
-                 durable_offset: int = 0, remark: str = "") -> None:
-        self.code, self.outcome, self.duplicate = code, outcome, duplicate
-        self.durable_offset, self.remark = durable_offset, remark
 
 
 class StoredHalf(msgspec.Struct, frozen=True, kw_only=True):
@@ -283,7 +272,7 @@ class TransactionService(SnapshotKeeper):
         checked = frozenset(h.tran_state_table_offset for h in headers if h.from_transaction_check)
         durable = self._finish_many(decided, now_ms, parked=parked, checked=checked,
                                     who=who).durable_offset if decided else 0
-        return [_end_result(first[h.tran_state_table_offset], durable,
+        return [end_result(first[h.tran_state_table_offset], durable,
                             parked.get(h.tran_state_table_offset)) if r is None else r
                 for h, r in zip(headers, results, strict=True)]
 
@@ -325,6 +314,12 @@ class TransactionService(SnapshotKeeper):
             return h
         return msgspec.structs.replace(h, tran_state_table_offset=rec.queue_offset)
 
+    def _duplicate(self, outcome: str) -> EndResult:
+        """A repeated end's answer (``outcome``: the recorded one), sent once all appended so far
+        is durable and replicated: the decision it repeats may still be on its way there."""
+        return EndResult(ResponseCode.SUCCESS, outcome, duplicate=True,
+                         durable_offset=self.store.write_offset)
+
     def _decide(self, h: EndTransactionRequestHeader, now_ms: int, who: tuple[str, str]
                 ) -> EndResult | tuple[HalfEntry, Outcome]:
         """Validate one end request: a final answer, or the pending entry and its outcome
@@ -340,7 +335,7 @@ class TransactionService(SnapshotKeeper):
                                  remark=f"no half message at offset {h.tran_state_table_offset}")
             if h.commit_or_rollback in _DECISIONS:
                 self.stats["duplicate_ends"] += 1
-            return EndResult(ResponseCode.SUCCESS, recorded.value, duplicate=True)
+            return self._duplicate(recorded.value)
         if h.producer_group != entry.producer_group:
             return EndResult(ResponseCode.TRANSACTION_STATE_GROUP_WRONG,
                              remark=f"producer group {h.producer_group!r} does not match "
@@ -687,7 +682,7 @@ class TransactionService(SnapshotKeeper):
             if recorded is None:
                 return EndResult(ResponseCode.TRANSACTION_NOT_FOUND, remark="no such transaction")
             self.stats["duplicate_ends"] += 1
-            return EndResult(ResponseCode.SUCCESS, recorded.value, duplicate=True)
+            return self._duplicate(recorded.value)
         return self._finish(entry, outcome, now_ms, operator, reason)
 
     def resume(self, half_offset: int, now_ms: int) -> tuple[ResponseCode, str, int]:
@@ -728,7 +723,7 @@ class TransactionService(SnapshotKeeper):
             self.stats["sink_duplicate_batches"] += 1
             last = self._rollback_all(pending, now_ms)
             return EndResult(ResponseCode.SUCCESS, Outcome.COMMIT.value, duplicate=True,
-                             durable_offset=last)
+                             durable_offset=max(last, self.store.write_offset))
         for task, n in tasks.items():
             if len(pending.get(task, ())) != n:
                 return EndResult(ResponseCode.TRANSACTION_NOT_FOUND,
@@ -771,7 +766,7 @@ class TransactionService(SnapshotKeeper):
         (Spark calls abort after a commit that raised, docs/pyspark.md §3)."""
         self._finish_torn_batches(now_ms)
         if batch in self.sinks.committed:
-            return EndResult(ResponseCode.SUCCESS, Outcome.COMMIT.value, duplicate=True)
+            return self._duplicate(Outcome.COMMIT.value)
         last = self._rollback_all(self.sinks.halves(batch), now_ms)
         return EndResult(ResponseCode.SUCCESS, Outcome.ROLLBACK.value, durable_offset=last)
 
@@ -789,11 +784,3 @@ class TransactionService(SnapshotKeeper):
                                     batch, outcome.value, off)
                         self._finish(entry, outcome, now_ms)
 
-
-def _end_result(outcome: Outcome, durable: int, park_reason: str | None) -> EndResult:
-    """The answer to an end request that settled its half message (or, when the commit could not
-    be done, discarded it: MESSAGE_ILLEGAL with the reason)."""
-    if park_reason is None:
-        return EndResult(ResponseCode.SUCCESS, outcome.value, durable_offset=durable)
-    return EndResult(ResponseCode.MESSAGE_ILLEGAL, Outcome.DISCARD.value, durable_offset=durable,
-                     remark=f"half message {park_reason}; discarded to {TRANS_CHECK_MAX_TIME_TOPIC}")

@@ -160,31 +160,31 @@ def api_router() -> APIRouter:
 def _transaction_routes(r: APIRouter) -> None:
     @r.get("/transactions", response_model=PendingPage)
     async def transactions(request: Request, limit: int = 100, offset: int = 0) -> PendingPage:
-        return await _backend(request).transactions(limit, offset)
+        return await _backend(request).tx.transactions(limit, offset)
 
     @r.get("/transactions/parked", response_model=ParkedPage)
     async def parked(request: Request, limit: int = 100) -> ParkedPage:
-        return await _backend(request).parked(limit)
+        return await _backend(request).tx.parked(limit)
 
     @r.get("/transactions/audit", response_model=AuditPage)
     async def audit(request: Request, limit: int = 100) -> AuditPage:
-        return await _backend(request).audit(limit)
+        return await _backend(request).tx.audit(limit)
 
     @r.get("/transactions/{id}")
     async def transaction(request: Request, id: str) -> dict[str, Any]:
-        return dict(await _backend(request).transaction(id))
+        return dict(await _backend(request).tx.transaction(id))
 
     @r.post("/transactions/{id}/resume", response_model=ResumeResult)
     async def resume(request: Request, id: str) -> ResumeResult:
-        return await _backend(request).resume(id)
+        return await _backend(request).tx.resume(id)
 
     @r.post("/transactions/{id}/commit", response_model=EndTransactionResult)
     async def commit(request: Request, id: str, body: EndTransactionBody) -> EndTransactionResult:
-        return await _backend(request).end_transaction(id, "COMMIT", body.operator, body.reason)
+        return await _backend(request).tx.end_transaction(id, "COMMIT", body.operator, body.reason)
 
     @r.post("/transactions/{id}/rollback", response_model=EndTransactionResult)
     async def rollback(request: Request, id: str, body: EndTransactionBody) -> EndTransactionResult:
-        return await _backend(request).end_transaction(id, "ROLLBACK", body.operator, body.reason)
+        return await _backend(request).tx.end_transaction(id, "ROLLBACK", body.operator, body.reason)
 
 
 def _dlq_routes(r: APIRouter) -> None:

@@ -25,15 +25,13 @@ import msgspec
 from txmq import limits
 from txmq.client import AsyncAdmin, AsyncConnection, AsyncPullConsumer
 from txmq.console import _convert, _msgtrace, _trace, _tx_life
+from txmq.console._backend_common import BrokerClients, bad, check_ident, check_page, or_empty
 from txmq.console._history import History, Sample
 from txmq.console._models import (
-    AuditEntry,
-    AuditPage,
     BrokerInfo,
     ConsumerMember,
     DlqPage,
     DlqSummary,
-    EndTransactionResult,
     GroupDetail,
     GroupQueue,
     GroupSummary,
@@ -42,16 +40,11 @@ from txmq.console._models import (
     MessageTrace,
     OutboxSummary,
     Overview,
-    ParkedPage,
-    ParkedTransaction,
-    PendingPage,
-    PendingTransaction,
     ReplicaMember,
     ResendPage,
     ResendResultModel,
     ResetOffsetResult,
     ResetQueue,
-    ResumeResult,
     Subscription,
     TopicDeleted,
     TopicDetail,
@@ -59,28 +52,14 @@ from txmq.console._models import (
     TopicQueues,
     TopicSummary,
 )
-from txmq.console._trace import read_queue, read_topic
-from txmq.console._user import Credentials, acting_user, current_credentials
-from txmq.errors import BrokerUnavailable, ConfigError, InvalidRequest, RemoteError, ResponseCode
+from txmq.console._trace import read_queue
+from txmq.console._transactions import TransactionDesk
+from txmq.console._user import Credentials, current_credentials
+from txmq.errors import BrokerUnavailable, ConfigError, RemoteError, ResponseCode
 from txmq.protocol import (
     DEFAULT_TOPIC,
     DLQ_PREFIX,
-    HALF_TOPIC,
-    OP_TOPIC,
-    OPERATOR_DECISION_KEY,
-    PROPERTY_PRODUCER_GROUP,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_TRANSACTION_CHECK_TIMES,
-    PROPERTY_TXMQ_HALF_OFFSET,
-    PROPERTY_TXMQ_OPERATOR,
-    PROPERTY_TXMQ_OUTCOME,
-    PROPERTY_TXMQ_PARK_REASON,
-    PROPERTY_TXMQ_REASON,
-    PROPERTY_TXMQ_TX_ID,
-    PROPERTY_TXMQ_TX_TOPIC,
-    PROPERTY_UNIQ_KEY,
     RETRY_PREFIX,
-    TRANS_CHECK_MAX_TIME_TOPIC,
     BrokerRuntimeInfo,
     ClusterInfo,
     ConsumerGroupInfo,
@@ -103,10 +82,6 @@ __all__ = ["Backend", "BrokerClients", "ConsoleConfig"]
 T = TypeVar("T")
 READER_GROUP = "TXMQ_CONSOLE"
 """The group the console reads system and DLQ topics as (it never commits an offset)."""
-_NOT_FOUND = (ResponseCode.TOPIC_NOT_EXIST, ResponseCode.QUERY_NOT_FOUND,
-              ResponseCode.TRANSACTION_NOT_FOUND)
-
-
 @dataclass
 class ConsoleConfig:
     """What the console talks to.
@@ -142,25 +117,6 @@ class ConsoleConfig:
     cluster: str = ""
 
 
-@dataclass
-class BrokerClients:
-    """One broker: its address, an admin client and a reader (pulls without committing)."""
-
-    addr: str
-    admin: AsyncAdmin
-    reader: AsyncPullConsumer
-    name: str = ""
-
-    async def close(self) -> None:
-        await self.admin.shutdown()
-        await self.reader.shutdown()
-
-
-def bad(reason: str, code: ResponseCode = ResponseCode.INVALID_PARAMETER) -> InvalidRequest:
-    """The error for bad input (400 unless ``code`` says not found or conflict)."""
-    return InvalidRequest(code, reason)
-
-
 def is_system_topic(topic: str) -> bool:
     """Broker, retry, DLQ and message trace topics: hidden from the topic list unless asked for."""
     return (is_broker_topic(topic) or topic.startswith((RETRY_PREFIX, DLQ_PREFIX)) or topic == DEFAULT_TOPIC
@@ -169,11 +125,6 @@ def is_system_topic(topic: str) -> bool:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _check_page(limit: int, what: str = "limit") -> None:
-    if not 1 <= limit <= limits.CONSOLE_PAGE_SIZE_MAX:
-        raise bad(f"{what} {limit} not in 1..{limits.CONSOLE_PAGE_SIZE_MAX}")
 
 
 def _check_queues(queues: int) -> None:
@@ -204,18 +155,9 @@ async def _on_all(brokers: list[BrokerClients], fn: Callable[[BrokerClients], Aw
     raise BrokerUnavailable(f"{what}: done on {done}; failed on {why}")
 
 
-async def _or_empty(call: Awaitable[list[T]]) -> list[T]:
-    """``call``'s answer, or [] when the broker says there is no such topic or message."""
-    try:
-        return await call
-    except RemoteError as exc:
-        if exc.response_code in _NOT_FOUND:
-            return []
-        raise
-
-
 class Backend:
-    """Every operation of the console (see the module docstring for errors).
+    """Every operation of the console (see the module docstring for errors); the transactions'
+    are on :attr:`tx`.
 
     Args:
         config: brokers, name servers, outbox database, sampling.
@@ -236,6 +178,8 @@ class Backend:
         self._closing: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
         self._outbox: Any = None
+        self.tx = TransactionDesk(self)
+        """Pending and parked transactions, resume, operator decisions and their audit log."""
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def open(self) -> None:
@@ -426,11 +370,11 @@ class Backend:
                           ) -> tuple[dict[Any, int], dict[Any, int], int, dict[str, int]]:
         cfgs = (await b.admin.topic_configs()).topic_config_table
         topics = [t for t in sorted(cfgs) if not is_system_topic(t)]
-        stats = await asyncio.gather(*(_or_empty(self._queue_stats(b, t)) for t in topics))
+        stats = await asyncio.gather(*(or_empty(self._queue_stats(b, t)) for t in topics))
         produced = {(b.addr, t, q.queue_id): q.max_offset
                     for t, qs in zip(topics, stats, strict=True) for q in qs}
         groups = (await b.admin.groups())[: limits.CONSOLE_SAMPLE_GROUPS_MAX]
-        per_group = await asyncio.gather(*(_or_empty(b.admin.consume_stats(g.group)) for g in groups))
+        per_group = await asyncio.gather(*(or_empty(b.admin.consume_stats(g.group)) for g in groups))
         consumed: dict[Any, int] = {}
         lag: dict[str, int] = {}
         for g, qs in zip(groups, per_group, strict=True):
@@ -463,7 +407,7 @@ class Backend:
     async def _topic_rows(self, b: BrokerClients, system: bool) -> list[TopicSummary]:
         cfgs = (await b.admin.topic_configs()).topic_config_table
         names = [t for t in sorted(cfgs) if system or not is_system_topic(t)]
-        stats = await asyncio.gather(*(_or_empty(self._queue_stats(b, t)) for t in names))
+        stats = await asyncio.gather(*(or_empty(self._queue_stats(b, t)) for t in names))
         out = []
         for t, qs in zip(names, stats, strict=True):
             lo, hi = sum(q.min_offset for q in qs), sum(q.max_offset for q in qs)
@@ -483,7 +427,7 @@ class Backend:
         have = await self._queue_counts(topic)
         if not have:
             raise bad(f"topic {topic!r} does not exist", ResponseCode.TOPIC_NOT_EXIST)
-        queues = [q for qs in await self.each(lambda b: _or_empty(self._queue_stats(b, topic)))
+        queues = [q for qs in await self.each(lambda b: or_empty(self._queue_stats(b, topic)))
                   for q in qs]
         brokers = await self.brokers()
         try:
@@ -546,7 +490,7 @@ class Backend:
 
     async def _consume_stats(self, group: str, topic: str = "") -> list[GroupQueue]:
         async def one(b: BrokerClients) -> list[GroupQueue]:
-            stats: list[QueueConsumeStats] = await _or_empty(b.admin.consume_stats(group, topic))
+            stats: list[QueueConsumeStats] = await or_empty(b.admin.consume_stats(group, topic))
             return [GroupQueue(topic=s.topic, queue_id=s.queue_id, broker_offset=s.broker_offset,
                                consumer_offset=s.consumer_offset, lag=s.lag, broker=b.name or b.addr)
                     for s in stats]
@@ -595,138 +539,6 @@ class Backend:
         return ResetOffsetResult(group=group, topic=topic, queues=[
             ResetQueue(queue_id=e.queue_id, offset=e.new_offset) for es in entries for e in es])
 
-    # -- transactions ---------------------------------------------------------------------------
-    async def transactions(self, limit: int = 100, offset: int = 0) -> PendingPage:
-        """Pending transactions, oldest first: rows ``offset .. offset + limit``."""
-        _check_page(limit)
-        if offset < 0 or offset + limit > limits.CONSOLE_PENDING_WINDOW_MAX:
-            raise bad(f"offset + limit must be in 0..{limits.CONSOLE_PENDING_WINDOW_MAX}")
-        answers = await self.each(lambda b: b.admin.pending_transactions(offset + limit))
-        rows = sorted((r for _, rs in answers for r in rs), key=lambda r: -int(r.get("age_ms", 0)))
-        items = [PendingTransaction(
-            id=str(r.get("msg_id") or f"half:{r['half_offset']}"), half_offset=int(r["half_offset"]),
-            topic=str(r.get("topic", "")), producer_group=str(r.get("producer_group", "")),
-            keys=str(r.get("keys", "")), age_ms=int(r.get("age_ms", 0)),
-            check_count=int(r.get("check_count", 0)), born_host=str(r.get("sender", "")))
-            for r in rows[offset: offset + limit]]
-        return PendingPage(pending_total=sum(n for n, _ in answers), items=items)
-
-    async def parked(self, limit: int = 100) -> ParkedPage:
-        """Half messages discarded (after ``transactionCheckMax`` check-backs, or because they
-        could never be committed) and not resumed yet, oldest first."""
-        _check_page(limit)
-        found = [p for ps in await self.each(self._parked_one) for p in ps]
-        found.sort(key=lambda p: p.parked_at_ms)
-        return ParkedPage(total=len(found), items=found[:limit])
-
-    async def _parked_one(self, b: BrokerClients) -> list[ParkedTransaction]:
-        msgs = await read_topic(b.reader, TRANS_CHECK_MAX_TIME_TOPIC, 0, limits.CONSOLE_PARKED_READ_MAX)
-        offs = [m.properties.get(PROPERTY_TXMQ_HALF_OFFSET, "") for m in msgs]
-        states = await asyncio.gather(*(_or_empty_dict(b.admin.query_transaction(f"half:{o}"))
-                                        for o in offs))
-        out = []
-        for m, off, st in zip(msgs, offs, states, strict=True):
-            if st.get("resumed") or st.get("state") not in ("DISCARD", None):
-                continue
-            p = m.properties
-            checks = int(p.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0)
-            out.append(ParkedTransaction(
-                id=p.get(PROPERTY_UNIQ_KEY) or f"half:{off}", topic=p.get(PROPERTY_REAL_TOPIC, ""),
-                producer_group=p.get(PROPERTY_PRODUCER_GROUP, ""), keys=m.keys, check_count=checks,
-                parked_at_ms=m.store_timestamp_ms,
-                reason=p.get(PROPERTY_TXMQ_PARK_REASON) or f"no decision after {checks} check-backs"))
-        return out
-
-    async def _on_first(self, fn: Callable[[BrokerClients], Awaitable[T]]) -> T:
-        """``fn`` on each broker until one does not answer not-found; raises the last not-found."""
-        last: RemoteError | None = None
-        for b in await self.brokers():
-            try:
-                return await fn(b)
-            except RemoteError as exc:
-                if exc.response_code not in _NOT_FOUND:
-                    raise
-                last = exc
-        assert last is not None
-        raise last
-
-    async def transaction(self, ident: str) -> dict[str, Any]:
-        """One transaction's state (``query_transaction``): by message id or ``half:<offset>``."""
-        _check_ident(ident)
-        st = await self._on_first(lambda b: self._state(b, ident))
-        return {"id": ident, **st}
-
-    async def _state(self, b: BrokerClients, ident: str) -> dict[str, Any]:
-        """The broker knows pending and discarded transactions by id; a decided one is found by
-        its half message's offset (the newest half copy of the id)."""
-        try:
-            return await _known(b.admin.query_transaction(ident), ident)
-        except RemoteError as exc:
-            if exc.response_code != ResponseCode.TRANSACTION_NOT_FOUND or ident.startswith("half:"):
-                raise
-            halves = [m for m in await _or_empty(b.admin.view_message(ident)) if m.topic == HALF_TOPIC]
-            if not halves:
-                raise
-            half = max(halves, key=lambda m: m.queue_offset)
-            return {"msg_id": ident, **await _known(b.admin.query_transaction(f"half:{half.queue_offset}"),
-                                                    ident)}
-
-    async def resume(self, ident: str) -> ResumeResult:
-        """Put a discarded half message back to be checked again; its new half offset."""
-        _check_ident(ident)
-        off = await self._on_first(lambda b: b.admin.resume_transaction(ident))
-        return ResumeResult(id=ident, half_offset=off)
-
-    async def end_transaction(self, ident: str, outcome: str, operator: str,
-                              reason: str = "") -> EndTransactionResult:
-        """Commit or roll back (``outcome`` COMMIT / ROLLBACK) a pending transaction as
-        ``operator`` (required) for ``reason``; with a logged-in user (ACL on) the operator is that
-        user, whatever ``operator`` says. Raises InvalidRequest: no operator, an unknown outcome,
-        TRANSACTION_NOT_FOUND, ILLEGAL_OPERATION (already decided: nothing changed)."""
-        _check_ident(ident)
-        operator = acting_user() or operator
-        if outcome not in ("COMMIT", "ROLLBACK"):
-            raise bad(f"outcome {outcome!r} is not COMMIT or ROLLBACK")
-        if not operator.strip():
-            raise bad("an operator name is required")
-        st = await self.transaction(ident)
-        if st.get("state") != "PENDING":
-            raise bad(f"transaction {ident} is not pending (state {st.get('state')})",
-                      ResponseCode.ILLEGAL_OPERATION)
-        r = await self._on_first(lambda b: b.admin.operator_end(ident, outcome, operator.strip(), reason))
-        if r.duplicate:
-            raise bad(f"transaction {ident} was already decided: {r.outcome}", ResponseCode.ILLEGAL_OPERATION)
-        return EndTransactionResult(id=ident, outcome="COMMIT" if r.outcome == "COMMIT" else "ROLLBACK",
-                                    operator=operator.strip(), reason=reason)
-
-    async def audit(self, limit: int = 100) -> AuditPage:
-        """Operators' decisions, newest first, through the key index of the op topic."""
-        _check_page(limit)
-        found = [e for es in await self.each(lambda b: self._audit_one(b, limit)) for e in es]
-        found.sort(key=lambda e: -e.time_ms)
-        return AuditPage(items=found[:limit])
-
-    async def _audit_one(self, b: BrokerClients, limit: int) -> list[AuditEntry]:
-        seen: dict[int, MessageExt] = {}
-        end_ms = 2**63 - 1
-        while len(seen) < limit:
-            page = await _or_empty(b.admin.query_messages(OP_TOPIC, OPERATOR_DECISION_KEY, end_ms=end_ms,
-                                                          max_num=limits.QUERY_MESSAGE_MAX_NUM))
-            fresh = [m for m in page if m.commit_log_offset not in seen]
-            if not fresh:
-                break
-            seen.update((m.commit_log_offset, m) for m in fresh)
-            end_ms = min(m.store_timestamp_ms for m in fresh)
-        out = []
-        for m in sorted(seen.values(), key=lambda m: -m.commit_log_offset)[:limit]:
-            p = m.properties
-            out.append(AuditEntry(time_ms=m.store_timestamp_ms, id=p.get(PROPERTY_TXMQ_TX_ID, ""),
-                                  topic=p.get(PROPERTY_TXMQ_TX_TOPIC, ""),
-                                  outcome=p.get(PROPERTY_TXMQ_OUTCOME, ""),
-                                  operator=p.get(PROPERTY_TXMQ_OPERATOR, ""),
-                                  reason=p.get(PROPERTY_TXMQ_REASON, "")))
-        return out
-
     # -- dead-letter queues ---------------------------------------------------------------------
     async def dlqs(self) -> list[DlqSummary]:
         """Every group's DLQ that exists, with its message count."""
@@ -741,12 +553,12 @@ class Backend:
         """Page ``page`` (``size`` messages, oldest first) of ``%DLQ%<group>``; empty when the
         group has no DLQ."""
         check_group(group)
-        _check_page(size, "size")
+        check_page(size, "size")
         if page < 0:
             raise bad(f"page {page} is negative")
         topic = dlq_topic(group)
         ranges = [(b, q) for b, qs in zip(await self.brokers(),
-                                          await self.each(lambda b: _or_empty(self._queue_stats(b, topic))),
+                                          await self.each(lambda b: or_empty(self._queue_stats(b, topic))),
                                           strict=True) for q in qs]
         total = sum(q.max_offset - q.min_offset for _, q in ranges)
         skip, items = page * size, list[MessageExt]()
@@ -765,8 +577,8 @@ class Backend:
     async def dlq_message(self, group: str, msg_id: str) -> MessageDetail:
         """The newest DLQ entry of ``msg_id`` in ``%DLQ%<group>``. Raises QUERY_NOT_FOUND."""
         check_group(group)
-        _check_ident(msg_id)
-        found = [m for ms in await self.each(lambda b: _or_empty(b.admin.view_message(msg_id)))
+        check_ident(msg_id)
+        found = [m for ms in await self.each(lambda b: or_empty(b.admin.view_message(msg_id)))
                  for m in ms if m.topic == dlq_topic(group)]
         if not found:
             raise bad(f"{msg_id} is not in {dlq_topic(group)}", ResponseCode.QUERY_NOT_FOUND)
@@ -818,8 +630,8 @@ class Backend:
                 raise bad(f"trace id {trace_id[:40]!r} is not 32 hex digits")
             found = [m for b in await self.brokers() for m in await _traced(b, trace_id)]
         elif msg_id:
-            _check_ident(msg_id)
-            found = [m for ms in await self.each(lambda b: _or_empty(b.admin.view_message(msg_id)))
+            check_ident(msg_id)
+            found = [m for ms in await self.each(lambda b: or_empty(b.admin.view_message(msg_id)))
                      for m in ms]
         else:
             if not topic or not key:
@@ -832,7 +644,7 @@ class Backend:
                 raise bad(f"begin_ms {begin_ms} is after end_ms {end}")
             if not await self._queue_counts(topic):
                 raise bad(f"topic {topic} does not exist", ResponseCode.TOPIC_NOT_EXIST)
-            found = [m for ms in await self.each(lambda b: _or_empty(b.admin.query_messages(
+            found = [m for ms in await self.each(lambda b: or_empty(b.admin.query_messages(
                 topic, key, begin_ms=begin_ms, end_ms=end, max_num=limits.QUERY_MESSAGE_MAX_NUM)))
                 for m in ms]
         found.sort(key=lambda m: -m.store_timestamp_ms)
@@ -841,13 +653,13 @@ class Backend:
     async def message(self, msg_id: str) -> MessageTrace:
         """``msg_id`` and its trace (see :func:`txmq.console._trace.message_trace`). Raises
         QUERY_NOT_FOUND."""
-        _check_ident(msg_id)
+        check_ident(msg_id)
         return await _trace.message_trace(await self.brokers(), msg_id)
 
     async def msg_trace(self, msg_id: str, trace_topics: list[str] | None = None) -> _msgtrace.MsgTracePage:
         """``msg_id``'s RocketMQ message trace records (:func:`txmq.console._msgtrace.msg_trace`;
         ``trace_topics``: custom trace topics). Raises InvalidRequest (bad id or topic)."""
-        _check_ident(msg_id)
+        check_ident(msg_id)
         return await _msgtrace.msg_trace(await self.brokers(), msg_id, trace_topics)
 
     # -- outbox ---------------------------------------------------------------------------------
@@ -869,27 +681,6 @@ async def _traced(b: BrokerClients, trace_id: str) -> list[MessageExt]:
     recorded in W3C trace ``trace_id``."""
     out = []
     for i in await _tx_life.trace_msg_ids(b, trace_id):
-        copies = [m for m in await _or_empty(b.admin.view_message(i)) if m.msg_id == i]
+        copies = [m for m in await or_empty(b.admin.view_message(i)) if m.msg_id == i]
         out += ([m for m in copies if not is_system_topic(m.topic)] or copies)[:1]
     return out
-
-
-def _check_ident(ident: str) -> None:
-    if not ident or len(ident) > limits.TOPIC_NAME_MAX_CHARS or not ident.isprintable():
-        raise bad(f"{ident[:40]!r} is not a message id or half:<offset>")
-
-
-async def _known(call: Awaitable[dict[str, Any]], ident: str) -> dict[str, Any]:
-    st = await call
-    if st.get("state") == "UNKNOWN_OFFSET":
-        raise RemoteError.of(ResponseCode.TRANSACTION_NOT_FOUND, f"no transaction {ident}")
-    return st
-
-
-async def _or_empty_dict(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
-    try:
-        return await call
-    except RemoteError as exc:
-        if exc.response_code in _NOT_FOUND:
-            return {}
-        raise

@@ -416,9 +416,9 @@ class _Pages:
         last_page = max(0, (limits.CONSOLE_PENDING_WINDOW_MAX - size) // size)
         page = int_param(request, "page", 0, 0, last_page)
         pending, parked, audit = await asyncio.gather(
-            self.backend.transactions(size, page * size),
-            self.backend.parked(limits.CONSOLE_PAGE_ROWS),
-            self.backend.audit(limits.CONSOLE_AUDIT_PAGE_ROWS))
+            self.backend.tx.transactions(size, page * size),
+            self.backend.tx.parked(limits.CONSOLE_PAGE_ROWS),
+            self.backend.tx.audit(limits.CONSOLE_AUDIT_PAGE_ROWS))
         browsable = min(pending.pending_total, (last_page + 1) * size)
         return self.render(request, "transactions.html", "transactions", "Transactions",
                            pending=pending, parked=parked, audit=audit, page=page, size=size,

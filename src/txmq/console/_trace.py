@@ -55,7 +55,7 @@ from txmq.protocol import (
 )
 
 if TYPE_CHECKING:
-    from txmq.console._backend import BrokerClients
+    from txmq.console._backend_common import BrokerClients
 
 __all__ = [
     "message_trace",

@@ -24,7 +24,7 @@ from txmq.errors import RemoteError, ResponseCode
 from txmq.protocol import PROPERTY_TRACEPARENT, MessageExt, TransactionLife, TransactionStep, trace_id_of
 
 if TYPE_CHECKING:
-    from txmq.console._backend import BrokerClients
+    from txmq.console._backend_common import BrokerClients
 
 __all__ = ["add_life", "lives_of", "trace_id", "trace_msg_ids"]
 

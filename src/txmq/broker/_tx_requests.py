@@ -40,6 +40,12 @@ if TYPE_CHECKING:
 
 __all__ = ["TransactionRequests"]
 
+_ANSWERS: dict[str, dict[str, object]] = {
+    o.value: {"code": int(ResponseCode.SUCCESS), "remark": "", "outcome": o.value, "duplicate": False}
+    for o in Outcome}
+"""An END_TRANSACTION_BATCH answer of a first decision (and of UNKNOWN: PENDING), by outcome:
+built once, not per end (only encoded, never changed)."""
+
 
 class TransactionRequests:
     """END_TRANSACTION and txmq's transaction and sink extensions, over the broker's
@@ -156,7 +162,10 @@ class TransactionRequests:
                 continue
             r = next(decided)
             durable = max(durable, r.durable_offset)
-            items.append({"code": int(r.code), "remark": r.remark, "outcome": r.outcome,
+            answer = _ANSWERS.get(r.outcome) if r.code == ResponseCode.SUCCESS and not (
+                r.duplicate or r.remark) else None
+            items.append(answer if answer is not None else
+                         {"code": int(r.code), "remark": r.remark, "outcome": r.outcome,
                           "duplicate": r.duplicate})
         return ok_reply(conn, cmd, body=encode_body(items), durable_offset=durable)
 

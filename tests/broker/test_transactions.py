@@ -375,6 +375,34 @@ def test_end_batch_settles_with_one_op_record_and_first_writer_wins_inside_the_b
     assert set(h.broker.tx.index.pending) == {3, 4, 5}
 
 
+def test_an_end_batch_entry_that_does_not_read_gets_its_own_error_and_the_rest_settle() -> None:
+    """The batch is read in one pass; when an entry does not read, every entry is read on its
+    own: that one is answered INVALID_PARAMETER with why, the others are settled. A body that is
+    no list of ``extFields`` is refused whole (INVALID_PARAMETER), more than
+    ``BATCH_MESSAGES_MAX`` entries too (MESSAGE_ILLEGAL)."""
+    from txmq import limits
+
+    h = harness()
+    halves = [h.send(1, "t", f"m{i}".encode(), transactional=True) for i in range(2)]
+    broken = {k: v for k, v in _end_ext(halves[1], "COMMIT").items() if k != "producerGroup"}
+    r = h.request(1, RequestCode.END_TRANSACTION_BATCH,
+                  body=encode_body([_end_ext(halves[0], "COMMIT"), broken]))
+    items = decode_body(r.body, list[dict[str, object]])
+    assert [(i["code"], i.get("outcome")) for i in items] == [
+        (ResponseCode.SUCCESS, "COMMIT"), (ResponseCode.INVALID_PARAMETER, None)]
+    assert items[1]["remark"] == "the custom field <producerGroup> is null"
+    assert [m.body for m in h.all_messages("t")] == [b"m0"]
+    assert set(h.broker.tx.index.pending) == {1}
+    for body, code in ((b'{"producerGroup": "pg"}', ResponseCode.INVALID_PARAMETER),
+                       (b"[{", ResponseCode.INVALID_PARAMETER),
+                       (encode_body([_end_ext(halves[1], "COMMIT")] * (limits.BATCH_MESSAGES_MAX + 1)),
+                        ResponseCode.MESSAGE_ILLEGAL),
+                       (encode_body([broken] * (limits.BATCH_MESSAGES_MAX + 1)),
+                        ResponseCode.MESSAGE_ILLEGAL)):
+        assert h.request(1, RequestCode.END_TRANSACTION_BATCH, body=body).code == code
+    assert set(h.broker.tx.index.pending) == {1}
+
+
 def test_a_commit_builds_the_real_message_from_the_log_when_the_half_left_the_cache(
         monkeypatch: object) -> None:
     from txmq import limits

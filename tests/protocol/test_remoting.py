@@ -239,6 +239,33 @@ def test_a_missing_required_field_gets_rocketmqs_remark() -> None:
         from_ext({"a": "pg", "e": "0", "g": "0"}, SendMessageRequestHeaderV2)
 
 
+def test_a_json_list_of_ext_fields_reads_as_from_ext_reads_each_entry() -> None:
+    """``from_ext_list_json`` (an END_TRANSACTION_BATCH body in one pass) gives the headers
+    ``from_ext`` gives for each entry; a missing field, a number that does not parse or fit a
+    Java long, or a body that is no JSON list, is a MalformedHeader."""
+    from txmq.protocol import EndTransactionRequestHeader, encode_body, from_ext_list_json
+
+    heads = [EndTransactionRequestHeader(producer_group="pg", tran_state_table_offset=i,
+                                         commit_log_offset=2**40 + i, commit_or_rollback=8,
+                                         from_transaction_check=i == 1, msg_id=f"m{i}",
+                                         master_epoch=None if i else 3) for i in range(3)]
+    exts = [to_ext(h) for h in heads]
+    assert from_ext_list_json(encode_body(exts), EndTransactionRequestHeader) == \
+        [from_ext(e, EndTransactionRequestHeader) for e in exts] == heads
+    assert from_ext_list_json(b"[]", EndTransactionRequestHeader) == []
+    with pytest.raises(MalformedHeader, match=r"^the custom field <producerGroup> is null$"):
+        from_ext_list_json(encode_body([exts[0], {k: v for k, v in exts[1].items()
+                                                  if k != "producerGroup"}]),
+                           EndTransactionRequestHeader)
+    for bad in ("abc", str(2**63)):
+        with pytest.raises(MalformedHeader, match="EndTransactionRequestHeader"):
+            from_ext_list_json(encode_body([{**exts[0], "commitLogOffset": bad}]),
+                               EndTransactionRequestHeader)
+    for body in (b"[{", b'{"a": 1}', b"\xff", b""):
+        with pytest.raises(MalformedHeader, match="EndTransactionRequestHeader"):
+            from_ext_list_json(body, EndTransactionRequestHeader)
+
+
 def _pull_ext(queue_id: str) -> dict[str, str]:
     return {"consumerGroup": "g", "topic": "t", "queueId": queue_id, "queueOffset": "0", "maxMsgNums": "1"}
 

@@ -28,7 +28,7 @@ from txmq.protocol import (
     decode_body,
     encode_body,
     from_ext,
-    from_ext_list,
+    from_ext_list_json,
     parse_int,
     to_ext,
 )
@@ -39,6 +39,12 @@ if TYPE_CHECKING:
     from txmq.broker._broker import Broker
 
 __all__ = ["TransactionRequests"]
+
+_ANSWERS: dict[str, dict[str, object]] = {
+    o.value: {"code": int(ResponseCode.SUCCESS), "remark": "", "outcome": o.value, "duplicate": False}
+    for o in Outcome}
+"""An END_TRANSACTION_BATCH answer of a first decision (and of UNKNOWN: PENDING), by outcome:
+built once, not per end (only encoded, never changed)."""
 
 
 class TransactionRequests:
@@ -133,22 +139,13 @@ class TransactionRequests:
 
     def _end_transaction_batch(self, conn: int, cmd: Command, now: int) -> list[Action]:
         self._refuse_end()
-        try:
-            exts = decode_body(cmd.body, list[dict[str, str]])
-        except MalformedHeader as exc:
-            raise InvalidRequest(ResponseCode.INVALID_PARAMETER, f"end batch body: {exc}") from exc
-        if len(exts) > limits.BATCH_MESSAGES_MAX:
-            raise InvalidRequest(ResponseCode.MESSAGE_ILLEGAL, f"more than {limits.BATCH_MESSAGES_MAX} ends")
         parsed: list[EndTransactionRequestHeader | str | tuple[ResponseCode, str]]
-        try:  # every header at once (the usual case), else each on its own for its error
-            parsed = list(from_ext_list(exts, EndTransactionRequestHeader))
+        try:  # every header at once, in one pass (the usual case), else each on its own
+            parsed = list(from_ext_list_json(cmd.body, EndTransactionRequestHeader))
         except MalformedHeader:
-            parsed = []
-            for ext in exts:
-                try:
-                    parsed.append(from_ext(ext, EndTransactionRequestHeader))
-                except MalformedHeader as exc:
-                    parsed.append(str(exc))
+            parsed = self._end_headers_one_by_one(cmd.body)
+        if len(parsed) > limits.BATCH_MESSAGES_MAX:
+            raise InvalidRequest(ResponseCode.MESSAGE_ILLEGAL, f"more than {limits.BATCH_MESSAGES_MAX} ends")
         for i, h in enumerate(parsed):  # controller mode: each end's master epoch
             if isinstance(h, EndTransactionRequestHeader) and (
                     refusal := self.b.role.end_refusal(h.master_epoch, h.commit_log_offset)):
@@ -165,9 +162,32 @@ class TransactionRequests:
                 continue
             r = next(decided)
             durable = max(durable, r.durable_offset)
-            items.append({"code": int(r.code), "remark": r.remark, "outcome": r.outcome,
+            answer = _ANSWERS.get(r.outcome) if r.code == ResponseCode.SUCCESS and not (
+                r.duplicate or r.remark) else None
+            items.append(answer if answer is not None else
+                         {"code": int(r.code), "remark": r.remark, "outcome": r.outcome,
                           "duplicate": r.duplicate})
         return ok_reply(conn, cmd, body=encode_body(items), durable_offset=durable)
+
+    @staticmethod
+    def _end_headers_one_by_one(body: bytes) -> list[EndTransactionRequestHeader | str | tuple[
+            ResponseCode, str]]:
+        """An END_TRANSACTION_BATCH body that did not read at once: its ``extFields`` objects
+        read one by one, a header or the remark of why it does not read each. Raises
+        InvalidRequest (INVALID_PARAMETER) when the body is no list of string fields."""
+        try:
+            exts = decode_body(body, list[dict[str, str]])
+        except MalformedHeader as exc:
+            raise InvalidRequest(ResponseCode.INVALID_PARAMETER, f"end batch body: {exc}") from exc
+        if len(exts) > limits.BATCH_MESSAGES_MAX:
+            raise InvalidRequest(ResponseCode.MESSAGE_ILLEGAL, f"more than {limits.BATCH_MESSAGES_MAX} ends")
+        parsed: list[EndTransactionRequestHeader | str | tuple[ResponseCode, str]] = []
+        for ext in exts:
+            try:
+                parsed.append(from_ext(ext, EndTransactionRequestHeader))
+            except MalformedHeader as exc:
+                parsed.append(str(exc))
+        return parsed
 
     @staticmethod
     def _end_reply(conn: int, cmd: Command, r: EndResult) -> list[Action]:

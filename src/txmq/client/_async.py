@@ -4,6 +4,7 @@ producer (half message → local transaction → end, check-backs answered)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import random
@@ -518,29 +519,35 @@ class AsyncTransactionProducer(AsyncProducer):
     async def _end_once(self, half: SendResult, h: EndTransactionRequestHeader) -> str:
         """One end request to the current master of the half's group; its outcome. Raises
         TransportError, RemoteError (the end refused), ProtocolError."""
-        addr = await self.master_address(half.broker_name, half.topic)
-        batcher = self._batchers.setdefault(addr, EndBatcher())
+        addr = (self.known_master_address(half.broker_name)
+                or await self.master_address(half.broker_name, half.topic))
+        batcher = self._batchers.get(addr)
+        if batcher is None:
+            batcher = self._batchers[addr] = EndBatcher()
         if self.oneway_end or batcher.mode is EndMode.ONEWAY:
             (await self.connection(addr)).oneway(RequestCode.END_TRANSACTION, to_ext(h))
             return "SENT"
-        item = await self._batched_end(addr, batcher, h)
+        fut = self._queue_end(addr, batcher, h)
+        try:
+            item = await fut
+        finally:
+            self._waiting.pop(id(h), None)
         if item.code != ResponseCode.SUCCESS:
             raise RemoteError.of(item.code, item.remark)
         return item.outcome
 
-    async def _batched_end(self, addr: str, batcher: EndBatcher,
-                           h: EndTransactionRequestHeader) -> EndAnswer:
-        """Queue an end request; all ends to one broker queued in one event-loop turn go in one
-        END_TRANSACTION_BATCH request (at most ``limits.BATCH_MESSAGES_MAX``)."""
+    def _queue_end(self, addr: str, batcher: EndBatcher,
+                   h: EndTransactionRequestHeader) -> asyncio.Future[EndAnswer]:
+        """Queue an end request; its answer's future (the caller awaits it, then drops it from
+        ``_waiting``). All ends to one broker queued in one event-loop turn go in one
+        END_TRANSACTION_BATCH request (at most ``limits.BATCH_MESSAGES_MAX``). A function, not a
+        coroutine: one coroutine fewer per transaction."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[EndAnswer] = loop.create_future()
         self._waiting[id(h)] = fut
         if batcher.add(h):
             loop.call_soon(self._spawn_end_flush, addr, batcher)
-        try:
-            return await fut
-        finally:
-            self._waiting.pop(id(h), None)
+        return fut
 
     def _spawn_end_flush(self, addr: str, batcher: EndBatcher) -> None:
         task = asyncio.get_running_loop().create_task(self._flush_ends(addr, batcher))
@@ -661,11 +668,30 @@ async def drive_flow(flow: TransactionFlow, p: AsyncTransactionProducer) -> Tran
         return result
 
 
-async def _call_listener(fn: Callable[..., Any], *args: Any) -> Any:
-    """Await a coroutine listener; run a plain one in a worker thread."""
-    if inspect.iscoroutinefunction(fn):
-        return await fn(*args)
+def _call_listener(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+    """What to await for a listener call: a coroutine listener's own coroutine (no coroutine
+    around it: one fewer per transaction), a plain one run in a worker thread."""
+    method = getattr(fn, "__func__", None)  # a bound method: a new object on every access
+    if _coroutine_method(method) if method is not None else inspect.iscoroutinefunction(fn):
+        return fn(*args)  # type: ignore[no-any-return]
+    return _in_thread(fn, *args)
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a plain listener in a worker thread; await what it returns if that is awaitable."""
     result = await asyncio.to_thread(fn, *args)
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+LISTENER_KIND_CACHE_ENTRIES = 64
+"""Listener methods whose kind (coroutine function or not) :func:`_call_listener` remembers: a
+process has a few listener classes (txmq)."""
+
+
+@functools.lru_cache(maxsize=LISTENER_KIND_CACHE_ENTRIES)
+def _coroutine_method(func: Callable[..., Any]) -> bool:
+    """``inspect.iscoroutinefunction`` of a listener method's function, remembered: it unwraps
+    and inspects the function each time (about 1 µs, once per transaction)."""
+    return inspect.iscoroutinefunction(func)

@@ -321,14 +321,21 @@ class ClientBase:
         Raises:
             BrokerUnavailable: the broker group has no master.
         """
-        addr = self._brokers.get(broker_name, {}).get(MASTER_ID)
-        if addr is None and not broker_name and self.endpoints:
-            return self.endpoints
+        addr = self.known_master_address(broker_name)
         if addr is None and topic:
             await self._refresh_route_soon(topic)
             addr = self._brokers.get(broker_name, {}).get(MASTER_ID)
         if addr is None:
             raise BrokerUnavailable(f"broker group {broker_name!r} has no master in the routes")
+        return addr
+
+    def known_master_address(self, broker_name: str) -> str | None:
+        """The master address of ``broker_name`` as the routes last said (the client's
+        ``endpoints`` for ``""`` when it was given a broker's address), None when not known; no
+        await, no route fetch (:meth:`master_address` does both)."""
+        addr = self._brokers.get(broker_name, {}).get(MASTER_ID)
+        if addr is None and not broker_name and self.endpoints:
+            return self.endpoints
         return addr
 
     def broker_addresses(self, broker_name: str) -> dict[int, str]:

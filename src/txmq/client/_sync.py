@@ -174,6 +174,10 @@ class _SyncClient:
         """See :meth:`ClientBase.master_address`."""
         return self._run(self._a.master_address(broker_name, topic))
 
+    def known_master_address(self, broker_name: str) -> str | None:
+        """See :meth:`ClientBase.known_master_address`."""
+        return self._a.known_master_address(broker_name)
+
     def broker_addresses(self, broker_name: str) -> dict[int, str]:
         """See :meth:`ClientBase.broker_addresses`."""
         return self._run(_on_loop(lambda: self._a.broker_addresses(broker_name)))

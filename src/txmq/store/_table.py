@@ -37,6 +37,10 @@ _PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (linux/f
 _PUNCH_ALIGN = 4096
 """Holes are punched in whole 4 KiB blocks (smaller holes free nothing)."""
 _PENDING_WINDOWS_MAX = 16
+_DENSE_WINDOW_SPAN = 4
+"""A window whose keys span less than this many times its size is written with one pwrite of
+the whole span (gaps read first: at most 3 bytes read per byte written); a sparser one, one
+pwrite per run of neighbouring keys (txmq)."""
 """Handed-over windows kept before :meth:`StateTable.set` writes them itself (nobody syncs)."""
 
 
@@ -194,6 +198,12 @@ class FileStateTable(StateTable):
                 self._pending = self._pending[len(windows):]
 
     def _write(self, window: dict[int, int]) -> None:
+        if not window:
+            return
+        lo, hi = min(window), max(window)
+        if hi - lo < _DENSE_WINDOW_SPAN * len(window):
+            self._write_span(window, lo, hi)
+            return
         items = sorted(window.items())
         i = 0
         while i < len(items):  # one pwrite per run of neighbouring keys
@@ -203,6 +213,18 @@ class FileStateTable(StateTable):
             os.pwrite(self._fd, bytes(v for _, v in items[i:j]), items[i][0])
             self._size = max(self._size, items[j - 1][0] + 1)
             i = j
+
+    def _write_span(self, window: dict[int, int], lo: int, hi: int) -> None:
+        """Write a dense window (the usual one: settlements of neighbouring half offsets) with
+        one pwrite of keys ``lo..hi``: the keys it holds take its values, the ones between keep
+        what the file holds (read first). A loop over the window, none over runs of keys."""
+        buf = bytearray(os.pread(self._fd, hi + 1 - lo, lo))
+        if len(buf) < hi + 1 - lo:  # (past the file's end: zeros, as a write past it leaves)
+            buf.extend(bytes(hi + 1 - lo - len(buf)))
+        for k, v in window.items():
+            buf[k - lo] = v
+        os.pwrite(self._fd, buf, lo)
+        self._size = max(self._size, hi + 1)
 
     def items(self, start: int = 0) -> list[tuple[int, int]]:
         self._hand_over()

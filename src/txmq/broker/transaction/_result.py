@@ -26,7 +26,7 @@ class EndResult:
 def end_result(outcome: Outcome, durable: int, park_reason: str | None) -> EndResult:
     """The answer to an end request that settled its half message (or, when the commit could not
     be done, discarded it: MESSAGE_ILLEGAL with the reason)."""
-    if park_reason is None:
-        return EndResult(ResponseCode.SUCCESS, outcome.value, durable_offset=durable)
+    if park_reason is None:  # (``_value_``: the value without the ``value`` property's call)
+        return EndResult(ResponseCode.SUCCESS, outcome._value_, durable_offset=durable)
     return EndResult(ResponseCode.MESSAGE_ILLEGAL, Outcome.DISCARD.value, durable_offset=durable,
                      remark=f"half message {park_reason}; discarded to {TRANS_CHECK_MAX_TIME_TOPIC}")

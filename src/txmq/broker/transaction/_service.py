@@ -405,7 +405,7 @@ class TransactionService(SnapshotKeeper):
                             entry.half_offset, parked[entry.half_offset])
             self._settled(entry, outcome, now_ms)
             if self.traces.enabled:
-                self.traces.ended(entry, outcome.value, now_ms,
+                self.traces.ended(entry, outcome._value_, now_ms,  # (_value_: no property call)
                                   decided_by(entry, outcome, operator, checked), *who, operator,
                                   parked.get(entry.half_offset, reason))
         last = results[-1]

@@ -1,6 +1,6 @@
 """Fixtures of the third-party client conformance tests.
 
-``cpp_python`` builds (once, cached; see ``txmq.testing.rocketmq_cpp``) the separate environment with the
+``cpp_python`` builds (once, cached; see ``client_envs.rocketmq_cpp``) the separate environment with the
 RocketMQ C++ client core. When it cannot be built (no PyPI, an unsupported platform) the tests are
 skipped with the reason, never silently, and with ``TXMQ_REQUIRE_ROCKETMQ_CPP=1`` (set by ``.ci/run``)
 they fail instead: CI must run them.
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from rocketmq_cpp_helpers import DELAY_LEVELS, FAST_TX, CppClient, CppFactory
 
+from client_envs.rocketmq_cpp import CppClientUnavailable, ensure_env
 from txmq.testing import BrokerProcess, run_broker
-from txmq.testing.rocketmq_cpp import CppClientUnavailable, ensure_env
 
 REQUIRE_ENV = "TXMQ_REQUIRE_ROCKETMQ_CPP"
 TOPIC_QUEUES = 4

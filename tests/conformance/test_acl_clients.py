@@ -25,13 +25,13 @@ from typing import Any
 
 import pytest
 
+from client_envs.rocketmq_grpc import REQUIRE_ENV as GRPC_REQUIRE_ENV
+from client_envs.rocketmq_grpc import GrpcClientUnavailable, ensure_env
 from txmq.broker.acl import Accounts, Action, Decision, PolicyEntry, Resource, User, UserType, save_accounts
 from txmq.client import Admin
 from txmq.errors import ResponseCode
 from txmq.protocol import FrameDecoder
 from txmq.testing import BrokerProcess, free_port, run_broker
-from txmq.testing.rocketmq_grpc import REQUIRE_ENV as GRPC_REQUIRE_ENV
-from txmq.testing.rocketmq_grpc import GrpcClientUnavailable, ensure_env
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """The official Apache RocketMQ 5 Python client (PyPI ``rocketmq-python-client`` 5.1.2, gRPC) against a
 real txmq broker's gRPC door (``grpc_port``), in its own processes and its own pinned environment
-(``txmq.testing.rocketmq_grpc``). Each test reads what the client reported
+(``client_envs.rocketmq_grpc``). Each test reads what the client reported
 (``clients/rocketmq_grpc_scenarios.py`` JSON lines) and, where the remoting side must agree, what the
 txmq SDK sees on the same broker.
 
@@ -19,6 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from client_envs.rocketmq_grpc import (
+    CLIENT_LOG,
+    REQUIRE_ENV,
+    Event,
+    GrpcClientUnavailable,
+    ScenarioProcess,
+    ensure_env,
+)
 from txmq.client import (
     ConsumeStatus,
     LocalTransactionState,
@@ -30,14 +38,6 @@ from txmq.client import (
     TransactionProducer,
 )
 from txmq.testing import BrokerProcess, free_port, run_broker, wait_until
-from txmq.testing.rocketmq_grpc import (
-    CLIENT_LOG,
-    REQUIRE_ENV,
-    Event,
-    GrpcClientUnavailable,
-    ScenarioProcess,
-    ensure_env,
-)
 
 pytestmark = pytest.mark.slow
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
+from client_envs.rocketmq_grpc import REQUIRE_ENV as GRPC_REQUIRE_ENV
+from client_envs.rocketmq_grpc import GrpcClientUnavailable, ensure_env
 from txmq.broker.acl import Accounts, User, UserType, save_accounts
 from txmq.client import Admin, Message, Producer, PullConsumer
 from txmq.testing import BrokerProcess, TestCertificates, free_port, make_test_certificates, run_broker
-from txmq.testing.rocketmq_grpc import REQUIRE_ENV as GRPC_REQUIRE_ENV
-from txmq.testing.rocketmq_grpc import GrpcClientUnavailable, ensure_env
 
 pytestmark = pytest.mark.slow
 

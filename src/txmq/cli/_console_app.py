@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from txmq.cli._credentials import AccessKey, SecretKey
 from txmq.errors import TxmqError
+from txmq.extras import require_extra
 
 __all__ = ["console_cmd"]
 
@@ -61,13 +63,15 @@ def console_cmd(
         raise typer.Exit(2)
     brokers = list(broker or ([] if namesrv_addr else ["127.0.0.1:10911"]))
     try:
+        if outbox_url:  # the outbox page reads the tables through txmq.outbox
+            require_extra("outbox", "txmq console --outbox-url", "sqlalchemy", "alembic")
         app = create_app(ConsoleConfig(brokers=brokers, namesrv_addr=namesrv_addr,
                                        outbox_url=outbox_url, outbox_prefix=outbox_prefix, acl=acl,
                                        access_key=access_key, secret_key=secret_key,
                                        tls=broker_tls, tls_ca_file=broker_tls_ca_file,
                                        cluster=cluster))
     except TxmqError as exc:
-        _err.print(f"[red]error:[/red] {exc}")
+        _err.print(f"[red]error:[/red] {escape(str(exc))}")  # (a MissingExtra says txmq[…])
         raise typer.Exit(2) from exc
     if not acl and host not in ("127.0.0.1", "localhost", "::1"):
         _err.print(f"[yellow]warning:[/yellow] the console listens on {host} without --acl: anyone "

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from txmq.errors import ConfigError, TxmqError
+from txmq.errors import ConfigError, MissingExtra, TxmqError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,6 +30,8 @@ _URL_HELP = "SQLAlchemy database URL, e.g. sqlite:///app.db, postgresql+psycopg:
             "mysql+pymysql://root@host/db."
 Url = Annotated[str, typer.Argument(help=_URL_HELP)]
 Prefix = Annotated[str, typer.Option(help="Table name prefix (tables <prefix>outbox, <prefix>inbox).")]
+_DRIVER_EXTRAS = {"psycopg": "postgresql", "pymysql": "mysql"}
+"""The database drivers of the URLs the help names → the extra that installs each."""
 
 
 def _engine(url: str) -> sa.Engine:
@@ -40,6 +43,10 @@ def _engine(url: str) -> sa.Engine:
         return create_sqlite_engine(url[len("sqlite:///"):])
     try:
         return sa.create_engine(url)
+    except ModuleNotFoundError as exc:
+        if exc.name in _DRIVER_EXTRAS:  # the driver of a database txmq has an extra for
+            raise MissingExtra(_DRIVER_EXTRAS[exc.name], f"database URL {url!r}", exc.name) from exc
+        raise ConfigError(f"cannot use database URL {url!r}: {exc}") from exc
     except (sa.exc.ArgumentError, ImportError) as exc:
         raise ConfigError(f"cannot use database URL {url!r}: {exc}") from exc
 
@@ -52,7 +59,7 @@ def _duration_ms(text: str) -> int:
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    Console(stderr=True).print(f"[red]error:[/red] {exc}")
+    Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")  # (a MissingExtra says txmq[…])
     return typer.Exit(2)
 
 

@@ -15,6 +15,10 @@ still come from txmq. Stops cleanly on SIGTERM.
 
 from __future__ import annotations
 
+from txmq.extras import require_extra as _require_extra
+
+_require_extra("demo", "txmq.demo.ledger", "sqlalchemy", "alembic")
+
 import argparse
 import logging
 import signal

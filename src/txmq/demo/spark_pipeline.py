@@ -33,6 +33,9 @@ from txmq.demo.tpch import (
     Q1_KEY_COLUMNS,
     Q1_SHIPDATE_MAX,
 )
+from txmq.extras import require_extra
+
+require_extra("demo", "txmq.demo.spark_pipeline", "pyspark")
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

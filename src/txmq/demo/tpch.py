@@ -38,6 +38,9 @@ from typing import Any, Final
 import msgspec
 
 from txmq.errors import ConfigError
+from txmq.extras import require_extra
+
+require_extra("demo", "txmq.demo.tpch", "numpy", "pyarrow")
 
 __all__ = [
     "LINEITEM_ROW_SPARK_SCHEMA",

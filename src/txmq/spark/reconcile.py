@@ -9,7 +9,8 @@ The join reports
 - **phantom**: keys a message carries that the database does not have;
 - **duplicated**: keys carried by more than one message.
 
-A consistent pipeline has all three empty. pyspark is imported lazily.
+A consistent pipeline has all three empty. pyspark is imported lazily. Reading the database needs
+SQLAlchemy (the ``outbox`` extra, or ``postgresql`` / ``mysql`` with their drivers) besides ``spark``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from txmq.errors import ConfigError
+from txmq.extras import require_extra
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,7 +75,9 @@ def reconcile(spark: SparkSession, *, endpoints: str = "", topic: str, db_url: s
         txmq.errors.ConfigError: neither ``endpoints`` nor ``namesrv_addr``.
         txmq.errors.BrokerUnavailable, txmq.errors.RemoteError: the topic cannot be read.
         sqlalchemy.exc.SQLAlchemyError: the database cannot be read.
+        txmq.errors.MissingExtra: SQLAlchemy is not installed (``pip install 'txmq[outbox]'``).
     """
+    require_extra("outbox", "txmq.spark.reconcile", "sqlalchemy")
     from pyspark.sql import functions as F
 
     import txmq.spark

@@ -155,8 +155,8 @@ def _frame_seeds() -> list[bytes]:
 
 # -- headers --------------------------------------------------------------------------------------
 HEADER_STRUCTS: list[type[msgspec.Struct]] = sorted(
-    (obj for name in _protocol_names
-     if isinstance(obj := getattr(_protocol, name), type)
+    (obj for name in _protocol_names  # vars(): not the names txmq.protocol imports with numpy on access
+     if isinstance(obj := vars(_protocol).get(name), type)
      and issubclass(obj, msgspec.Struct) and obj not in (Command, Message, MessageExt)),
     key=lambda c: c.__name__)
 """Every header and body struct of :mod:`txmq.protocol` (``from_ext`` / ``decode_body`` targets)."""

@@ -1,12 +1,12 @@
 """Re-record the golden frames in this directory from the real RocketMQ C++ client core.
 
 Runs the scenarios of ``../clients/rocketmq_cpp_scenarios.py`` (in the environment made by
-``txmq.testing.rocketmq_cpp.ensure_env``) against ``capture_server.py``, then keeps the first frame of
+``client_envs.rocketmq_cpp.ensure_env``) against ``capture_server.py``, then keeps the first frame of
 each kind as ``<code>-<name>.bin`` (the whole frame, length prefix included) and writes ``index.json``
 (name -> direction, decoded header, body). Values that vary per run (``Signature``, timestamps,
 ``UNIQ_KEY``, pids in ``clientID``) differ between recordings; codes, field names and value types do not.
 
-    .venv/bin/python tests/conformance/captures/record_captures.py
+    PYTHONPATH=tests .venv/bin/python tests/conformance/captures/record_captures.py
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from client_envs.rocketmq_cpp import ensure_env
 from txmq.testing import free_port
-from txmq.testing.rocketmq_cpp import ensure_env
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE.parent / "clients" / "rocketmq_cpp_scenarios.py"

@@ -1,6 +1,6 @@
 """RocketMQ C++-core client scenarios, run by the conformance tests in a subprocess.
 
-Runs with the python of the environment made by ``txmq.testing.rocketmq_cpp.ensure_env()`` (which holds
+Runs with the python of the environment made by ``client_envs.rocketmq_cpp.ensure_env()`` (which holds
 ``rocketmq-client-python`` 2.0.0 and the C++ core ``librocketmq.so``), never with txmq's own python: it
 imports only the standard library and ``rocketmq``. Every event is one JSON object per stdout line:
 

@@ -1,6 +1,6 @@
 """Official RocketMQ 5 Python client scenarios, run by the conformance tests in a subprocess.
 
-Runs with the python of the environment made by ``txmq.testing.rocketmq_grpc.ensure_env()`` (PyPI
+Runs with the python of the environment made by ``client_envs.rocketmq_grpc.ensure_env()`` (PyPI
 ``rocketmq-python-client`` 5.1.2 and its pinned dependencies), never with txmq's own python: it imports
 only the standard library and ``rocketmq``. Every event is one JSON object per stdout line:
 

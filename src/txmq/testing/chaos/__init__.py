@@ -36,7 +36,13 @@ transaction is settled, the outbox is sent and both groups have everything; then
 the histories, a scan of the broker, the transaction states, the databases and the offset samples,
 and lists violations (see :mod:`._check`). The report (:func:`render_markdown`, JSON) gives the
 schedule, the counts, each violation with its history excerpt, and the seed that replays it.
+
+The workload's outbox needs the ``outbox`` extra (SQLAlchemy) besides ``broker``.
 """
+
+from txmq.extras import require_extra as _require_extra
+
+_require_extra("outbox", "txmq.testing.chaos", "sqlalchemy", "alembic")
 
 from txmq.testing.chaos._bed import FailoverBed, controller_unavailable
 from txmq.testing.chaos._check import (

@@ -1,4 +1,4 @@
-"""txmq.testing.rocketmq_grpc: the pinned environment of the official gRPC client (where it lives, that
+"""client_envs.rocketmq_grpc: the pinned environment of the official gRPC client (where it lives, that
 it is built once, that its requirements are exact pins) and the scenario process runner.
 
 The real build (PyPI) is exercised by tests/conformance/test_rocketmq_grpc.py; here the installer is
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from txmq.testing import rocketmq_grpc
-from txmq.testing.rocketmq_grpc import (
+from client_envs import rocketmq_grpc
+from client_envs.rocketmq_grpc import (
     CLIENT_LOG,
     GrpcClientUnavailable,
     ScenarioProcess,

@@ -1,4 +1,4 @@
-"""txmq.testing.rocketmq_cpp: where the C++-client environment lives, and that it is built once.
+"""client_envs.rocketmq_cpp: where the C++-client environment lives, and that it is built once.
 
 The real build (PyPI) is exercised by tests/conformance; here the installer is replaced."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from txmq.testing import rocketmq_cpp
-from txmq.testing.rocketmq_cpp import CppClientUnavailable, cache_root, ensure_env, env_dir
+from client_envs import rocketmq_cpp
+from client_envs.rocketmq_cpp import CppClientUnavailable, cache_root, ensure_env, env_dir
 
 
 def test_cache_root_prefers_txmq_cache_dir_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ packages ``libstdc++6`` and ``zlib1g``, present on every Debian/Ubuntu image).
 Use from a pytest session fixture (``python = ensure_env()``) or from a shell, which prints the path of
 the environment's python, building it first if needed::
 
-    python -m txmq.testing.rocketmq_cpp
+    PYTHONPATH=tests python -m client_envs.rocketmq_cpp
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from client_envs._venv import cache_root, locked, run_installer, venv_python
 from txmq.errors import LocalError
-from txmq.testing._venv import cache_root, locked, run_installer, venv_python
 
 __all__ = [
     "CLIENT_PACKAGE",

@@ -6,7 +6,7 @@ maintained Python client of Apache RocketMQ, which speaks ``apache.rocketmq.v2.M
 It is never a txmq dependency: :func:`ensure_env` builds its own virtual environment from a
 requirements file that pins the client *and every package it pulls in* (grpcio, protobuf,
 opentelemetry, ...) to exact versions, installed with ``--no-deps``, so the environment is the same on
-every machine. The environment is made once and cached under :func:`~txmq.testing.rocketmq_cpp.cache_root`
+every machine. The environment is made once and cached under :func:`~client_envs._venv.cache_root`
 (``$TXMQ_CACHE_DIR``, else ``$XDG_CACHE_HOME/txmq``, else ``~/.cache/txmq``) in a directory named after
 the client version, a digest of the requirements file and the Python minor version: editing a pin
 builds a new one. Building needs PyPI and either ``uv`` on ``PATH`` or ``pip`` in this interpreter.
@@ -18,7 +18,8 @@ points ``HOME`` at a directory of the caller's choosing so that log lands beside
 
 From a shell (builds first if needed, then prints the environment's python)::
 
-    python -m txmq.testing.rocketmq_grpc tests/conformance/clients/rocketmq_grpc_requirements.txt
+    PYTHONPATH=tests python -m client_envs.rocketmq_grpc \
+        tests/conformance/clients/rocketmq_grpc_requirements.txt
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from client_envs._venv import cache_root, locked, run_installer, venv_python
 from txmq.errors import LocalError
-from txmq.testing._venv import cache_root, locked, run_installer, venv_python
-from txmq.testing._wait import wait_until
+from txmq.testing import wait_until
 
 __all__ = [
     "CLIENT_LOG",
@@ -286,11 +287,13 @@ def run_scenario(python: Path, script: Path, args: list[str], *, home: Path, log
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m txmq.testing.rocketmq_grpc REQUIREMENTS``: print the environment's python, building
+    """``PYTHONPATH=tests python -m client_envs.rocketmq_grpc REQUIREMENTS``: print the environment's
+    python, building
     it first; exit status 1 if it cannot be built, 2 on bad usage."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m txmq.testing.rocketmq_grpc REQUIREMENTS.txt", file=sys.stderr)
+        print("usage: PYTHONPATH=tests python -m client_envs.rocketmq_grpc REQUIREMENTS.txt",
+              file=sys.stderr)
         return 2
     try:
         print(ensure_env(Path(args[0])))

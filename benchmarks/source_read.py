@@ -22,7 +22,11 @@ import time
 from pathlib import Path
 
 from txmq.client import AsyncProducer, Message, PullConsumer
-from txmq.client._sync import new_event_loop
+
+try:
+    from txmq.serving import new_event_loop
+except ImportError:  # a build before it moved there (these scripts also run against older checkouts)
+    from txmq.client._sync import new_event_loop  # type: ignore[attr-defined,no-redef]
 from txmq.spark._source import QueueRange, read_queue_range
 from txmq.testing import BrokerProcess, process_cpu_s
 

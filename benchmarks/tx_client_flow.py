@@ -22,7 +22,11 @@ from typing import Any
 
 from txmq.client import AsyncTransactionProducer, LocalTransactionState, Message
 from txmq.client._core import SendResult
-from txmq.client._sync import new_event_loop
+
+try:
+    from txmq.serving import new_event_loop
+except ImportError:  # a build before it moved there (these scripts also run against older checkouts)
+    from txmq.client._sync import new_event_loop  # type: ignore[attr-defined,no-redef]
 from txmq.protocol import Command, encode_body
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE

@@ -33,7 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from txmq.client import AsyncProducer, AsyncTransactionProducer, LocalTransactionState, Message
-from txmq.client._sync import new_event_loop
+
+try:
+    from txmq.serving import new_event_loop
+except ImportError:  # a build before it moved there (these scripts also run against older checkouts)
+    from txmq.client._sync import new_event_loop  # type: ignore[attr-defined,no-redef]
 from txmq.testing import BrokerProcess
 
 BODY = b"x" * 1024

@@ -14,7 +14,18 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 
-__all__ = ["serve_until_signal", "write_port_file"]
+__all__ = ["new_event_loop", "serve_until_signal", "write_port_file"]
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop where uvloop is installed, else the default one. Here, not in the client,
+    so that a server's start imports no client (``txmq.client`` costs some 90 ms to import)."""
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        return asyncio.new_event_loop()
 
 
 def write_port_file(path: str, port: int) -> None:

@@ -17,6 +17,7 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from txmq.broker._replicas import (
     BROKER_META_FILE,
@@ -35,10 +36,12 @@ from txmq.broker._replicas import (
     decode_broker_meta,
 )
 from txmq.broker._roles import RoleTarget
-from txmq.client import AsyncConnection
 from txmq.errors import CorruptRecord, MalformedHeader, TransportError
 from txmq.protocol import Command, RequestCode
 from txmq.store import write_durably
+
+if TYPE_CHECKING:
+    from txmq.client import AsyncConnection
 
 __all__ = ["CONTROLLER_REQUEST_TIMEOUT_MS", "HEARTBEAT_TIMEOUT_MS", "ROLE_RETRY_MS", "TICK_MS",
            "ReplicasManager",
@@ -181,6 +184,8 @@ class ReplicasManager:
         ask for it at once, and each used to open its own when it was gone, so that one was left
         open and unreferenced (its reader task reported "Task was destroyed but it is pending!"
         when the garbage collector found it) and the other request failed "not connected"."""
+        from txmq.client import AsyncConnection  # here: a broker without a controller needs no client
+
         assert self.core is not None
         if addr is not None:
             conn = AsyncConnection(addr, connect_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS)

@@ -217,7 +217,7 @@ def broker(
         return
     from txmq.broker import load_config
     from txmq.broker.server import run_server
-    from txmq.client._sync import new_event_loop
+    from txmq.serving import new_event_loop
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -34,8 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 from txmq.client import AsyncProducer, ConsumeStatus, Message, MessageExt, PushConsumer
-from txmq.client._sync import new_event_loop
 from txmq.errors import TxmqError
+from txmq.serving import new_event_loop
 from txmq.testing import BrokerProcess
 
 __all__ = ["bench_consume", "consume", "percentile"]

@@ -53,8 +53,8 @@ from txmq.broker.grpc.pb import definition_pb2 as pb
 from txmq.broker.grpc.pb import service_pb2 as rpc
 from txmq.broker.grpc.pb import service_pb2_grpc as rpc_grpc
 from txmq.client import AsyncProducer, AsyncPullConsumer, Message, PullStatus
-from txmq.client._sync import new_event_loop
 from txmq.errors import TxmqError
+from txmq.serving import new_event_loop
 from txmq.testing import BrokerProcess, free_port, process_cpu_s
 
 __all__ = ["bench_grpc", "echo_main", "grpc_cmd"]

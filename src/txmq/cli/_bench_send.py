@@ -48,7 +48,6 @@ from rich.table import Table
 
 from txmq.broker.acl import Accounts, Action, PolicyEntry, Resource, User, UserType, save_accounts
 from txmq.client._core import send_request_header
-from txmq.client._sync import new_event_loop
 from txmq.errors import ResponseCode
 from txmq.protocol import (
     SERIALIZE_JSON,
@@ -68,6 +67,7 @@ from txmq.protocol import (
     sign_remoting,
     to_ext,
 )
+from txmq.serving import new_event_loop
 from txmq.testing import BrokerProcess, make_test_certificates, process_cpu_s
 
 __all__ = ["bench_secure", "bench_send", "send"]

@@ -35,8 +35,8 @@ from rich.console import Console
 from rich.table import Table
 
 from txmq.client import AsyncProducer, Message, PullConsumer
-from txmq.client._sync import new_event_loop
 from txmq.errors import RequestTimeout
+from txmq.serving import new_event_loop
 from txmq.testing import BrokerProcess, process_cpu_s
 
 __all__ = ["spark"]

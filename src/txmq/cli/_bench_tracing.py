@@ -59,9 +59,9 @@ from rich.console import Console
 from rich.table import Table
 
 from txmq.client import AsyncProducer, AsyncPushConsumer, ConsumeStatus, Message, MessageExt
-from txmq.client._sync import new_event_loop
 from txmq.errors import TxmqError
 from txmq.extras import require_extra
+from txmq.serving import new_event_loop
 from txmq.testing import BrokerProcess
 from txmq.tracing import (
     MESSAGING_CLIENT_ID,

@@ -35,7 +35,7 @@ from rich.table import Table
 
 from txmq.broker.transaction import Outcome
 from txmq.client import AsyncProducer, AsyncTransactionProducer, LocalTransactionState, Message
-from txmq.client._sync import new_event_loop
+from txmq.serving import new_event_loop
 from txmq.testing import BrokerHarness, BrokerProcess, process_cpu_s
 
 __all__ = ["bench_check_rounds", "bench_send_vs_tx", "tx"]

@@ -13,7 +13,6 @@ from rich.table import Table
 
 from txmq import limits
 from txmq.cli._credentials import credential_kw, with_credentials
-from txmq.client import Admin
 from txmq.errors import TxmqError
 from txmq.protocol import (
     BROKER_TIMERS,
@@ -40,6 +39,8 @@ _err = Console(stderr=True)
 
 
 def _admin_call(endpoints: str, fn: Any, namesrv_addr: str = "") -> Any:
+    from txmq.client import Admin  # here: `txmq broker` loads this module and needs no client
+
     try:
         with Admin(endpoints, namesrv_addr=namesrv_addr, **credential_kw()) as adm:
             return fn(adm)

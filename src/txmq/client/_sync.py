@@ -55,6 +55,7 @@ from txmq.protocol import (
     TopicStatsTable,
     TransactionLife,
 )
+from txmq.serving import new_event_loop
 from txmq.tracing import Tracing
 
 __all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
@@ -62,16 +63,6 @@ __all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProd
 log = logging.getLogger("txmq.client")
 T = TypeVar("T")
 A = TypeVar("A")
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A uvloop loop where uvloop is installed, else the default one."""
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
-        return asyncio.new_event_loop()
 
 
 class _LoopThread:

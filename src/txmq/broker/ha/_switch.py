@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable
 
 from txmq.broker._broker import Broker
 from txmq.broker.ha._shell import AutoSwitchMaster, AutoSwitchSlave, Replication
-from txmq.client import AsyncConnection
 from txmq.errors import HaProtocolError, RemoteError, ResponseCode
 from txmq.protocol import (
     AutoHandshake,
@@ -52,6 +51,8 @@ async def exchange_ha_info(master_addr: str, access_key: str = "",
     """Ask the broker at ``master_addr`` (remoting ``host:port``) its HA address with
     EXCHANGE_BROKER_HA_INFO, signed with the HA account when given (ACL: All on the cluster).
     Raises TransportError, RemoteError (a non-SUCCESS answer)."""
+    from txmq.client import AsyncConnection  # here: a broker without replicas needs no client
+
     conn = AsyncConnection(master_addr, timeout_ms=EXCHANGE_HA_INFO_TIMEOUT_MS,
                            access_key=access_key, secret_key=secret_key)
     await conn.connect()

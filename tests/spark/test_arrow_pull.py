@@ -226,8 +226,8 @@ def test_the_extension_is_in_the_installed_wheel() -> None:
 
     if os.environ.get("TXMQ_REQUIRE_INSTALLED") != "1":
         pytest.skip("only where the installed wheel is tested (TXMQ_REQUIRE_INSTALLED=1)")
-    assert arrow.compiled_decoder(), "txmq.spark._ccolumns is missing from the installed wheel"
-    assert _COMPILED is not None and "site-packages" in str(_COMPILED.__file__)
+    assert _COMPILED is not None, "txmq.spark._ccolumns is missing from the installed wheel"
+    assert "site-packages" in str(_COMPILED.__file__)
 
 
 # --- the compiled decoder against the pure one, and against hostile bytes ------------------------

@@ -323,3 +323,12 @@ def test_compiled_utf8_check_is_pythons(topic: bytes, props: bytes) -> None:
     except UnicodeDecodeError:
         valid = False
     assert (_COMPILED.decode_reply(record(props, topic=topic)) is not None) == valid
+
+
+@pytest.mark.parametrize(("offsets", "consecutive"), [([5, 6, 7], True), ([5, 7, 8], False),
+                                                      ([9], True), ([3, 2], False)])
+def test_consecutive_queue_offsets(offsets: list[int], consecutive: bool) -> None:
+    msgs = [MessageExt(topic="t", body=b"b", queue_offset=o) for o in offsets]
+    got = pull_body_to_record_batch(encode_message_exts(msgs))
+    assert list(got.queue_offsets) == offsets
+    assert got.consecutive() is consecutive

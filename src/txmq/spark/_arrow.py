@@ -222,6 +222,12 @@ class PullBatch:
         self.queue_offsets = queue_offsets
         self.queues = queues
 
+    def consecutive(self) -> bool:
+        """Whether the queue offsets are ``first, first + 1, ...`` (numpy: no Python int per row;
+        the compiled decoder's offsets are a buffer numpy reads in place)."""
+        offsets = np.asarray(self.queue_offsets, dtype=np.int64)
+        return len(offsets) < 2 or bool(np.all(np.diff(offsets) == 1))
+
 
 PURE_PYTHON_ENV = "TXMQ_PURE_PYTHON"
 """Set to ``1`` (at import of this module, or at build time for the wheel) to use no C extension."""

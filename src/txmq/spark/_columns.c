@@ -148,7 +148,7 @@ static int utf8_valid(const uint8_t *s, int64_t len) {
 
 /* Sizes pass 1 finds: what pass 2 writes is at most these. */
 typedef struct {
-    int64_t count, body_bytes, topic_bytes, props_bytes, entries_max;
+    int64_t count, body_bytes, topic_bytes, props_bytes, entries_max, record_entries_max;
 } Sizes;
 
 /* Pass 1: 0 with sizes filled, or -1 if a record is malformed or not columnar. */
@@ -175,6 +175,8 @@ static int check_reply(const uint8_t *p, int64_t n, Sizes *sz) {
         sz->topic_bytes += r.topic_end - r.topic_start;
         sz->props_bytes += props_len;
         sz->entries_max += (props_len + 1) / 4;
+        if ((props_len + 1) / 4 + 1 > sz->record_entries_max)
+            sz->record_entries_max = (props_len + 1) / 4 + 1;
     }
     return 0;
 }
@@ -261,6 +263,7 @@ typedef struct {
     int64_t *queue_offset, *born_us, *store_us;
     int64_t entries, entries_cap;
     Entry *scratch, *tmp;
+    int64_t scratch_cap;
     int keys_unicode;
 } Out;
 
@@ -281,7 +284,7 @@ static int put_properties(Out *o, const uint8_t *p, int64_t row, int64_t s, int6
         const uint8_t *cut = e > a ? memchr(p + a, NAME_VALUE_SEPARATOR, (size_t)(e - a)) : NULL;
         int64_t c = cut ? cut - p : 0;
         if (cut && c > a && e > c + 1) {
-            if (k >= ENTRIES_MAX) return -1;
+            if (k >= o->scratch_cap) return -1;
             Entry en = {a, c + 1, (int32_t)(c - a), (int32_t)(e - c - 1)};
             if (name_is(p, &en, "TAGS", 4)) {
                 tags = p + en.vs, tags_len = en.vl;
@@ -376,12 +379,13 @@ static int alloc_out(PyObject **bufs, Out *o, const Sizes *sz) {
         !(bufs[B_MAP_O] = new_bytes((n + 1) * 4, &o->map_offsets, 0)))
         return -1;
     o->map_offsets[0] = 0;
-    o->scratch = PyMem_RawMalloc(2 * ENTRIES_MAX * sizeof(Entry));
+    o->scratch_cap = sz->record_entries_max < ENTRIES_MAX ? sz->record_entries_max : ENTRIES_MAX;
+    o->scratch = PyMem_RawMalloc((size_t)(2 * o->scratch_cap + 1) * sizeof(Entry));
     if (!o->scratch) {
         PyErr_NoMemory();
         return -1;
     }
-    o->tmp = o->scratch + ENTRIES_MAX;
+    o->tmp = o->scratch + o->scratch_cap;
     return 0;
 }
 

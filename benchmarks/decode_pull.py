@@ -7,10 +7,11 @@ Builds a reply body like those of ``txmq bench spark`` (MessageExt records of a 
 ``--crc-property`` RocketMQ 5's ``__CRC32#`` too) and times, in one process, each decoder this
 txmq has: the SDK's ``decode_message_exts`` (per record, the specification) and
 ``decode_message_exts_bulk``, and the Spark source's ``pull_body_to_record_batch`` (reply → Arrow
-batch) against the per-message path it replaces (``messages_to_record_batch(
-decode_message_exts(...))``). Each figure is the lowest of ``--rounds`` rounds of CPU time
-(``time.process_time``) divided by the records decoded. Run it from another checkout to compare
-builds: ``cd ../base && uv run --locked python ../hc/benchmarks/decode_pull.py``.
+batch; with the C extension built, its C path and its pure Python path, side by side) against the
+per-message path it replaces (``messages_to_record_batch(decode_message_exts(...))``). Each
+figure is the lowest of ``--rounds`` rounds of CPU time (``time.process_time``) divided by the
+records decoded. Run it from another checkout to compare builds: ``cd ../base && uv run --locked
+python ../hc/benchmarks/decode_pull.py``.
 """
 
 from __future__ import annotations
@@ -64,10 +65,25 @@ def decoders() -> dict[str, Callable[[bytes], Any]]:
             protocol.decode_message_exts(d)),
         "spark pull_body_to_record_batch": _arrow.pull_body_to_record_batch,
     }
+    compiled = getattr(_arrow, "_compiled", None)
+    if compiled is not None:  # the C extension's build: time the pure path too, side by side
+        out["spark pull_body_to_record_batch (C)"] = out.pop("spark pull_body_to_record_batch")
+        out["spark pull_body_to_record_batch (pure Python)"] = _pure(_arrow.pull_body_to_record_batch)
     bulk = getattr(protocol, "decode_message_exts_bulk", None)
     if bulk is not None:
         out["sdk decode_message_exts_bulk"] = bulk
     return out
+
+
+def _pure(fn: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``fn`` run with the C extension unused (``txmq.spark._arrow``'s numpy path)."""
+    def run(data: bytes) -> Any:
+        saved, _arrow._compiled = _arrow._compiled, None
+        try:
+            return fn(data)
+        finally:
+            _arrow._compiled = saved
+    return run
 
 
 def main() -> None:

@@ -27,14 +27,21 @@ from txmq.protocol import (
 )
 from txmq.spark._arrow import PullBatch, messages_to_record_batch, pull_body_to_record_batch
 
+_COMPILED = arrow._compiled
 
-@pytest.fixture(autouse=True, scope="module")
-def columnar_for_every_size() -> Iterator[None]:
-    """The tests' replies are small: let the columnar path take them all (it only leaves replies
-    under ``COLUMNAR_MIN_RECORDS`` records to the per-message path for speed)."""
+
+@pytest.fixture(autouse=True, scope="module", params=["compiled", "pure"])
+def decoder(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test runs twice: with the C extension (``txmq.spark._ccolumns``) and with the pure
+    Python (numpy) path. The tests' replies are small: the numpy path takes them all too (it only
+    leaves replies under ``COLUMNAR_MIN_RECORDS`` records to the per-message path for speed)."""
+    if request.param == "compiled" and _COMPILED is None:
+        pytest.skip("the C extension is not built here (TXMQ_PURE_PYTHON=1 or no compiler); "
+                    "test_the_extension_is_in_the_installed_wheel fails in CI if so")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(arrow, "COLUMNAR_MIN_RECORDS", 0)
-        yield
+        mp.setattr(arrow, "_compiled", _COMPILED if request.param == "compiled" else None)
+        yield request.param
 
 
 def per_message(data: bytes) -> PullBatch:
@@ -181,7 +188,10 @@ def test_a_fresh_process_decodes_without_importing_pandas() -> None:
 
 
 def test_small_replies_take_the_per_message_path_and_large_ones_the_columnar(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, decoder: str) -> None:
+    """The numpy path only; the compiled one takes every reply (the next test)."""
+    if decoder == "compiled":
+        return
     monkeypatch.setattr(arrow, "COLUMNAR_MIN_RECORDS", 128)
     msgs = [MessageExt(topic="t", body=b"%d" % i, keys=f"k{i}", properties={"UNIQ_KEY": f"i{i}"},
                        queue_offset=i) for i in range(128)]
@@ -194,3 +204,131 @@ def test_small_replies_take_the_per_message_path_and_large_ones_the_columnar(
     pull_body_to_record_batch(small)
     pull_body_to_record_batch(large)
     assert calls == [127]
+
+
+def test_the_compiled_decoder_takes_replies_of_any_size(monkeypatch: pytest.MonkeyPatch,
+                                                        decoder: str) -> None:
+    if decoder == "pure":
+        return
+    msgs = [MessageExt(topic="t", body=b"%d" % i, keys=f"k{i}", properties={"UNIQ_KEY": f"i{i}"},
+                       queue_offset=i) for i in range(3)]
+    monkeypatch.setattr(arrow, "COLUMNAR_MIN_RECORDS", 128)
+    monkeypatch.setattr(arrow, "decode_message_exts", None)  # would fail if called
+    got = pull_body_to_record_batch(encode_message_exts(msgs))
+    assert got.batch.column("message_id").to_pylist() == ["i0", "i1", "i2"]
+    assert list(got.queue_offsets) == [0, 1, 2]
+
+
+def test_the_extension_is_in_the_installed_wheel() -> None:
+    """CI (``.ci/test``: ``TXMQ_REQUIRE_INSTALLED=1``) tests the wheel as installed: its compiled
+    decoder must be there, so the suite cannot silently test the pure path alone."""
+    import os
+
+    if os.environ.get("TXMQ_REQUIRE_INSTALLED") != "1":
+        pytest.skip("only where the installed wheel is tested (TXMQ_REQUIRE_INSTALLED=1)")
+    assert _COMPILED is not None, "txmq.spark._ccolumns is missing from the installed wheel"
+    assert "site-packages" in str(_COMPILED.__file__)
+
+
+# --- the compiled decoder against the pure one, and against hostile bytes ------------------------
+
+def _both(data: bytes) -> tuple[PullBatch | None, PullBatch | None]:
+    """The batch of each path, or None where it raised MalformedMessage / OverflowError."""
+    out: list[PullBatch | None] = []
+    for path in (_COMPILED, None):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(arrow, "_compiled", path)
+            try:
+                out.append(pull_body_to_record_batch(data))
+            except (MalformedMessage, OverflowError):
+                out.append(None)
+    return out[0], out[1]
+
+
+_many_keys = st.lists(st.sampled_from(["k1", "k2", "é", "　", " ", "\t", "x\x1fy", "z"]),
+                      max_size=5).map(" ".join)
+
+
+@st.composite
+def varied(draw: st.DrawFn) -> MessageExt:
+    """Records of every shape the columnar paths take: IPv6 hosts, keys of several words, empty
+    bodies, empty / duplicate-prone / unicode properties, v1 and v2 magic (topics over 127 bytes)."""
+    return MessageExt(
+        topic=draw(st.sampled_from(["orders", "ü-topic", "t" * 128, "%RETRY%g"])),
+        body=draw(st.sampled_from([b"", b"x", b"\x00" * 300])),
+        tags=draw(st.sampled_from(["", "a", "ü"])),
+        keys=draw(_many_keys),
+        properties=draw(st.dictionaries(st.sampled_from(["UNIQ_KEY", "a", "b", "é", "ab", "A", "€"]),
+                                        _values, max_size=5)),
+        queue_id=draw(st.integers(0, 3)), queue_offset=draw(st.integers(-(2**63), 2**63 - 1)),
+        born_timestamp_ms=draw(st.integers(-(2**53), 2**53)),
+        store_timestamp_ms=draw(st.integers(-(2**53), 2**53)),
+        born_host=draw(_hosts), store_host=draw(_hosts))
+
+
+@pytest.mark.skipif(_COMPILED is None, reason="the C extension is not built here")
+@settings(max_examples=300, deadline=None)
+@given(st.lists(varied(), min_size=1, max_size=20))
+def test_compiled_and_pure_paths_give_equal_batches(msgs: list[MessageExt]) -> None:
+    compiled, pure = _both(encode_message_exts(msgs))
+    assert compiled is not None and pure is not None
+    assert compiled.batch.equals(pure.batch), (compiled.batch.to_pylist(), pure.batch.to_pylist())
+    assert list(compiled.queue_offsets) == list(pure.queue_offsets)
+    assert compiled.queues == pure.queues
+
+
+@pytest.mark.skipif(_COMPILED is None, reason="the C extension is not built here")
+@settings(max_examples=500, deadline=None)
+@given(st.lists(varied(), min_size=1, max_size=4), st.data())
+def test_compiled_decoder_survives_mutated_replies(msgs: list[MessageExt], data: st.DataObject) -> None:
+    """Bytes flipped, inserted, deleted, records cut: ``decode_reply`` returns None or columns
+    (never crashes, never reads outside the buffer), and the outcome is the pure path's."""
+    body = bytearray(encode_message_exts(msgs))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(body)))
+        edit = data.draw(st.sampled_from(["flip", "insert", "delete", "cut"]))
+        if edit == "flip" and at < len(body):
+            body[at] ^= data.draw(st.integers(1, 255))
+        elif edit == "insert":
+            body[at:at] = data.draw(st.binary(min_size=1, max_size=8))
+        elif edit == "delete":
+            del body[at : at + data.draw(st.integers(1, 8))]
+        else:
+            del body[at:]
+    assert _COMPILED is not None
+    _COMPILED.decode_reply(memoryview(body))  # any buffer
+    compiled, pure = _both(bytes(body))
+    assert (compiled is None) == (pure is None)
+    if compiled is not None and pure is not None:
+        assert compiled.batch.equals(pure.batch)
+
+
+@pytest.mark.skipif(_COMPILED is None, reason="the C extension is not built here")
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=400))
+def test_compiled_decoder_refuses_random_bytes(data: bytes) -> None:
+    assert _COMPILED is not None
+    assert _COMPILED.decode_reply(data) is None or data == b""
+
+
+@pytest.mark.skipif(_COMPILED is None, reason="the C extension is not built here")
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=12), st.binary(max_size=12))
+def test_compiled_utf8_check_is_pythons(topic: bytes, props: bytes) -> None:
+    """Random bytes as the topic and the properties: taken exactly when Python decodes both."""
+    assert _COMPILED is not None
+    try:
+        topic.decode(), props.decode()
+        valid = True
+    except UnicodeDecodeError:
+        valid = False
+    assert (_COMPILED.decode_reply(record(props, topic=topic)) is not None) == valid
+
+
+@pytest.mark.parametrize(("offsets", "consecutive"), [([5, 6, 7], True), ([5, 7, 8], False),
+                                                      ([9], True), ([3, 2], False)])
+def test_consecutive_queue_offsets(offsets: list[int], consecutive: bool) -> None:
+    msgs = [MessageExt(topic="t", body=b"b", queue_offset=o) for o in offsets]
+    got = pull_body_to_record_batch(encode_message_exts(msgs))
+    assert list(got.queue_offsets) == offsets
+    assert got.consecutive() is consecutive

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from txmq.errors import CommitLogDamaged, CorruptRecord
 from txmq.protocol import (
@@ -181,6 +183,29 @@ def test_a_raw_read_filters_by_tag_hash_and_bounds_bytes(tmp_path: Path, kind: s
     none = s.read_queue_raw("t", 0, 9, 100, 1 << 20)
     assert none.count == 0 and none.next_offset == 9 and none.body == b""
     s.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["a", "b"]), st.integers(0, 300)),
+                min_size=1, max_size=30),
+       st.integers(1, 4000), st.booleans(), st.integers(0, 5))
+def test_raw_reads_of_interleaved_queues_match_the_memory_store(
+        tmp_path_factory: pytest.TempPathFactory, spec: list[tuple[int, str, int]], max_bytes: int,
+        only_a: bool, start: int) -> None:
+    """Records of three queues interleaved in the log (the file store slices runs of adjacent
+    kept records at once): the same bytes, counts and next offsets as the memory store, with a
+    tag filter and a byte bound."""
+    records = [rec(i, queue_id=q, tags=t, body=b"x" * n) for i, (q, t, n) in enumerate(spec)]
+    f, m = FileStore(tmp_path_factory.mktemp("raw")), MemoryStore()
+    for s in (f, m):
+        s.set_store_host("10.0.0.1:10911")
+        s.append([r.__copy__() for r in records])
+        s.flush()
+    hashes = frozenset({tag_hash("a")}) if only_a else None
+    for qid in range(3):
+        assert f.read_queue_raw("t", qid, start, 20, max_bytes, hashes) == m.read_queue_raw(
+            "t", qid, start, 20, max_bytes, hashes)
+    f.close()
 
 
 def test_pulls_keep_only_a_bounded_number_of_segments_mapped(tmp_path: Path,

@@ -31,13 +31,24 @@ above): scalars are sliced from arrays built from buffers, masks read from Arrow
 Columns with variable-width values (``string``, ``binary``, ``map``) use 32-bit offsets, so one
 batch holds at most 2 GiB per column; the reader caps batches far below that
 (``_source.ARROW_BATCH_BYTES_MAX``).
+
+**The compiled decoder.** Where the package was built with its C extension
+(``txmq.spark._ccolumns``, from ``_columns.c``: two passes over the reply in C, no GIL held, the
+body CRC32 by zlib) it takes every reply first and the numpy path above is not used: it checks
+every record as ``decode_message_exts`` does and writes the Arrow buffers of every column, and
+Python assembles them with a fixed number of ``from_buffers`` calls per reply. Replies it does not
+take (compressed bodies, timestamps beyond 64-bit microseconds, anything malformed) go to the
+per-message path, which raises its own errors. ``TXMQ_PURE_PYTHON=1`` in the environment (read at
+import) leaves the extension unused; tests run both paths against the per-message one.
 """
 
 from __future__ import annotations
 
+import os
 from array import array
 from collections.abc import Sequence
 from itertools import accumulate
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -57,8 +68,8 @@ from txmq.protocol import (
     index_message_exts,
 )
 
-__all__ = ["ARROW_SCHEMA", "COLUMNAR_MIN_RECORDS", "PullBatch", "messages_to_record_batch",
-           "pull_body_to_record_batch"]
+__all__ = ["ARROW_SCHEMA", "COLUMNAR_MIN_RECORDS", "PURE_PYTHON_ENV", "PullBatch", "compiled_decoder",
+           "messages_to_record_batch", "pull_body_to_record_batch"]
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _PROPERTIES = pa.map_(pa.string(), pa.string())
@@ -211,6 +222,35 @@ class PullBatch:
         self.queue_offsets = queue_offsets
         self.queues = queues
 
+    def consecutive(self) -> bool:
+        """Whether the queue offsets are ``first, first + 1, ...`` (numpy: no Python int per row;
+        the compiled decoder's offsets are a buffer numpy reads in place)."""
+        offsets = np.asarray(self.queue_offsets, dtype=np.int64)
+        return len(offsets) < 2 or bool(np.all(np.diff(offsets) == 1))
+
+
+PURE_PYTHON_ENV = "TXMQ_PURE_PYTHON"
+"""Set to ``1`` (at import of this module, or at build time for the wheel) to use no C extension."""
+
+
+def _load_compiled() -> ModuleType | None:
+    """``txmq.spark._ccolumns``, or None when it is not built or :data:`PURE_PYTHON_ENV` is ``1``."""
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        return None
+    try:
+        from txmq.spark import _ccolumns
+    except ImportError:
+        return None
+    return _ccolumns
+
+
+_compiled = _load_compiled()
+
+
+def compiled_decoder() -> bool:
+    """Whether :func:`pull_body_to_record_batch` uses the C extension (module docstring)."""
+    return _compiled is not None
+
 
 def pull_body_to_record_batch(data: bytes) -> PullBatch:
     """A PULL_MESSAGE reply body (MessageExt records back to back) → one :class:`PullBatch`.
@@ -224,11 +264,20 @@ def pull_body_to_record_batch(data: bytes) -> PullBatch:
     properties strings are taken from offsets arrays over the reply's bytes, properties are split
     at their separator bytes by numpy, and the map entries sorted by an Arrow sort.
 
+    With the C extension (module docstring) it decodes every non-empty reply, whatever its
+    record count, and the numpy path is not used.
+
     Raises:
         txmq.errors.MalformedMessage: as :func:`txmq.protocol.decode_message_exts`.
         OverflowError: a timestamp beyond 64-bit microseconds.
     """
-    ix = index_message_exts(data, min_records=COLUMNAR_MIN_RECORDS) if data else None
+    if _compiled is not None:
+        out = _compiled.decode_reply(data) if data else None
+        if out is not None:
+            return _compiled_batch(out)
+        ix = None
+    else:
+        ix = index_message_exts(data, min_records=COLUMNAR_MIN_RECORDS) if data else None
     if ix is not None:
         try:
             batch = _columnar_batch(data, ix)
@@ -239,6 +288,40 @@ def pull_body_to_record_batch(data: bytes) -> PullBatch:
     messages = decode_message_exts(data)
     return PullBatch(messages_to_record_batch(messages), [m.queue_offset for m in messages],
                      {(m.topic, m.queue_id) for m in messages})
+
+
+def _compiled_batch(out: Any) -> PullBatch:
+    """The batch of what ``_ccolumns.decode_reply`` returned (its docstring gives the shape)."""
+    n, key, tags, body, topic, qids, offsets, ids, born, store, props, queues, keys_unicode = out
+    map_offsets, name_offsets, names, value_offsets, values = props
+    entries = len(name_offsets) // 4 - 1
+    keys = _var(pa.string(), n, key)
+    columns = [
+        _split_first_keys(keys) if keys_unicode else keys,
+        _var(pa.string(), n, tags),
+        _var(pa.binary(), n, body),
+        _var(pa.string(), n, topic),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(qids)]),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+        _var(pa.string(), n, ids),
+        pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(born)]),
+        pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(store)]),
+        pa.Array.from_buffers(_PROPERTIES, n, [None, pa.py_buffer(map_offsets)], children=[
+            pa.StructArray.from_arrays([_var(pa.string(), entries, (None, 0, name_offsets, names)),
+                                        _var(pa.string(), entries, (None, 0, value_offsets, values))],
+                                       fields=_ENTRY_FIELDS)]),
+    ]
+    batch = pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    return PullBatch(batch, memoryview(offsets).cast("q"), queues)
+
+
+def _var(type_: pa.DataType, n: int, parts: tuple[bytes | None, int, bytes, bytes]) -> pa.Array:
+    """A string or binary array of ``n`` values from (validity bitmap or None, null count, int32
+    offsets, data)."""
+    validity, nulls, offsets, data = parts
+    buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets),
+               pa.py_buffer(data)]
+    return pa.Array.from_buffers(type_, n, buffers, null_count=nulls)
 
 
 class _NotColumnar(Exception):
@@ -456,6 +539,11 @@ def _first_keys(keys: pa.Array) -> pa.Array:
     import pyarrow.compute as pc  # see the module docstring (lazy)
     if not pc.any(pc.match_substring_regex(keys, _PLAIN_KEYS)).as_py():
         return keys
+    return _split_first_keys(keys)
+
+
+def _split_first_keys(keys: pa.Array) -> pa.Array:
+    """Each value's first key by Python's ``str.split`` (Unicode whitespace), NULL if none."""
     return _strings([(v.split(None, 1) or ("",))[0] if v else "" for v in keys.to_pylist()],
                     empty_is_null=True)
 

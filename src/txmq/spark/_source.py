@@ -486,8 +486,7 @@ def _is_dense(rows: PullBatch, part: QueueRange, offset: int) -> bool:
     """Whether ``rows`` are the queue's offsets ``offset, offset + 1, ...`` (the usual case)."""
     offsets = rows.queue_offsets
     return (rows.queues == {(part.topic, part.queue_id)} and offsets[0] == offset
-            and offsets[-1] == offset + len(offsets) - 1
-            and list(offsets) == list(range(offset, offset + len(offsets))))
+            and offsets[-1] == offset + len(offsets) - 1 and rows.consecutive())
 
 
 def _checked_run(

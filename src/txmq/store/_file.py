@@ -623,18 +623,22 @@ class FileStore(Store):
         ends = [c + s for c, s, _ in entries]
         while i < len(entries):
             j, view, at = self._raw_span(entries, ends, i)
+            run = [-1, -1]  # the kept records back to back in the log: one slice for them all
             for k in range(i, j):
                 clo, size, h = entries[k]
                 if not size or (tag_hashes is not None and h not in tag_hashes):
                     continue
                 if count and total + size > max_bytes:
-                    return RawRead(b"".join(parts), count, offset + k)
-                parts.append(view[clo - at : clo - at + size])
+                    _end_run(parts, view, at, run)
+                    return RawRead(_joined(parts), count, offset + k)
+                if clo != run[1]:
+                    _end_run(parts, view, at, run)
+                    run[0] = clo
+                run[1] = clo + size
                 total, count = total + size, count + 1
+            _end_run(parts, view, at, run)
             i = j
-        if len(parts) > 1:
-            return RawRead(b"".join(parts), count, offset + len(entries))
-        return RawRead(bytes(parts[0]) if parts else b"", count, offset + len(entries))
+        return RawRead(_joined(parts), count, offset + len(entries))
 
     def _raw_span(self, entries: list[tuple[int, int, int]], ends: list[int],
                   i: int) -> tuple[int, memoryview, int]:
@@ -804,3 +808,14 @@ class FileStore(Store):
                     "store %s: disk %.1f%% used: writes %s", self.root, usage * 100,
                     "accepted again" if self._writable else "refused (DiskFull)")
         return DiskStatus(usage, self._writable)
+
+
+def _end_run(parts: list[bytes | memoryview], view: memoryview, at: int, run: list[int]) -> None:
+    """Append ``view``'s bytes of the commit log range ``[run[0], run[1])`` (``view`` starts at
+    commit log offset ``at``) to ``parts`` unless the run is empty."""
+    if run[1] > run[0]:
+        parts.append(view[run[0] - at : run[1] - at])
+
+
+def _joined(parts: list[bytes | memoryview]) -> bytes:
+    return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)

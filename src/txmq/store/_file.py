@@ -25,7 +25,6 @@ import itertools
 import logging
 import os
 import threading
-from bisect import bisect_right
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
@@ -50,6 +49,7 @@ from txmq.store._consumequeue import ConsumeQueue, topic_dir_problem
 from txmq.store._epoch import EpochFile
 from txmq.store._index import Index, id_key, key_key
 from txmq.store._quarantine import Quarantine
+from txmq.store._raw_read import read_raw
 from txmq.store._recovery import dispatch_record, recover, sweep_commit_log_dir
 from txmq.store._retention import SegmentInfo, log_report, plan_clean
 from txmq.store._table import FileStateTable, StateTable
@@ -611,50 +611,8 @@ class FileStore(Store):
         cq = self._queues.get((topic, queue_id))
         if cq is None or offset < cq.min or max_count <= 0:
             return RawRead(b"", 0, offset)
-        end = min(offset + max_count, cq.visible_max(self.visible_offset))
-        if offset >= end:
-            return RawRead(b"", 0, offset)
-        try:
-            entries = cq.tagged_entries(offset, end)
-        except OSError as exc:
-            raise CorruptRecord(f"consume queue {topic}/{queue_id} unreadable: {exc}") from exc
-        parts: list[bytes | memoryview] = []
-        count = total = i = 0
-        ends = [c + s for c, s, _ in entries]
-        while i < len(entries):
-            j, view, at = self._raw_span(entries, ends, i)
-            run = [-1, -1]  # the kept records back to back in the log: one slice for them all
-            for k in range(i, j):
-                clo, size, h = entries[k]
-                if not size or (tag_hashes is not None and h not in tag_hashes):
-                    continue
-                if count and total + size > max_bytes:
-                    _end_run(parts, view, at, run)
-                    return RawRead(_joined(parts), count, offset + k)
-                if clo != run[1]:
-                    _end_run(parts, view, at, run)
-                    run[0] = clo
-                run[1] = clo + size
-                total, count = total + size, count + 1
-            _end_run(parts, view, at, run)
-            i = j
-        return RawRead(_joined(parts), count, offset + len(entries))
-
-    def _raw_span(self, entries: list[tuple[int, int, int]], ends: list[int],
-                  i: int) -> tuple[int, memoryview, int]:
-        """The entries from ``i`` that end within its segment and READ_SPAN_BYTES_MAX (found by
-        bisection over ``ends``, which ascend: a hole, an entry of size 0, ends where the next
-        record starts), as ``(j, a view of the commit log map over them, where it starts)``.
-        Raises CorruptRecord when the log does not hold them all."""
-        start = entries[i][0]
-        seg = self._log.segment_at(start)
-        if seg is None or ends[i] > seg.end:
-            raise CorruptRecord(f"commit log offset {start} is not stored")
-        j = max(i + 1, bisect_right(ends, min(seg.end, start + limits.READ_SPAN_BYTES_MAX), i))
-        view = self._log.view(start, ends[j - 1] - start)
-        if len(view) != ends[j - 1] - start:
-            raise CorruptRecord(f"commit log range [{start}, {ends[j - 1]}) is not all stored")
-        return j, view, start
+        return read_raw(self._log, cq, topic, queue_id, offset,
+                        min(offset + max_count, cq.visible_max(self.visible_offset)), max_bytes, tag_hashes)
 
     def bounds_below(self, topic: str, queue_id: int, commit_log_offset: int) -> tuple[int, int]:
         cq = self._queues.get((topic, queue_id))
@@ -809,13 +767,3 @@ class FileStore(Store):
                     "accepted again" if self._writable else "refused (DiskFull)")
         return DiskStatus(usage, self._writable)
 
-
-def _end_run(parts: list[bytes | memoryview], view: memoryview, at: int, run: list[int]) -> None:
-    """Append ``view``'s bytes of the commit log range ``[run[0], run[1])`` (``view`` starts at
-    commit log offset ``at``) to ``parts`` unless the run is empty."""
-    if run[1] > run[0]:
-        parts.append(view[run[0] - at : run[1] - at])
-
-
-def _joined(parts: list[bytes | memoryview]) -> bytes:
-    return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)

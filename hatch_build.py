@@ -35,7 +35,7 @@ PURE_PYTHON_ENV = "TXMQ_PURE_PYTHON"
 """``1`` at build time: build no C extension (the same variable disables it at run time)."""
 
 
-class ProtoBuildHook(BuildHookInterface):  # type: ignore[type-arg]
+class TxmqBuildHook(BuildHookInterface):  # type: ignore[type-arg]
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:

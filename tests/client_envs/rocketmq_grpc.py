@@ -288,8 +288,7 @@ def run_scenario(python: Path, script: Path, args: list[str], *, home: Path, log
 
 def main(argv: list[str] | None = None) -> int:
     """``PYTHONPATH=tests python -m client_envs.rocketmq_grpc REQUIREMENTS``: print the environment's
-    python, building
-    it first; exit status 1 if it cannot be built, 2 on bad usage."""
+    python, building it first; exit status 1 if it cannot be built, 2 on bad usage."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: PYTHONPATH=tests python -m client_envs.rocketmq_grpc REQUIREMENTS.txt",

@@ -37,11 +37,11 @@ _PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (linux/f
 _PUNCH_ALIGN = 4096
 """Holes are punched in whole 4 KiB blocks (smaller holes free nothing)."""
 _PENDING_WINDOWS_MAX = 16
+"""Handed-over windows kept before :meth:`StateTable.set` writes them itself (nobody syncs)."""
 _DENSE_WINDOW_SPAN = 4
 """A window whose keys span less than this many times its size is written with one pwrite of
 the whole span (gaps read first: at most 3 bytes read per byte written); a sparser one, one
 pwrite per run of neighbouring keys (txmq)."""
-"""Handed-over windows kept before :meth:`StateTable.set` writes them itself (nobody syncs)."""
 
 
 def _fallocate() -> Callable[[int, int, int, int], int] | None:

@@ -224,3 +224,27 @@ def test_pulls_keep_only_a_bounded_number_of_segments_mapped(tmp_path: Path,
         assert decode_message_exts(got.body)[0].body == bytes([65 + i]) * 40_000
     assert sum(seg.mm is not None for seg in s._log.segments) == 2
     s.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0, 10, 900, 9000, 30_000])),
+                min_size=1, max_size=40),
+       st.integers(1, 90_000), st.integers(0, 5))
+def test_an_unfiltered_raw_read_matches_a_filter_that_keeps_everything(
+        tmp_path_factory: pytest.TempPathFactory, spec: list[tuple[int, int]], max_bytes: int,
+        start: int) -> None:
+    """A raw read without a tag filter (cut into runs of adjacent records by whole-reply calls)
+    gives the bytes, count and next offset of the record-by-record loop, which a filter keeping
+    every tag forces: queues interleaved, records across 64 KiB segments, a byte bound."""
+    from txmq.store import StoreConfig
+
+    s = FileStore(tmp_path_factory.mktemp("unfiltered"), StoreConfig(mapped_file_size_commit_log=64 * 1024))
+    s.append([rec(i, queue_id=q, tags="a", body=b"x" * n) for i, (q, n) in enumerate(spec)])
+    s.flush()
+    every = frozenset({tag_hash("a")})
+    for qid in range(3):
+        got = s.read_queue_raw("t", qid, start, 30, max_bytes)
+        assert got == s.read_queue_raw("t", qid, start, 30, max_bytes, every)
+        assert [m.body for m in decode_message_exts(got.body)] == [
+            b"x" * n for q, n in spec if q == qid][start : start + got.count]
+    s.close()

@@ -290,7 +290,7 @@ class FrameDecoder:
         buf = self._buf
         return 4 + int.from_bytes(buf[:4], "big") if len(buf) >= 4 else 0
 
-    def feed(self, data: bytes) -> list[Command]:
+    def feed(self, data: bytes | bytearray) -> list[Command]:
         """Add received bytes; return every command now complete, in order.
 
         Raises:
@@ -305,8 +305,7 @@ class FrameDecoder:
             buf += data
             if len(buf) < _PREFIX.size or len(buf) < self.frame_bytes:
                 return self._check_partial()  # a large frame arriving: no copy per chunk
-            data = bytes(buf)
-            buf.clear()
+            data, self._buf = buf, bytearray()  # decoded where it is: its body copied once
         out: list[Command] = []
         pos = 0
         try:
@@ -332,7 +331,7 @@ class FrameDecoder:
                 raise
         return []
 
-    def _next(self, data: bytes, pos: int) -> tuple[Command, int] | None:
+    def _next(self, data: bytes | bytearray, pos: int) -> tuple[Command, int] | None:
         """The command starting at ``data[pos]`` and the position after it, or None when it is
         not all there yet."""
         if len(data) - pos < _PREFIX.size:
@@ -349,8 +348,9 @@ class FrameDecoder:
         if len(data) < end:
             return None
         start = pos + _PREFIX.size
-        header = data[start : start + header_len]
-        body = data[start + header_len : end]
+        header = bytes(data[start : start + header_len])  # (of a bytes slice: no copy)
+        body = data[start + header_len : end] if type(data) is bytes else \
+            bytes(memoryview(data)[start + header_len : end])
         if kind == SERIALIZE_JSON:
             return _decode_json(header, body), end
         return _decode_binary(header, body), end

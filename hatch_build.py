@@ -1,15 +1,18 @@
-"""Build hook: generate the gRPC door's protobuf classes and compile the Spark source's C decoder.
+"""Build hook: generate the gRPC door's protobuf classes and compile the C extensions.
 
 1. ``src/txmq/broker/grpc/pb/*.proto`` (txmq's own description of RocketMQ 5's
    ``apache.rocketmq.v2`` protocol) are compiled with grpcio-tools (pinned in
    ``[build-system] requires``) into ``*_pb2.py``, ``*_pb2.pyi`` and ``*_pb2_grpc.py`` beside them.
-2. ``src/txmq/spark/_columns.c`` is compiled into the extension module ``txmq.spark._ccolumns``
-   (``_ccolumns`` + the interpreter's ``EXT_SUFFIX``, beside the source) with the compiler and
-   link command of the building interpreter (``sysconfig``'s ``LDSHARED`` and ``CCSHARED``),
-   ``-O2``, Python's headers and the system zlib (``-lz``); the wheel is then platform specific
-   (``pure_python`` false, tags inferred). Without a compiler, Python's headers or zlib's, or with
-   ``TXMQ_PURE_PYTHON=1`` at build time, the wheel is pure Python (a warning says so) and the
-   source decodes with numpy (``txmq.spark._arrow``).
+2. The C sources of :data:`EXTENSIONS` are compiled into extension modules beside them
+   (``src/txmq/spark/_columns.c`` → ``txmq.spark._ccolumns``, the Spark source's decoder of pull
+   replies; ``src/txmq/store/_cqruns.c`` → ``txmq.store._ccqruns``, the broker's walk over consume
+   queue entries for a raw pull), the module name + the interpreter's ``EXT_SUFFIX``, with the
+   compiler and link command of the building interpreter (``sysconfig``'s ``LDSHARED`` and
+   ``CCSHARED``), ``-O2``, Python's headers and the system zlib (``-lz``); the wheel is then
+   platform specific (``pure_python`` false, tags inferred). Without a compiler, Python's headers
+   or zlib's, or with ``TXMQ_PURE_PYTHON=1`` at build time, the wheel is pure Python (a warning
+   says so): the Spark source decodes with numpy (``txmq.spark._arrow``) and the broker walks the
+   entries in Python (``txmq.store._raw_read``), with the same results.
 
 Generated files are git-ignored and added to wheels as artifacts; an editable install (``uv sync``)
 runs the same hook and imports them from ``src/``. ``[tool.uv] cache-keys`` names the ``.proto``
@@ -29,8 +32,8 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 PROTO_DIR = "src/txmq/broker/grpc/pb"
-EXTENSION_SOURCE = "src/txmq/spark/_columns.c"
-EXTENSION_MODULE = "_ccolumns"
+EXTENSIONS = (("src/txmq/spark/_columns.c", "_ccolumns"), ("src/txmq/store/_cqruns.c", "_ccqruns"))
+"""(C source, module name) of each extension, built beside its source."""
 PURE_PYTHON_ENV = "TXMQ_PURE_PYTHON"
 """``1`` at build time: build no C extension (the same variable disables it at run time)."""
 
@@ -58,32 +61,35 @@ class TxmqBuildHook(BuildHookInterface):  # type: ignore[type-arg]
         build_data.setdefault("artifacts", []).append(f"/{PROTO_DIR}/*_pb2*.py*")
 
     def _build_extension(self, build_data: dict[str, Any], *, editable: bool) -> None:
-        source = Path(self.root) / EXTENSION_SOURCE
         suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-        target = source.with_name(EXTENSION_MODULE + suffix)
+        targets = [(Path(self.root) / src).with_name(module + suffix) for src, module in EXTENSIONS]
         if editable:  # an editable install imports from src/: leave no earlier build there
-            target.unlink(missing_ok=True)
+            for target in targets:
+                target.unlink(missing_ok=True)
         if os.environ.get(PURE_PYTHON_ENV) == "1":
-            self.app.display_warning(f"txmq: {PURE_PYTHON_ENV}=1, building without the C extension "
+            self.app.display_warning(f"txmq: {PURE_PYTHON_ENV}=1, building without the C extensions "
                                      "(the Spark source decodes with numpy)")
             return
         link = sysconfig.get_config_var("LDSHARED")
         if not link:
             self.app.display_warning("txmq: no C compiler known to this Python; building without "
-                                     "the C extension (the Spark source decodes with numpy)")
+                                     "the C extensions (the Spark source decodes with numpy)")
             return
-        command = [*shlex.split(link), *shlex.split(sysconfig.get_config_var("CCSHARED") or ""),
-                   "-O2", "-DNDEBUG", f"-I{sysconfig.get_paths()['include']}", str(source),
-                   "-o", str(target), "-lz"]
-        try:
-            subprocess.run(command, check=True, capture_output=True, text=True)
-        except (OSError, subprocess.CalledProcessError) as exc:
-            detail = getattr(exc, "stderr", "") or str(exc)
-            self.app.display_warning(f"txmq: compiling {EXTENSION_SOURCE} failed, building without "
-                                     f"the C extension (needs a C compiler, Python's and zlib's "
-                                     f"headers): {detail.strip()[:2000]}")
-            return
+        for (src, _), target in zip(EXTENSIONS, targets, strict=True):
+            command = [*shlex.split(link), *shlex.split(sysconfig.get_config_var("CCSHARED") or ""),
+                       "-O2", "-DNDEBUG", f"-I{sysconfig.get_paths()['include']}",
+                       str(Path(self.root) / src), "-o", str(target), "-lz"]
+            try:
+                subprocess.run(command, check=True, capture_output=True, text=True)
+            except (OSError, subprocess.CalledProcessError) as exc:
+                detail = getattr(exc, "stderr", "") or str(exc)
+                for built in targets:
+                    built.unlink(missing_ok=True)
+                self.app.display_warning(f"txmq: compiling {src} failed, building without the C "
+                                         f"extensions (needs a C compiler, Python's and zlib's "
+                                         f"headers): {detail.strip()[:2000]}")
+                return
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
-        build_data.setdefault("artifacts", []).append(f"/{EXTENSION_SOURCE.rsplit('/', 1)[0]}/"
-                                                      f"{target.name}")
+        for (src, _), target in zip(EXTENSIONS, targets, strict=True):
+            build_data.setdefault("artifacts", []).append(f"/{src.rsplit('/', 1)[0]}/{target.name}")

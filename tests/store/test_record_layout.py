@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,8 @@ from txmq.protocol import (
     decode_message_exts,
 )
 from txmq.store import FileStore, MemoryStore, Record, check_store, repair_store, tag_hash
+from txmq.store import _raw_read as raw_read
+from txmq.store._codec import CQ_ENTRY
 from txmq.store.codec import check_record, decode_record, encode_record, place_record
 
 
@@ -154,7 +156,22 @@ def test_damage_under_the_checkpoint_is_found_stops_the_start_and_repair_cuts_it
     s2.close()
 
 
-def test_memory_and_file_stores_lay_out_the_same_bytes(tmp_path: Path) -> None:
+_CQ_RUNS = raw_read._compiled
+
+
+@pytest.fixture(scope="module", params=["compiled", "pure"])
+def walk(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a raw-read test with the C walk over consume queue entries (``txmq.store._ccqruns``)
+    and with the pure-Python loop."""
+    if request.param == "compiled" and _CQ_RUNS is None:
+        pytest.skip("the C extension is not built here (TXMQ_PURE_PYTHON=1 or no compiler); "
+                    "test_the_consume_queue_walk_is_in_the_installed_wheel fails in CI if so")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(raw_read, "_compiled", _CQ_RUNS if request.param == "compiled" else None)
+        yield str(request.param)
+
+
+def test_memory_and_file_stores_lay_out_the_same_bytes(tmp_path: Path, walk: str) -> None:
     records = [rec(i) for i in range(6)]
     f, m = FileStore(tmp_path), MemoryStore()
     for s in (f, m):
@@ -171,7 +188,7 @@ def test_memory_and_file_stores_lay_out_the_same_bytes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["file", "memory"])
-def test_a_raw_read_filters_by_tag_hash_and_bounds_bytes(tmp_path: Path, kind: str) -> None:
+def test_a_raw_read_filters_by_tag_hash_and_bounds_bytes(tmp_path: Path, kind: str, walk: str) -> None:
     s = FileStore(tmp_path) if kind == "file" else MemoryStore()
     res = s.append([rec(i, queue_id=0, tags="a" if i % 3 == 0 else "b") for i in range(9)])
     s.flush()
@@ -190,8 +207,8 @@ def test_a_raw_read_filters_by_tag_hash_and_bounds_bytes(tmp_path: Path, kind: s
                 min_size=1, max_size=30),
        st.integers(1, 4000), st.booleans(), st.integers(0, 5))
 def test_raw_reads_of_interleaved_queues_match_the_memory_store(
-        tmp_path_factory: pytest.TempPathFactory, spec: list[tuple[int, str, int]], max_bytes: int,
-        only_a: bool, start: int) -> None:
+        tmp_path_factory: pytest.TempPathFactory, walk: str, spec: list[tuple[int, str, int]],
+        max_bytes: int, only_a: bool, start: int) -> None:
     """Records of three queues interleaved in the log (the file store slices runs of adjacent
     kept records at once): the same bytes, counts and next offsets as the memory store, with a
     tag filter and a byte bound."""
@@ -208,7 +225,7 @@ def test_raw_reads_of_interleaved_queues_match_the_memory_store(
     f.close()
 
 
-def test_pulls_keep_only_a_bounded_number_of_segments_mapped(tmp_path: Path,
+def test_pulls_keep_only_a_bounded_number_of_segments_mapped(tmp_path: Path, walk: str,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from txmq import limits
     from txmq.store import StoreConfig
@@ -231,8 +248,8 @@ def test_pulls_keep_only_a_bounded_number_of_segments_mapped(tmp_path: Path,
                 min_size=1, max_size=40),
        st.integers(1, 90_000), st.integers(0, 5))
 def test_an_unfiltered_raw_read_matches_a_filter_that_keeps_everything(
-        tmp_path_factory: pytest.TempPathFactory, spec: list[tuple[int, int]], max_bytes: int,
-        start: int) -> None:
+        tmp_path_factory: pytest.TempPathFactory, walk: str, spec: list[tuple[int, int]],
+        max_bytes: int, start: int) -> None:
     """A raw read without a tag filter (cut into runs of adjacent records by whole-reply calls)
     gives the bytes, count and next offset of the record-by-record loop, which a filter keeping
     every tag forces: queues interleaved, records across 64 KiB segments, a byte bound."""
@@ -248,3 +265,57 @@ def test_an_unfiltered_raw_read_matches_a_filter_that_keeps_everything(
         assert [m.body for m in decode_message_exts(got.body)] == [
             b"x" * n for q, n in spec if q == qid][start : start + got.count]
     s.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0, 1, 50, 400]), st.integers(0, 3)),
+                max_size=60),
+       st.integers(0, 3000), st.sampled_from([None, set(), {1}, {0, 2}]))
+def test_the_c_walk_over_consume_queue_entries_matches_the_loop(
+        layout: list[tuple[int, int, int]], max_bytes: int, hashes: set[int] | None) -> None:
+    """``_ccqruns.runs`` over packed entries (gaps of 0-3 bytes between records, holes of size 0,
+    tag hashes 0-3) keeps the records, stops and forms the runs the pure-Python model does."""
+    if _CQ_RUNS is None:
+        pytest.skip("the C extension is not built here (TXMQ_PURE_PYTHON=1 or no compiler)")
+    entries, clo = [], 1000
+    for gap, size, h in layout:
+        clo += gap
+        entries.append((clo, size, h))
+        clo += size
+    count = total = 0
+    looked = len(entries)
+    runs: list[list[int]] = []
+    for k, (c, size, h) in enumerate(entries):  # the model: read_raw's loop, one span
+        if not size or (hashes is not None and h not in hashes):
+            continue
+        if count and total + size > max_bytes:
+            looked = k
+            break
+        if runs and runs[-1][1] == c:
+            runs[-1][1] = c + size
+        else:
+            runs.append([c, c + size])
+        total, count = total + size, count + 1
+    packed = b"".join(CQ_ENTRY.pack(*e) for e in entries)
+    assert _CQ_RUNS.runs(packed, max_bytes, hashes) == (count, looked, [tuple(r) for r in runs])
+
+
+def test_the_c_walk_refuses_what_is_not_entries() -> None:
+    if _CQ_RUNS is None:
+        pytest.skip("the C extension is not built here (TXMQ_PURE_PYTHON=1 or no compiler)")
+    with pytest.raises(ValueError, match="not whole consume queue entries"):
+        _CQ_RUNS.runs(b"x" * 21, 100, None)
+    with pytest.raises(TypeError, match="tag_hashes"):
+        _CQ_RUNS.runs(b"", 100, [1])
+    assert _CQ_RUNS.runs(b"", 100, None) == (0, 0, [])
+
+
+def test_the_consume_queue_walk_is_in_the_installed_wheel() -> None:
+    """CI (``.ci/test``: ``TXMQ_REQUIRE_INSTALLED=1``) tests the wheel as installed: the broker's
+    compiled walk must be there, so the suite cannot silently test the pure path alone."""
+    import os
+
+    if os.environ.get("TXMQ_REQUIRE_INSTALLED") != "1":
+        pytest.skip("only where the installed wheel is tested (TXMQ_REQUIRE_INSTALLED=1)")
+    assert _CQ_RUNS is not None, "txmq.store._ccqruns is missing from the installed wheel"
+    assert "site-packages" in str(_CQ_RUNS.__file__)

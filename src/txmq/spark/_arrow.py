@@ -44,16 +44,15 @@ import) leaves the extension unused; tests run both paths against the per-messag
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Sequence
 from itertools import accumulate
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from txmq.native import PURE_PYTHON_ENV, load_extension
 from txmq.protocol import (
     COMPRESSED_FLAG,
     NAME_VALUE_SEPARATOR,
@@ -229,22 +228,7 @@ class PullBatch:
         return len(offsets) < 2 or bool(np.all(np.diff(offsets) == 1))
 
 
-PURE_PYTHON_ENV = "TXMQ_PURE_PYTHON"
-"""Set to ``1`` (at import of this module, or at build time for the wheel) to use no C extension."""
-
-
-def _load_compiled() -> ModuleType | None:
-    """``txmq.spark._ccolumns``, or None when it is not built or :data:`PURE_PYTHON_ENV` is ``1``."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None
-    try:
-        from txmq.spark import _ccolumns
-    except ImportError:
-        return None
-    return _ccolumns
-
-
-_compiled = _load_compiled()
+_compiled = load_extension("txmq.spark._ccolumns")
 
 
 def compiled_decoder() -> bool:

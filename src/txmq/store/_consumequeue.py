@@ -238,22 +238,26 @@ class ConsumeQueue:
     def tagged_entries(self, start: int, end: int) -> list[tuple[int, int, int]]:
         """``(commit log offset, size, tag hash)`` of queue offsets ``[start, end)`` within
         ``[min, max)``. Raises OSError."""
+        return list(CQ_ENTRY.iter_unpack(self.packed_entries(start, end)))
+
+    def packed_entries(self, start: int, end: int) -> bytes:
+        """The 20-byte entries (``CQ_ENTRY``) of queue offsets ``[start, end)`` within
+        ``[min, max)``, back to back, as stored. Raises OSError."""
         start, end = max(start, self.min), min(end, self.max)
-        out: list[tuple[int, int, int]] = []
+        out: list[bytes] = []
         i = start
         while i < min(end, self.persisted):
             f = self._file_for(i)
             k = min(end, self.persisted, f.first + self.per_file) - i
             data = os.pread(f.fd, k * CQ_ENTRY_SIZE, (i - f.first) * CQ_ENTRY_SIZE)
-            out += CQ_ENTRY.iter_unpack(data)
             if len(data) < k * CQ_ENTRY_SIZE:
                 raise OSError(f"consume queue file {f.path} is short")
+            out.append(data)
             i += k
         a, b = max(i, self.persisted) - self.persisted, end - self.persisted
         if b > a:
-            tail = self._packed[a * CQ_ENTRY_SIZE : b * CQ_ENTRY_SIZE]
-            out += CQ_ENTRY.iter_unpack(tail)
-        return out
+            out.append(bytes(self._packed[a * CQ_ENTRY_SIZE : b * CQ_ENTRY_SIZE]))
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def entry(self, i: int) -> int:
         """Commit log offset of queue offset ``i`` (``min <= i < max``). Raises OSError."""

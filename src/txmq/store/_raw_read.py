@@ -1,20 +1,29 @@
 """A raw read of a consume queue: the stored MessageExt records of a range of queue offsets, as
 the bytes a PULL_MESSAGE reply carries (RocketMQ serves pulls from the commit log the same way,
 ``DefaultMessageStore.getMessage``), sliced from the commit log's map with one slice per run of
-records that lie back to back in the log, and nothing decoded."""
+records that lie back to back in the log, and nothing decoded.
+
+Where the package was built with its C extensions (``hatch_build.py``), the walk over the consume
+queue entries (holes, the tag filter, the byte bound, the runs) is ``txmq.store._ccqruns.runs``, one
+C pass over the packed entries with no Python object per entry; otherwise, or with
+``TXMQ_PURE_PYTHON=1`` (:data:`txmq.native.PURE_PYTHON_ENV`), the loop below does it, with the same
+result (tests run both)."""
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from txmq import limits
 from txmq.errors import CorruptRecord
+from txmq.native import load_extension
 from txmq.store._base import RawRead
 from txmq.store._commitlog import CommitLog
 from txmq.store._consumequeue import ConsumeQueue
 
 __all__ = ["read_raw"]
+
+_compiled = load_extension("txmq.store._ccqruns")
 
 
 def read_raw(log: CommitLog, cq: ConsumeQueue, topic: str, queue_id: int, offset: int, end: int,
@@ -30,9 +39,16 @@ def read_raw(log: CommitLog, cq: ConsumeQueue, topic: str, queue_id: int, offset
     if offset >= end:
         return RawRead(b"", 0, offset)
     try:
-        entries = cq.tagged_entries(offset, end)
+        if _compiled is not None:
+            packed = cq.packed_entries(offset, end)
+        else:
+            entries = cq.tagged_entries(offset, end)
     except OSError as exc:
         raise CorruptRecord(f"consume queue {topic}/{queue_id} unreadable: {exc}") from exc
+    if _compiled is not None:
+        count, looked, runs = _compiled.runs(packed, max_bytes, None if tag_hashes is None
+                                             else _as_set(tag_hashes))
+        return RawRead(_joined(_slices(log, runs)) if runs else b"", count, offset + looked)
     parts: list[bytes | memoryview] = []
     count = total = i = 0
     ends = [c + s for c, s, _ in entries]
@@ -54,6 +70,31 @@ def read_raw(log: CommitLog, cq: ConsumeQueue, topic: str, queue_id: int, offset
         _end_run(parts, view, at, run)
         i = j
     return RawRead(_joined(parts), count, offset + len(entries))
+
+
+def _as_set(tag_hashes: Collection[int]) -> frozenset[int] | set[int]:
+    return tag_hashes if isinstance(tag_hashes, (set, frozenset)) else frozenset(tag_hashes)
+
+
+def _slices(log: CommitLog, runs: list[tuple[int, int]]) -> list[memoryview]:
+    """Views of the commit log's map over ``runs`` (``(start, end)`` offsets, ascending): slices
+    of one view when they all lie in one segment (the usual case), else a view per run and
+    segment. Raises CorruptRecord when the log does not hold a run."""
+    first, last = runs[0][0], runs[-1][1]
+    seg = log.segment_at(first)
+    if seg is not None and last <= seg.end:
+        view = log.view(first, last - first)
+        return [view[a - first : b - first] for a, b in runs]
+    out: list[memoryview] = []
+    for a, b in runs:
+        while a < b:  # a run crosses into the next segment only where a record ends a segment
+            seg = log.segment_at(a)
+            if seg is None:
+                raise CorruptRecord(f"commit log offset {a} is not stored")
+            stop = min(b, seg.end)
+            out.append(log.view(a, stop - a))
+            a = stop
+    return out
 
 
 def _raw_span(log: CommitLog, entries: list[tuple[int, int, int]], ends: list[int],
@@ -80,5 +121,5 @@ def _end_run(parts: list[bytes | memoryview], view: memoryview, at: int, run: li
         parts.append(view[run[0] - at : run[1] - at])
 
 
-def _joined(parts: list[bytes | memoryview]) -> bytes:
+def _joined(parts: Sequence[bytes | memoryview]) -> bytes:
     return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)

@@ -61,7 +61,13 @@ class _Wire(asyncio.Protocol):
 
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
+        self.transport: asyncio.BaseTransport | None = None
+        """Set once connected."""
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        """Done once the connection is lost or closed."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         self._conn._received(data)

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from txmq.native import PURE_PYTHON_ENV, load_extension
+from txmq.native import load_extension
 from txmq.protocol import (
     COMPRESSED_FLAG,
     NAME_VALUE_SEPARATOR,
@@ -67,8 +67,8 @@ from txmq.protocol import (
     index_message_exts,
 )
 
-__all__ = ["ARROW_SCHEMA", "COLUMNAR_MIN_RECORDS", "PURE_PYTHON_ENV", "PullBatch", "compiled_decoder",
-           "messages_to_record_batch", "pull_body_to_record_batch"]
+__all__ = ["ARROW_SCHEMA", "COLUMNAR_MIN_RECORDS", "PullBatch", "messages_to_record_batch",
+           "pull_body_to_record_batch"]
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _PROPERTIES = pa.map_(pa.string(), pa.string())
@@ -229,11 +229,6 @@ class PullBatch:
 
 
 _compiled = load_extension("txmq.spark._ccolumns")
-
-
-def compiled_decoder() -> bool:
-    """Whether :func:`pull_body_to_record_batch` uses the C extension (module docstring)."""
-    return _compiled is not None
 
 
 def pull_body_to_record_batch(data: bytes) -> PullBatch:

@@ -766,4 +766,3 @@ class FileStore(Store):
                     "store %s: disk %.1f%% used: writes %s", self.root, usage * 100,
                     "accepted again" if self._writable else "refused (DiskFull)")
         return DiskStatus(usage, self._writable)
-

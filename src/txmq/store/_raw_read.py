@@ -6,8 +6,8 @@ records that lie back to back in the log, and nothing decoded.
 Where the package was built with its C extensions (``hatch_build.py``), the walk over the consume
 queue entries (holes, the tag filter, the byte bound, the runs) is ``txmq.store._ccqruns.runs``, one
 C pass over the packed entries with no Python object per entry; otherwise, or with
-``TXMQ_PURE_PYTHON=1`` (:data:`txmq.native.PURE_PYTHON_ENV`), the loop below does it, with the same
-result (tests run both)."""
+``TXMQ_PURE_PYTHON=1`` (:data:`txmq.native.PURE_PYTHON_ENV`), :func:`_walk` does it in Python, with
+the same result (tests run both). Both read the packed entries the same way."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from txmq import limits
 from txmq.errors import CorruptRecord
 from txmq.native import load_extension
 from txmq.store._base import RawRead
+from txmq.store._codec import CQ_ENTRY
 from txmq.store._commitlog import CommitLog
 from txmq.store._consumequeue import ConsumeQueue
 
@@ -39,16 +40,20 @@ def read_raw(log: CommitLog, cq: ConsumeQueue, topic: str, queue_id: int, offset
     if offset >= end:
         return RawRead(b"", 0, offset)
     try:
-        if _compiled is not None:
-            packed = cq.packed_entries(offset, end)
-        else:
-            entries = cq.tagged_entries(offset, end)
+        packed = cq.packed_entries(offset, end)
     except OSError as exc:
         raise CorruptRecord(f"consume queue {topic}/{queue_id} unreadable: {exc}") from exc
     if _compiled is not None:
         count, looked, runs = _compiled.runs(packed, max_bytes, None if tag_hashes is None
                                              else _as_set(tag_hashes))
         return RawRead(_joined(_slices(log, runs)) if runs else b"", count, offset + looked)
+    return _walk(log, list(CQ_ENTRY.iter_unpack(packed)), offset, max_bytes, tag_hashes)
+
+
+def _walk(log: CommitLog, entries: list[tuple[int, int, int]], offset: int, max_bytes: int,
+          tag_hashes: Collection[int] | None) -> RawRead:
+    """:func:`read_raw`'s walk in Python over ``entries`` (``CQ_ENTRY`` tuples from queue offset
+    ``offset``), span by span of the commit log."""
     parts: list[bytes | memoryview] = []
     count = total = i = 0
     ends = [c + s for c, s, _ in entries]
